@@ -1,0 +1,626 @@
+"""The platform file: one declarative YAML document that describes teams, quotas and placement.
+
+Shape (SPEC §2)::
+
+    apiVersion: kueue-governor.io/v1alpha1
+    kind: Platform
+    naming: hyperpod | default
+    topologies:  [{name, levels: [broadest … narrowest]}]
+    flavors:     [{name, nodeLabels, nodeTaints, tolerations, topologyName, nodeResources}]
+    cohorts:     [{name, parentName, fairSharing: {weight}}]
+    priorities:  [{name, value, description, podPriorityClass}]
+    teams:       [{name, namespaces | namespaceSelector, cohort, quotas, preemption,
+                   fairSharing, queueingStrategy, policy}]
+
+Every model forbids unknown fields, so a typo fails with its exact path. Field names follow
+Kueue's API (``nominalQuota``, ``borrowingLimit``, ``lendingLimit``, ``topologyName``,
+``nodeLabels``) so that a platform engineer reads them as Kueue objects.
+
+Cross-references (a team naming a flavor that does not exist, …) are checked by
+:func:`check_platform`, which reports every problem with its field path; :func:`load_platform`
+runs both steps and raises :class:`PlatformError`.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from webhook.core.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "API_VERSION",
+    "HOSTNAME_LABEL",
+    "CohortSpec",
+    "Enforcement",
+    "FlavorQuota",
+    "FlavorSpec",
+    "LabelSelector",
+    "NodeSelectorRequirement",
+    "Platform",
+    "PlatformError",
+    "PriorityRule",
+    "PrioritySpec",
+    "Problem",
+    "QueueRule",
+    "ResourceQuota",
+    "TeamPolicy",
+    "TeamSpec",
+    "TopologyMode",
+    "TopologyRule",
+    "TopologySpec",
+    "check_platform",
+    "load_platform",
+    "parse_platform",
+    "platform_json_schema",
+]
+
+API_VERSION = "kueue-governor.io/v1alpha1"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _dns1123_label(value: str) -> str:
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return value
+
+
+def _dns1123_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
+            "at most 253 characters)"
+        )
+    return value
+
+
+def _label_key(value: str) -> str:
+    """Validate a Kubernetes label key ``[prefix/]name``; raise ValueError with the reason."""
+    prefix, _, name = value.rpartition("/")
+    if prefix:
+        _dns1123_subdomain(prefix)
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(f"{value!r} is not a valid label key (name part: at most 63 of [A-Za-z0-9-_.])")
+    return value
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a valid label value (at most 63 of [A-Za-z0-9-_.])")
+    return value
+
+
+def _quantity(value: Any) -> str:
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+    return str(value)
+
+
+Quantity = Annotated[str | int | float, Field(description="Kubernetes quantity, e.g. 8, 500m, 64Gi")]
+Enforcement = Literal["default", "enforce", "warn"]
+TopologyMode = Literal["required", "preferred", "unconstrained", "auto", "none"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _Named(_Model):
+    name: str = Field(description="DNS-1123 label")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        return _dns1123_label(value)
+
+
+class TopologySpec(_Named):
+    """A Kueue Topology: node labels from the broadest domain (spine, block) to the narrowest."""
+
+    levels: list[str] = Field(description="node label keys, broadest first; 1 to 16, unique")
+
+    @field_validator("levels")
+    @classmethod
+    def _check_levels(cls, levels: list[str]) -> list[str]:
+        # Rules from Kueue's Topology API validation (kueue.x-k8s.io/v1beta2 TopologySpec).
+        if not 1 <= len(levels) <= 16:
+            raise ValueError(f"a Topology has 1 to 16 levels, got {len(levels)}")
+        seen: set[str] = set()
+        for level in levels:
+            _label_key(level)
+            if level in seen:
+                raise ValueError(f"level {level!r} appears twice")
+            seen.add(level)
+        if HOSTNAME_LABEL in levels[:-1]:
+            raise ValueError(f"{HOSTNAME_LABEL!r} may only be the last (narrowest) level")
+        return levels
+
+
+class Taint(_Model):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class FlavorSpec(_Named):
+    """A Kueue ResourceFlavor plus what one of its nodes offers (for capacity checks)."""
+
+    nodeLabels: dict[str, str] = Field(default_factory=dict)
+    nodeTaints: list[Taint] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    topologyName: str | None = None
+    nodeResources: dict[str, Quantity] = Field(
+        default_factory=dict, description="allocatable resources of one node of this flavor"
+    )
+
+    @field_validator("nodeLabels")
+    @classmethod
+    def _check_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            _label_key(key)
+            _label_value(value)
+        return labels
+
+    @field_validator("nodeResources")
+    @classmethod
+    def _check_resources(cls, resources: dict[str, Any]) -> dict[str, Any]:
+        for value in resources.values():
+            _quantity(value)
+        return resources
+
+    @model_validator(mode="after")
+    def _topology_needs_labels(self) -> FlavorSpec:
+        # Kueue: a ResourceFlavor with topologyName must have at least one nodeLabel.
+        if self.topologyName is not None and not self.nodeLabels:
+            raise ValueError("a flavor with a topologyName needs at least one nodeLabel")
+        return self
+
+
+class FairSharing(_Model):
+    weight: Quantity = 1
+
+    @field_validator("weight")
+    @classmethod
+    def _check_weight(cls, value: Any) -> Any:
+        _quantity(value)
+        return value
+
+
+class CohortSpec(_Named):
+    parentName: str | None = None
+    fairSharing: FairSharing | None = None
+
+
+class PrioritySpec(_Named):
+    """A WorkloadPriorityClass; with ``podPriorityClass`` also a Kubernetes PriorityClass."""
+
+    value: int = Field(ge=-(2**31), le=10**9)
+    description: str = ""
+    podPriorityClass: bool = False
+
+
+class ResourceQuota(_Model):
+    nominalQuota: Quantity
+    borrowingLimit: Quantity | None = None
+    lendingLimit: Quantity | None = None
+
+    @field_validator("nominalQuota", "borrowingLimit", "lendingLimit")
+    @classmethod
+    def _check_quantity(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if parse_quantity(_quantity(value)) < 0:
+            raise ValueError("a quota is never negative")
+        return value
+
+
+class FlavorQuota(_Model):
+    flavor: str
+    resources: dict[str, ResourceQuota] = Field(min_length=1)
+
+
+class BorrowWithinCohort(_Model):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    maxPriorityThreshold: int | None = None
+
+
+class Preemption(_Model):
+    reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+    withinClusterQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    borrowWithinCohort: BorrowWithinCohort | None = None
+
+
+class LabelSelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(_Model):
+    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelectorRequirement(_Model):
+    """One ``nodeSelectorTerms[].matchExpressions[]`` entry (core/v1 NodeSelectorRequirement)."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> NodeSelectorRequirement:
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Gt", "Lt") and len(self.values) != 1:
+            raise ValueError(f"operator {self.operator} needs exactly one integer value")
+        return self
+
+
+class QueueRule(_Model):
+    """Which LocalQueue a workload lands in (label ``kueue.x-k8s.io/queue-name``)."""
+
+    default: str | None = Field(None, description="LocalQueue name; default: the team's LocalQueue")
+    allowed: list[str] = Field(
+        default_factory=list, description="further LocalQueues of this team a user may name"
+    )
+    enforcement: Enforcement = "enforce"
+
+
+class PriorityRule(_Model):
+    """A default and an allowed set of priority class names (platform ``priorities`` names)."""
+
+    default: str | None = None
+    allowed: list[str] | None = Field(None, description="None: any known priority is allowed")
+    enforcement: Enforcement = "enforce"
+
+
+class TopologyRule(_Model):
+    """Kueue topology-aware scheduling annotations for each pod template (podset).
+
+    ``mode``: ``required``/``preferred``/``unconstrained`` write the matching
+    ``kueue.x-k8s.io/podset-<mode>-topology`` annotation; ``auto`` picks the level from the podset
+    size and the node inventory; ``none`` writes nothing.
+    """
+
+    mode: TopologyMode = "preferred"
+    level: str | None = Field(None, description="a level of the team flavor's Topology")
+    topologyName: str | None = Field(None, description="default: the Topology of the team's flavors")
+    sliceLevel: str | None = None
+    sliceSize: int | None = Field(None, ge=1)
+    enforcement: Enforcement = "default"
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> TopologyRule:
+        if self.mode in ("required", "preferred") and self.level is None:
+            raise ValueError(f"mode {self.mode!r} needs a level")
+        if (self.sliceLevel is None) != (self.sliceSize is None):
+            raise ValueError("sliceLevel and sliceSize go together")
+        if self.sliceLevel is not None and self.mode != "required":
+            raise ValueError("a slice rule needs mode 'required' (Kueue: podset-slice-required-topology)")
+        return self
+
+
+class TeamPolicy(_Model):
+    queue: QueueRule = Field(default_factory=QueueRule)
+    kueuePriority: PriorityRule | None = None
+    podPriority: PriorityRule | None = None
+    topology: TopologyRule | None = None
+    nodeAffinity: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class TeamSpec(_Named):
+    namespaces: list[str] = Field(
+        default_factory=list, description="namespace names; default from the naming preset"
+    )
+    namespaceSelector: LabelSelector | None = None
+    cohort: str | None = None
+    quotas: list[FlavorQuota] = Field(default_factory=list)
+    preemption: Preemption | None = None
+    fairSharing: FairSharing | None = None
+    queueingStrategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+    policy: TeamPolicy = Field(default_factory=TeamPolicy)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _check_namespaces(cls, namespaces: list[str]) -> list[str]:
+        for namespace in namespaces:
+            _dns1123_label(namespace)
+        return namespaces
+
+
+class Platform(_Model):
+    apiVersion: Literal["kueue-governor.io/v1alpha1"] = API_VERSION
+    kind: Literal["Platform"] = "Platform"
+    naming: Literal["default", "hyperpod"] = "default"
+    topologies: list[TopologySpec] = Field(default_factory=list)
+    flavors: list[FlavorSpec] = Field(default_factory=list)
+    cohorts: list[CohortSpec] = Field(default_factory=list)
+    priorities: list[PrioritySpec] = Field(default_factory=list)
+    teams: list[TeamSpec] = Field(default_factory=list)
+
+
+class Problem(BaseModel):
+    """One finding about a platform file: ``path`` like ``teams[1].quotas[0].flavor``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class PlatformError(ValueError):
+    """A platform file that cannot be used; ``problems`` lists every finding with its path."""
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        super().__init__(f"{source}: invalid platform file\n{lines}")
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _names(items: list[Any], what: str, path: str, problems: list[Problem]) -> set[str]:
+    names: set[str] = set()
+    for index, item in enumerate(items):
+        if item.name in names:
+            problems.append(Problem(path=f"{path}[{index}].name", message=f"duplicate {what} {item.name!r}"))
+        names.add(item.name)
+    return names
+
+
+def check_platform(platform: Platform) -> list[Problem]:
+    """Check references between sections; return every problem found (empty list: consistent).
+
+    Checked (SPEC §2, §6): unique names; flavor → topology, team → flavor/cohort/priority,
+    cohort → parent (no cycles); topology levels named in a team policy exist in the team
+    flavor's Topology; ``borrowingLimit``/``lendingLimit`` only with a cohort; ``lendingLimit``
+    not above ``nominalQuota``; a namespace belongs to one team only.
+    """
+    problems: list[Problem] = []
+    topologies = {t.name: t for t in platform.topologies}
+    _names(platform.topologies, "topology", "topologies", problems)
+    flavor_names = _names(platform.flavors, "flavor", "flavors", problems)
+    cohort_names = _names(platform.cohorts, "cohort", "cohorts", problems)
+    priority_names = _names(platform.priorities, "priority", "priorities", problems)
+    _names(platform.teams, "team", "teams", problems)
+    flavors = {f.name: f for f in platform.flavors}
+
+    for index, flavor in enumerate(platform.flavors):
+        if flavor.topologyName is not None and flavor.topologyName not in topologies:
+            problems.append(
+                Problem(
+                    path=f"flavors[{index}].topologyName",
+                    message=f"unknown topology {flavor.topologyName!r} (known: {sorted(topologies)})",
+                )
+            )
+
+    parents = {c.name: c.parentName for c in platform.cohorts}
+    for index, cohort in enumerate(platform.cohorts):
+        if cohort.parentName is not None and cohort.parentName not in cohort_names:
+            problems.append(
+                Problem(
+                    path=f"cohorts[{index}].parentName",
+                    message=f"unknown cohort {cohort.parentName!r} (known: {sorted(cohort_names)})",
+                )
+            )
+        seen = {cohort.name}
+        parent = cohort.parentName
+        while parent is not None and parent in parents:
+            if parent in seen:
+                problems.append(
+                    Problem(path=f"cohorts[{index}].parentName", message=f"cohort cycle through {parent!r}")
+                )
+                break
+            seen.add(parent)
+            parent = parents[parent]
+
+    owner_of_namespace: dict[str, str] = {}
+    for index, team in enumerate(platform.teams):
+        base = f"teams[{index}]"
+        if team.cohort is not None and team.cohort not in cohort_names:
+            problems.append(
+                Problem(path=f"{base}.cohort", message=f"unknown cohort {team.cohort!r} (known: {sorted(cohort_names)})")
+            )
+        for namespace in team.namespaces:
+            other = owner_of_namespace.setdefault(namespace, team.name)
+            if other != team.name:
+                problems.append(
+                    Problem(
+                        path=f"{base}.namespaces",
+                        message=f"namespace {namespace!r} already belongs to team {other!r}",
+                    )
+                )
+        for qindex, quota in enumerate(team.quotas):
+            qpath = f"{base}.quotas[{qindex}]"
+            if quota.flavor not in flavor_names:
+                problems.append(
+                    Problem(
+                        path=f"{qpath}.flavor",
+                        message=f"unknown flavor {quota.flavor!r} (known: {sorted(flavor_names)})",
+                    )
+                )
+            for resource, limits in quota.resources.items():
+                rpath = f"{qpath}.resources.{resource}"
+                for field in ("borrowingLimit", "lendingLimit"):
+                    if getattr(limits, field) is not None and team.cohort is None:
+                        problems.append(
+                            Problem(
+                                path=f"{rpath}.{field}",
+                                message=f"{field} needs the team to be in a cohort (Kueue ignores it otherwise)",
+                            )
+                        )
+                if limits.lendingLimit is not None and parse_quantity(limits.lendingLimit) > parse_quantity(
+                    limits.nominalQuota
+                ):
+                    problems.append(
+                        Problem(
+                            path=f"{rpath}.lendingLimit",
+                            message=f"lendingLimit {limits.lendingLimit} is above nominalQuota {limits.nominalQuota}",
+                        )
+                    )
+        policy = team.policy
+        for field in ("kueuePriority", "podPriority"):
+            rule: PriorityRule | None = getattr(policy, field)
+            if rule is None:
+                continue
+            named = ([rule.default] if rule.default else []) + list(rule.allowed or [])
+            for name in named:
+                if name not in priority_names:
+                    problems.append(
+                        Problem(
+                            path=f"{base}.policy.{field}",
+                            message=f"unknown priority {name!r} (known: {sorted(priority_names)})",
+                        )
+                    )
+            if rule.default and rule.allowed is not None and rule.default not in rule.allowed:
+                problems.append(
+                    Problem(
+                        path=f"{base}.policy.{field}.default",
+                        message=f"default {rule.default!r} is not in allowed {rule.allowed}",
+                    )
+                )
+            if field == "podPriority":
+                for name in named:
+                    spec = next((p for p in platform.priorities if p.name == name), None)
+                    if spec is not None and not spec.podPriorityClass:
+                        problems.append(
+                            Problem(
+                                path=f"{base}.policy.podPriority",
+                                message=f"priority {name!r} has no Kubernetes PriorityClass (set podPriorityClass: true)",
+                            )
+                        )
+        if policy.topology is not None and policy.topology.mode != "none":
+            problems.extend(_check_topology_rule(base, team, flavors, topologies))
+    return problems
+
+
+def _check_topology_rule(
+    base: str, team: TeamSpec, flavors: dict[str, FlavorSpec], topologies: dict[str, TopologySpec]
+) -> list[Problem]:
+    rule = team.policy.topology
+    assert rule is not None
+    path = f"{base}.policy.topology"
+    name = rule.topologyName
+    if name is None:
+        names = sorted({flavors[q.flavor].topologyName or "" for q in team.quotas if q.flavor in flavors} - {""})
+        if len(names) != 1:
+            return [
+                Problem(
+                    path=f"{path}.topologyName",
+                    message="cannot tell which Topology applies: the team's flavors name "
+                    f"{names or 'none'}; set topologyName",
+                )
+            ]
+        name = names[0]
+    if name not in topologies:
+        return [Problem(path=f"{path}.topologyName", message=f"unknown topology {name!r}")]
+    levels = topologies[name].levels
+    problems = []
+    for field in ("level", "sliceLevel"):
+        level = getattr(rule, field)
+        if level is not None and level not in levels:
+            problems.append(
+                Problem(path=f"{path}.{field}", message=f"{level!r} is not a level of Topology {name!r}: {levels}")
+            )
+    if rule.level in levels and rule.sliceLevel in levels and levels.index(rule.sliceLevel) < levels.index(
+        rule.level or ""
+    ):
+        problems.append(
+            Problem(path=f"{path}.sliceLevel", message="sliceLevel must be at or below level (narrower or equal)")
+        )
+    return problems
+
+
+def parse_platform(data: Any, source: str = "<platform>") -> Platform:
+    """Validate a decoded platform document (dict) and its references.
+
+    Raises:
+        PlatformError: schema errors (with pydantic's field paths) or reference problems.
+    """
+    if not isinstance(data, dict):
+        raise PlatformError(source, [Problem(path="", message="the platform file must be a YAML mapping")])
+    try:
+        platform = Platform.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            Problem(path=_loc(err["loc"]), message=err["msg"].removeprefix("Value error, ")) for err in exc.errors()
+        ]
+        raise PlatformError(source, problems) from None
+    errors = [p for p in check_platform(platform) if p.severity == "error"]
+    if errors:
+        raise PlatformError(source, errors)
+    return platform
+
+
+def load_platform(path: str | Path) -> Platform:
+    """Read and validate a platform YAML file.
+
+    Raises:
+        PlatformError: unreadable file, YAML syntax error, schema or reference problems.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlatformError(source, [Problem(path="", message=f"cannot read: {exc.strerror}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlatformError(source, [Problem(path="", message=f"not valid YAML: {exc}")]) from None
+    return parse_platform(data, source)
+
+
+def platform_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the platform file, for editors."""
+    schema = Platform.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kueue-governor platform file"
+    return schema
+
+
+def quota_total(team: TeamSpec, flavor: str, resource: str) -> Decimal:
+    """Sum of a team's ``nominalQuota`` for one flavor and resource (GPUs, CPUs, bytes)."""
+    return sum(
+        (parse_quantity(q.resources[resource].nominalQuota) for q in team.quotas
+         if q.flavor == flavor and resource in q.resources),
+        Decimal(0),
+    )

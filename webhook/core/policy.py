@@ -1,0 +1,182 @@
+"""Team policies as the webhook reads them: the platform file compiled to concrete Kueue names.
+
+The platform file speaks of teams, priorities and topologies; the webhook needs, per team, the
+exact LocalQueue names, WorkloadPriorityClass names, PriorityClass names and Topology levels.
+:func:`compile_policies` resolves the naming preset once (SPEC §2) and yields a
+:class:`PolicySet`, a plain JSON document that the generator also ships as the webhook's
+ConfigMap, so the server never needs the platform file itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from webhook.core.platform import (
+    Enforcement,
+    LabelSelector,
+    NodeSelectorRequirement,
+    Platform,
+    PriorityRule,
+    TeamSpec,
+    TopologyMode,
+)
+
+__all__ = [
+    "ALWAYS_EXCLUDED_NAMESPACES",
+    "POLICY_API_VERSION",
+    "PolicySet",
+    "TeamPolicyCompiled",
+    "TopologyPlacement",
+    "ValueRule",
+    "cluster_queue_name",
+    "compile_policies",
+    "local_queue_name",
+    "priority_class_name",
+    "team_namespaces",
+]
+
+POLICY_API_VERSION = "kueue-governor.io/v1alpha1"
+#: SPEC §3: never touched, whatever the platform file says.
+ALWAYS_EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
+
+
+def team_namespaces(platform: Platform, team: TeamSpec) -> list[str]:
+    """Namespace names of a team: as listed, else by the naming preset.
+
+    ``hyperpod`` → ``hyperpod-ns-<team>``; ``default`` → ``<team>``. A team selected only by a
+    ``namespaceSelector`` has none listed and gets none by default.
+    """
+    if team.namespaces:
+        return list(team.namespaces)
+    if team.namespaceSelector is not None:
+        return []
+    return [f"hyperpod-ns-{team.name}" if platform.naming == "hyperpod" else team.name]
+
+
+def local_queue_name(platform: Platform, team: TeamSpec) -> str:
+    """LocalQueue of a team (one per team namespace, same name in each)."""
+    return f"hyperpod-ns-{team.name}-localqueue" if platform.naming == "hyperpod" else f"{team.name}-queue"
+
+
+def cluster_queue_name(platform: Platform, team: TeamSpec) -> str:
+    """ClusterQueue of a team."""
+    return f"hyperpod-ns-{team.name}-clusterqueue" if platform.naming == "hyperpod" else team.name
+
+
+def priority_class_name(platform: Platform, priority: str) -> str:
+    """WorkloadPriorityClass (and PriorityClass) object name of a platform priority."""
+    return f"{priority}-priority" if platform.naming == "hyperpod" else priority
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ValueRule(_Frozen):
+    """A label or field value with a default and an allowed set (None: anything)."""
+
+    default: str | None = None
+    allowed: list[str] | None = None
+    enforcement: Enforcement = "enforce"
+
+
+class TopologyPlacement(_Frozen):
+    """What TAS annotation each podset gets (SPEC §3 topology rule)."""
+
+    mode: TopologyMode
+    topologyName: str
+    levels: list[str] = Field(description="the Topology's levels, broadest first")
+    level: str | None = None
+    sliceLevel: str | None = None
+    sliceSize: int | None = None
+    enforcement: Enforcement = "default"
+    nodeLabels: dict[str, str] = Field(
+        default_factory=dict, description="labels selecting the team's TAS nodes (auto mode)"
+    )
+
+
+class TeamPolicyCompiled(_Frozen):
+    team: str
+    namespaces: list[str]
+    namespaceSelector: LabelSelector | None = None
+    queue: ValueRule
+    kueuePriority: ValueRule | None = None
+    podPriority: ValueRule | None = None
+    topology: TopologyPlacement | None = None
+    nodeAffinity: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class PolicySet(_Frozen):
+    """Everything the webhook needs; serialised as JSON in the policy ConfigMap."""
+
+    apiVersion: Literal["kueue-governor.io/v1alpha1"] = POLICY_API_VERSION
+    kind: Literal["PolicySet"] = "PolicySet"
+    teams: list[TeamPolicyCompiled] = Field(default_factory=list)
+    excludedNamespaces: list[str] = Field(default_factory=lambda: list(ALWAYS_EXCLUDED_NAMESPACES))
+
+
+def _value_rule(platform: Platform, rule: PriorityRule | None) -> ValueRule | None:
+    if rule is None:
+        return None
+    known = [p.name for p in platform.priorities]
+    allowed = rule.allowed if rule.allowed is not None else known
+    return ValueRule(
+        default=priority_class_name(platform, rule.default) if rule.default else None,
+        allowed=[priority_class_name(platform, name) for name in allowed],
+        enforcement=rule.enforcement,
+    )
+
+
+def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
+    rule = team.policy.topology
+    if rule is None or rule.mode == "none":
+        return None
+    flavors = {f.name: f for f in platform.flavors}
+    team_flavors = [flavors[q.flavor] for q in team.quotas if q.flavor in flavors]
+    name = rule.topologyName or next(f.topologyName for f in team_flavors if f.topologyName)
+    topology = next(t for t in platform.topologies if t.name == name)
+    node_labels: dict[str, str] = {}
+    for flavor in team_flavors:
+        if flavor.topologyName == name:
+            node_labels.update(flavor.nodeLabels)
+            break
+    return TopologyPlacement(
+        mode=rule.mode,
+        topologyName=name,
+        levels=list(topology.levels),
+        level=rule.level,
+        sliceLevel=rule.sliceLevel,
+        sliceSize=rule.sliceSize,
+        enforcement=rule.enforcement,
+        nodeLabels=node_labels,
+    )
+
+
+def compile_policies(platform: Platform, extra_excluded: list[str] | None = None) -> PolicySet:
+    """Resolve every team's policy to concrete names.
+
+    Input must have passed :func:`webhook.core.platform.check_platform` (references resolve).
+    ``extra_excluded``: further namespaces never mutated (the webhook's own namespace).
+    """
+    teams = []
+    for team in platform.teams:
+        own_queue = local_queue_name(platform, team)
+        queue = team.policy.queue
+        default_queue = queue.default or own_queue
+        allowed = list(dict.fromkeys([own_queue, default_queue, *queue.allowed]))
+        teams.append(
+            TeamPolicyCompiled(
+                team=team.name,
+                namespaces=team_namespaces(platform, team),
+                namespaceSelector=team.namespaceSelector,
+                queue=ValueRule(default=default_queue, allowed=allowed, enforcement=queue.enforcement),
+                kueuePriority=_value_rule(platform, team.policy.kueuePriority),
+                podPriority=_value_rule(platform, team.policy.podPriority),
+                topology=_topology(platform, team),
+                nodeAffinity=list(team.policy.nodeAffinity),
+            )
+        )
+    excluded = list(dict.fromkeys([*ALWAYS_EXCLUDED_NAMESPACES, *(extra_excluded or [])]))
+    return PolicySet(teams=teams, excludedNamespaces=excluded)
