@@ -1,0 +1,154 @@
+"""AdmissionReview in and out (``admission.k8s.io/v1`` and ``v1beta1``).
+
+:func:`parse_admission_review` turns a decoded request body into an :class:`AdmissionRequest` or
+raises :class:`MalformedReview` with a precise reason (the server answers HTTP 400 with it).
+:func:`build_response` makes the AdmissionReview answer: it echoes ``apiVersion``, ``kind`` and
+``uid``, and carries ``patchType: JSONPatch`` with a base64 patch only when there is a change
+(Kubernetes docs, "Dynamic Admission Control", webhook response).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "AdmissionRequest",
+    "MalformedReview",
+    "build_response",
+    "parse_admission_review",
+]
+
+SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview we can answer; the message says exactly why."""
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of ``AdmissionReview.request`` the webhook uses.
+
+    ``group``/``version``/``kind``: the resource kind (``request.kind``; group ``""`` for core).
+    ``object``/``old_object``: the decoded objects (None when absent, e.g. ``object`` on DELETE).
+    """
+
+    review_api_version: str
+    uid: str
+    operation: str
+    namespace: str
+    group: str
+    version: str
+    kind: str
+    name: str
+    sub_resource: str
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool
+
+    @property
+    def api_version(self) -> str:
+        """``apiVersion`` of the object (``batch/v1``, ``v1`` for core kinds)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+def _field(mapping: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, required: bool) -> Any:
+    value = mapping.get(key)
+    if value is None:
+        if required:
+            raise MalformedReview(f"{where}.{key} is missing")
+        return None
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise MalformedReview(f"{where}.{key} must be a {_json_type(names)}, got {_json_type(type(value).__name__)}")
+    return value
+
+
+def _json_type(python_name: str) -> str:
+    return {"dict": "object", "str": "string", "list": "array", "bool": "boolean", "int": "number"}.get(
+        python_name, python_name
+    )
+
+
+def parse_admission_review(body: Any) -> AdmissionRequest:
+    """Validate a decoded AdmissionReview and return its request.
+
+    Raises:
+        MalformedReview: not an object, unknown ``apiVersion``/``kind``, missing ``request``,
+            ``uid``, ``operation`` or ``kind``, or a field of the wrong JSON type.
+    """
+    if not isinstance(body, dict):
+        raise MalformedReview(f"body must be a JSON object (an AdmissionReview), got {_json_type(type(body).__name__)}")
+    api_version = body.get("apiVersion")
+    if api_version not in SUPPORTED_VERSIONS:
+        raise MalformedReview(f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got {api_version!r}")
+    if body.get("kind") != "AdmissionReview":
+        raise MalformedReview(f"kind must be 'AdmissionReview', got {body.get('kind')!r}")
+    request = _field(body, "request", dict, "AdmissionReview", required=True)
+    uid = _field(request, "uid", str, "request", required=True)
+    if not uid:
+        raise MalformedReview("request.uid is empty")
+    operation = _field(request, "operation", str, "request", required=True)
+    if operation not in _OPERATIONS:
+        raise MalformedReview(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
+    gvk = _field(request, "kind", dict, "request", required=True)
+    kind = _field(gvk, "kind", str, "request.kind", required=True)
+    group = _field(gvk, "group", str, "request.kind", required=False) or ""
+    version = _field(gvk, "version", str, "request.kind", required=True)
+    obj = _field(request, "object", dict, "request", required=operation in ("CREATE", "UPDATE"))
+    old = _field(request, "oldObject", dict, "request", required=operation == "UPDATE")
+    for name, value in (("object", obj), ("oldObject", old)):
+        if value is not None:
+            metadata = value.get("metadata")
+            if metadata is not None and not isinstance(metadata, dict):
+                raise MalformedReview(f"request.{name}.metadata must be an object")
+    return AdmissionRequest(
+        review_api_version=api_version,
+        uid=uid,
+        operation=operation,
+        namespace=_field(request, "namespace", str, "request", required=False) or "",
+        group=group,
+        version=version,
+        kind=kind,
+        name=_field(request, "name", str, "request", required=False) or "",
+        sub_resource=_field(request, "subResource", str, "request", required=False) or "",
+        object=obj,
+        old_object=old,
+        dry_run=bool(_field(request, "dryRun", bool, "request", required=False)),
+    )
+
+
+def build_response(
+    request: AdmissionRequest,
+    *,
+    allowed: bool,
+    patch: Sequence[Mapping[str, Any]] = (),
+    message: str = "",
+    code: int | None = None,
+    warnings: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The AdmissionReview answer for ``request``.
+
+    ``patch``: RFC 6902 operations; encoded as base64 JSON with ``patchType: JSONPatch`` only when
+    non-empty and ``allowed``. ``message``/``code``: ``response.status`` (a denial's reason and
+    HTTP code, 403 by default). ``warnings``: shown by kubectl as ``Warning: …``.
+    """
+    response: dict[str, Any] = {"uid": request.uid, "allowed": allowed}
+    if allowed and patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+    if not allowed or message:
+        status: dict[str, Any] = {"message": message}
+        if not allowed:
+            status["code"] = code or 403
+            status["reason"] = "Forbidden" if (code or 403) == 403 else "Invalid"
+        response["status"] = status
+    if warnings:
+        response["warnings"] = list(warnings)
+    return {"apiVersion": request.review_api_version, "kind": "AdmissionReview", "response": response}

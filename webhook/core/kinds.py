@@ -1,0 +1,335 @@
+"""Workload kinds as data: where each kind keeps its labels, pod templates and suspend field.
+
+One :class:`WorkloadKind` row per kind Kueue can manage (SPEC §4; Kueue's job framework adapters in
+``pkg/controller/jobs/*``). The planner reads only these rows: adding a kind is adding a row.
+
+Paths are tuples of keys. ``"*"`` stands for every item of a list or every value of a map (in
+document order); the n-th ``"*"`` of a count path is bound to the same item as the n-th ``"*"`` of
+its template path, so ``("spec", "replicatedJobs", "*", "replicas")`` reads the replicas of the
+very replicated job whose template is being planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "KINDS",
+    "Key",
+    "PodSetRule",
+    "PodTemplateRef",
+    "WorkloadKind",
+    "find_kind",
+    "is_managed_owner",
+    "iter_pod_templates",
+]
+
+Key = str | int
+PathPattern = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PodSetRule:
+    """Where one family of pod templates (Kueue podsets) lives in an object.
+
+    ``template``: pattern of a ``PodTemplateSpec`` (a map with ``metadata`` and ``spec``); the empty
+    tuple means the object itself (a bare Pod). ``count``: patterns whose values multiply to the
+    number of pods of one podset (a missing value counts as 1). ``name``: podset name, from the
+    wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
+    """
+
+    template: PathPattern
+    count: tuple[PathPattern, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One workload kind Kueue manages.
+
+    ``labels_at``: path of the ``metadata`` map that carries the queue-name and priority-class
+    labels. ``suspend``: path of the boolean suspend field, None where the kind has none (Kueue
+    gates such kinds' pods instead). ``skip_if``: a workload with any of these paths set is left
+    alone (a RayJob with ``clusterSelector`` runs on an existing cluster). ``embedded``: pattern of
+    whole objects of other kinds inside this one (AppWrapper components), planned by their own
+    rows. ``owns_workloads``: objects this kind controls are Kueue children and get nothing.
+    """
+
+    group: str
+    kind: str
+    versions: tuple[str, ...]
+    podsets: tuple[PodSetRule, ...] = ()
+    labels_at: PathPattern = ("metadata",)
+    suspend: PathPattern | None = None
+    skip_if: tuple[PathPattern, ...] = ()
+    embedded: PathPattern | None = None
+    owns_workloads: bool = True
+    notes: str = field(default="", compare=False)
+
+
+def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> WorkloadKind:
+    base = ("spec", replica_specs, "*")
+    return WorkloadKind(
+        group=group,
+        kind=kind,
+        versions=(version,),
+        podsets=(PodSetRule(template=(*base, "template"), count=((*base, "replicas"),), name="role"),),
+        suspend=("spec", "runPolicy", "suspend"),
+    )
+
+
+def _ray(kind: str, cluster: PathPattern, suspend: PathPattern | None) -> WorkloadKind:
+    return WorkloadKind(
+        group="ray.io",
+        kind=kind,
+        versions=("v1",),
+        podsets=(
+            PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
+            PodSetRule(
+                template=(*cluster, "workerGroupSpecs", "*", "template"),
+                count=((*cluster, "workerGroupSpecs", "*", "replicas"),),
+                name="groupName",
+            ),
+        ),
+        suspend=suspend,
+    )
+
+
+KINDS: tuple[WorkloadKind, ...] = (
+    WorkloadKind(
+        group="batch",
+        kind="Job",
+        versions=("v1",),
+        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "parallelism"),), name="main"),),
+        suspend=("spec", "suspend"),
+    ),
+    WorkloadKind(
+        group="batch",
+        kind="CronJob",
+        versions=("v1",),
+        podsets=(
+            PodSetRule(
+                template=("spec", "jobTemplate", "spec", "template"),
+                count=(("spec", "jobTemplate", "spec", "parallelism"),),
+                name="main",
+            ),
+        ),
+        labels_at=("spec", "jobTemplate", "metadata"),
+        suspend=("spec", "jobTemplate", "spec", "suspend"),
+        owns_workloads=False,
+        notes="Kueue manages each Job the CronJob creates; the policy is written into jobTemplate.",
+    ),
+    WorkloadKind(
+        group="jobset.x-k8s.io",
+        kind="JobSet",
+        versions=("v1alpha2",),
+        podsets=(
+            PodSetRule(
+                template=("spec", "replicatedJobs", "*", "template", "spec", "template"),
+                count=(
+                    ("spec", "replicatedJobs", "*", "replicas"),
+                    ("spec", "replicatedJobs", "*", "template", "spec", "parallelism"),
+                ),
+                name="name",
+            ),
+        ),
+        suspend=("spec", "suspend"),
+    ),
+    _kubeflow("PyTorchJob", "kubeflow.org", "v1", "pytorchReplicaSpecs"),
+    _kubeflow("TFJob", "kubeflow.org", "v1", "tfReplicaSpecs"),
+    _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs"),
+    _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs"),
+    _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
+    _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs"),
+    WorkloadKind(
+        group="trainer.kubeflow.org",
+        kind="TrainJob",
+        versions=("v1alpha1",),
+        suspend=("spec", "suspend"),
+        notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
+    ),
+    _ray("RayJob", ("spec", "rayClusterSpec"), ("spec", "suspend")),
+    _ray("RayCluster", ("spec",), ("spec", "suspend")),
+    _ray("RayService", ("spec", "rayClusterConfig"), None),
+    WorkloadKind(
+        group="leaderworkerset.x-k8s.io",
+        kind="LeaderWorkerSet",
+        versions=("v1",),
+        podsets=(
+            PodSetRule(
+                template=("spec", "leaderWorkerTemplate", "leaderTemplate"),
+                count=(("spec", "replicas"),),
+                name="leader",
+            ),
+            PodSetRule(
+                template=("spec", "leaderWorkerTemplate", "workerTemplate"),
+                count=(("spec", "replicas"), ("spec", "leaderWorkerTemplate", "size")),
+                name="worker",
+            ),
+        ),
+    ),
+    WorkloadKind(group="", kind="Pod", versions=("v1",), podsets=(PodSetRule(template=(), name="main"),)),
+    WorkloadKind(
+        group="apps",
+        kind="Deployment",
+        versions=("v1",),
+        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+    ),
+    WorkloadKind(
+        group="apps",
+        kind="StatefulSet",
+        versions=("v1",),
+        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+    ),
+    WorkloadKind(
+        group="workload.codeflare.dev",
+        kind="AppWrapper",
+        versions=("v1beta2",),
+        suspend=("spec", "suspend"),
+        embedded=("spec", "components", "*", "template"),
+    ),
+    WorkloadKind(
+        group="sagemaker.amazonaws.com",
+        kind="HyperPodPyTorchJob",
+        versions=("v1",),
+        podsets=(
+            PodSetRule(
+                template=("spec", "replicaSpecs", "*", "template"),
+                count=(("spec", "replicaSpecs", "*", "replicas"),),
+                name="name",
+            ),
+        ),
+    ),
+)
+
+#: Owners whose children Kueue reaches through the owner, though the owner itself is no workload
+#: kind of ours (a Deployment's pods are owned by its ReplicaSet).
+_EXTRA_MANAGED_OWNERS = frozenset({("apps", "ReplicaSet")})
+
+_BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
+
+
+def _group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def find_kind(api_version: str, kind: str) -> WorkloadKind | None:
+    """The row for an object's ``apiVersion``/``kind`` (any version of the group), or None."""
+    return _BY_GROUP_KIND.get((_group_of(api_version), kind))
+
+
+def is_managed_owner(owner_reference: Mapping[str, Any]) -> bool:
+    """True when an ownerReference points to an owner Kueue manages as the workload."""
+    key = (_group_of(str(owner_reference.get("apiVersion", ""))), str(owner_reference.get("kind", "")))
+    if key in _EXTRA_MANAGED_OWNERS:
+        return True
+    row = _BY_GROUP_KIND.get(key)
+    return row is not None and row.owns_workloads
+
+
+@dataclass(frozen=True)
+class PodTemplateRef:
+    """One concrete pod template found in an object.
+
+    ``path``: keys from the object root to the PodTemplateSpec (``()`` for a bare Pod);
+    ``podset``: a readable podset name; ``count``: pods in this podset (≥ 0);
+    ``template``: the PodTemplateSpec map itself (not a copy).
+    """
+
+    path: tuple[Key, ...]
+    podset: str
+    count: int
+    template: Mapping[str, Any]
+
+
+def _expand(
+    node: Any, pattern: PathPattern, prefix: tuple[Key, ...] = ()
+) -> Iterator[tuple[tuple[Key, ...], tuple[Key, ...], Any]]:
+    """Yield (concrete path, wildcard bindings, value) for each match of ``pattern`` in ``node``."""
+    if not pattern:
+        yield prefix, (), node
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        items: list[tuple[Key, Any]]
+        if isinstance(node, list):
+            items = list(enumerate(node))
+        elif isinstance(node, Mapping):
+            items = list(node.items())
+        else:
+            return
+        for key, child in items:
+            for path, bindings, value in _expand(child, rest, (*prefix, key)):
+                yield path, (key, *bindings), value
+    elif isinstance(node, Mapping) and head in node:
+        yield from _expand(node[head], rest, (*prefix, head))
+
+
+def _bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
+    """Read ``pattern`` with its wildcards replaced, in order, by ``bindings``; None if absent."""
+    keys = iter(bindings)
+    for head in pattern:
+        key: Key = next(keys) if head == "*" else head
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            return None
+    return node
+
+
+def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> int:
+    total = 1
+    for pattern in rule.count:
+        value = _bind(obj, pattern, bindings)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            total *= value
+    return total
+
+
+def _podset_name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> str:
+    """Map roles use their key (``Worker``); list items their ``name``-like field, else the index."""
+    if not bindings:
+        return rule.name
+    last = bindings[-1]
+    if isinstance(last, str):
+        return last
+    upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
+    holder = _bind(obj, upto_last_wildcard, bindings)
+    if isinstance(holder, Mapping) and isinstance(holder.get(rule.name), str):
+        return str(holder[rule.name])
+    return f"{rule.name}-{last}"
+
+
+def iter_pod_templates(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodTemplateRef]:
+    """Every pod template of ``obj`` per ``row``, embedded objects (AppWrapper) included.
+
+    Only map-shaped templates are yielded; a template that is not a map is skipped here and
+    reported by the planner's validation.
+    """
+    for rule in row.podsets:
+        for path, bindings, template in _expand(obj, rule.template):
+            if isinstance(template, Mapping):
+                yield PodTemplateRef(
+                    path=path,
+                    podset=_podset_name(obj, rule, bindings),
+                    count=_count(obj, rule, bindings),
+                    template=template,
+                )
+    if row.embedded is not None:
+        for path, _, inner in _expand(obj, row.embedded):
+            if not isinstance(inner, Mapping):
+                continue
+            inner_row = find_kind(str(inner.get("apiVersion", "")), str(inner.get("kind", "")))
+            if inner_row is None:
+                continue
+            for ref in iter_pod_templates(inner, inner_row):
+                yield PodTemplateRef(
+                    path=(*path, *ref.path),
+                    podset=f"{inner.get('kind')}/{ref.podset}",
+                    count=ref.count,
+                    template=ref.template,
+                )
