@@ -43,11 +43,11 @@ class Node:
                 allocatable[str(name)] = parse_quantity(value)
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        blocked = any(
+            t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key", "").startswith("node.kubernetes.io/")
+            for t in spec.get("taints") or []
         )
-        blocked = any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key", "").startswith(
-            "node.kubernetes.io/") for t in spec.get("taints") or [])
         return cls(
             name=str(metadata.get("name", "")),
             labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
@@ -109,9 +109,7 @@ class NodeInventory:
 
     def select(self, node_labels: Mapping[str, str]) -> list[Node]:
         """Schedulable nodes carrying every ``node_labels`` pair (a flavor's nodeLabels)."""
-        return [
-            n for n in self.nodes if n.schedulable and all(n.labels.get(k) == v for k, v in node_labels.items())
-        ]
+        return [n for n in self.nodes if n.schedulable and all(n.labels.get(k) == v for k, v in node_labels.items())]
 
     def domains(self, levels: list[str], depth: int, nodes: list[Node]) -> dict[tuple[str, ...], list[Node]]:
         """Group ``nodes`` by their values of ``levels[:depth+1]``; nodes missing a level are left out."""

@@ -21,9 +21,11 @@ __all__ = [
     "PodSetRule",
     "PodTemplateRef",
     "WorkloadKind",
+    "child",
     "find_kind",
     "is_managed_owner",
     "iter_pod_templates",
+    "lookup",
 ]
 
 Key = str | int
@@ -191,6 +193,19 @@ KINDS: tuple[WorkloadKind, ...] = (
         embedded=("spec", "components", "*", "template"),
     ),
     WorkloadKind(
+        group="sparkoperator.k8s.io",
+        kind="SparkApplication",
+        versions=("v1beta2",),
+        podsets=(
+            PodSetRule(template=("spec", "driver", "template"), name="driver"),
+            PodSetRule(
+                template=("spec", "executor", "template"), count=(("spec", "executor", "instances"),), name="executor"
+            ),
+        ),
+        suspend=("spec", "suspend"),
+        notes="Pod templates only where the user gave spec.driver.template / spec.executor.template.",
+    ),
+    WorkloadKind(
         group="sagemaker.amazonaws.com",
         kind="HyperPodPyTorchJob",
         versions=("v1",),
@@ -267,18 +282,28 @@ def _expand(
         yield from _expand(node[head], rest, (*prefix, head))
 
 
+def child(node: Any, key: Key) -> Any:
+    """``node[key]`` for a map key or an in-range list index; None when absent."""
+    if isinstance(node, Mapping):
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
+
+
+def lookup(node: Any, path: tuple[Key, ...]) -> Any:
+    """The value at ``path`` (no wildcards), or None when any step is absent."""
+    for key in path:
+        node = child(node, key)
+        if node is None:
+            return None
+    return node
+
+
 def _bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
     """Read ``pattern`` with its wildcards replaced, in order, by ``bindings``; None if absent."""
     keys = iter(bindings)
-    for head in pattern:
-        key: Key = next(keys) if head == "*" else head
-        if isinstance(node, Mapping) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-            node = node[key]
-        else:
-            return None
-    return node
+    return lookup(node, tuple(next(keys) if head == "*" else head for head in pattern))
 
 
 def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> int:

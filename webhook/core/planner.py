@@ -30,7 +30,16 @@ from typing import Any, Literal
 
 from webhook.core.admission import AdmissionRequest
 from webhook.core.inventory import NodeInventory, pod_requests
-from webhook.core.kinds import Key, PodTemplateRef, WorkloadKind, find_kind, is_managed_owner, iter_pod_templates
+from webhook.core.kinds import (
+    Key,
+    PodTemplateRef,
+    WorkloadKind,
+    child,
+    find_kind,
+    is_managed_owner,
+    iter_pod_templates,
+    lookup,
+)
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement, ValueRule
 
 __all__ = [
@@ -95,15 +104,7 @@ class _Draft:
         self.changes: list[Change] = []
 
     def get(self, path: tuple[Key, ...]) -> Any:
-        node: Any = self.doc
-        for key in path:
-            if isinstance(node, Mapping) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-                node = node[key]
-            else:
-                return None
-        return node
+        return lookup(self.doc, path)
 
     def set(self, path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
         """Set ``path`` to ``value``, adding missing maps as one whole map (never replacing one).
@@ -113,16 +114,16 @@ class _Draft:
         """
         node: Any = self.doc
         for index, key in enumerate(path[:-1]):
-            child = node.get(key) if isinstance(node, dict) else node[key] if isinstance(node, list) else None
-            if child is None:
+            found = child(node, key)
+            if found is None:
                 nested: Any = value
                 for inner in reversed(path[index + 1 :]):
                     nested = {inner: nested}
                 self._record("add", path[: index + 1], nested, rule, reason)
                 return
-            if not isinstance(child, dict | list):
-                raise _Shape(path[: index + 1], child)
-            node = child
+            if not isinstance(found, dict | list):
+                raise _Shape(path[: index + 1], found)
+            node = found
         if not isinstance(node, dict | list):
             raise _Shape(path[:-1], node)
         existed = isinstance(node, dict) and path[-1] in node and node[path[-1]] is not None
@@ -134,7 +135,9 @@ class _Draft:
         assert isinstance(items, list)
         self._record("add", (*list_path, len(items)), value, rule, reason)
 
-    def _record(self, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
+    def _record(
+        self, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
+    ) -> None:
         parent = self.get(path[:-1])
         key = path[-1]
         if isinstance(parent, list):
@@ -188,9 +191,7 @@ def _string_map(draft: _Draft, path: tuple[Key, ...]) -> dict[str, Any]:
     return value
 
 
-def plan_admission(
-    request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None
-) -> Plan:
+def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
     CREATE → :func:`plan_object`; UPDATE → validation of a changed queue/priority label only;
@@ -256,9 +257,7 @@ def plan_object(
         for ref in iter_pod_templates(draft.doc, row):
             _plan_template(draft, ref, team, inventory, plan)
     except _Shape as shape:
-        plan.denials.append(
-            f"malformed object: {_dotted(shape.path)} must be an object, got {_json_type(shape.found)}"
-        )
+        plan.denials.append(f"malformed object: {_dotted(shape.path)} must be an object, got {_json_type(shape.found)}")
         plan.invalid = True
         return plan
     plan.changes = draft.changes
@@ -283,7 +282,9 @@ def _plan_labels(draft: _Draft, row: WorkloadKind, team: TeamPolicyCompiled, pla
     if priority is None and rule.default:
         draft.set((*labels_path, PRIORITY_LABEL), rule.default, "kueuePriority", f"team {team.team!r}'s default")
     elif priority is not None:
-        _check_value(plan, "kueuePriority", rule, str(priority), f"{where}.{PRIORITY_LABEL}", team, "WorkloadPriorityClass")
+        _check_value(
+            plan, "kueuePriority", rule, str(priority), f"{where}.{PRIORITY_LABEL}", team, "WorkloadPriorityClass"
+        )
 
 
 def _plan_template(
@@ -298,7 +299,15 @@ def _plan_template(
         if current is None and spec.get("priority") is None and rule.default:
             draft.set((*spec_path, "priorityClassName"), rule.default, "podPriority", f"{where}: team default")
         elif current is not None:
-            _check_value(plan, "podPriority", rule, str(current), f"{_dotted(spec_path)}.priorityClassName", team, "PriorityClass")
+            _check_value(
+                plan,
+                "podPriority",
+                rule,
+                str(current),
+                f"{_dotted(spec_path)}.priorityClassName",
+                team,
+                "PriorityClass",
+            )
     if team.topology is not None:
         _plan_topology(draft, ref, team.topology, inventory, plan, team)
     if team.nodeAffinity:
@@ -361,7 +370,9 @@ def _slice(ref: PodTemplateRef, placement: TopologyPlacement) -> dict[str, tuple
     return {SLICE_REQUIRED: (placement.sliceLevel, reason), SLICE_SIZE: (str(size), reason)}
 
 
-def _auto(ref: PodTemplateRef, placement: TopologyPlacement, inventory: NodeInventory | None) -> dict[str, tuple[str, str]]:
+def _auto(
+    ref: PodTemplateRef, placement: TopologyPlacement, inventory: NodeInventory | None
+) -> dict[str, tuple[str, str]]:
     levels = placement.levels
     spec = ref.template.get("spec")
     requests = pod_requests(spec if isinstance(spec, Mapping) else {})
@@ -388,7 +399,9 @@ def _auto(ref: PodTemplateRef, placement: TopologyPlacement, inventory: NodeInve
     }
 
 
-def _plan_node_affinity(draft: _Draft, spec_path: tuple[Key, ...], expressions: list[dict[str, Any]], where: str) -> None:
+def _plan_node_affinity(
+    draft: _Draft, spec_path: tuple[Key, ...], expressions: list[dict[str, Any]], where: str
+) -> None:
     """AND ``expressions`` into every nodeSelectorTerm (terms are ORed), or add one term."""
     required_path = (*spec_path, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     terms_path = (*required_path, "nodeSelectorTerms")

@@ -55,6 +55,7 @@ __all__ = [
     "TopologyRule",
     "TopologySpec",
     "check_platform",
+    "dns1123_label_error",
     "load_platform",
     "parse_platform",
     "platform_json_schema",
@@ -78,11 +79,23 @@ def _dns1123_label(value: str) -> str:
     return value
 
 
+def dns1123_label_error(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1123 label (an object or namespace name), or None when it is one.
+
+    Kubernetes names that also end up as label values (LocalQueue and WorkloadPriorityClass names
+    in ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class``) must be labels too.
+    """
+    try:
+        _dns1123_label(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _dns1123_subdomain(value: str) -> str:
     if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
         raise ValueError(
-            f"{value!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
-            "at most 253 characters)"
+            f"{value!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters)"
         )
     return value
 
@@ -285,10 +298,8 @@ class NodeSelectorRequirement(_Model):
 class QueueRule(_Model):
     """Which LocalQueue a workload lands in (label ``kueue.x-k8s.io/queue-name``)."""
 
-    default: str | None = Field(None, description="LocalQueue name; default: the team's LocalQueue")
-    allowed: list[str] = Field(
-        default_factory=list, description="further LocalQueues of this team a user may name"
-    )
+    default: str | None = Field(default=None, description="LocalQueue name; default: the team's LocalQueue")
+    allowed: list[str] = Field(default_factory=list, description="further LocalQueues of this team a user may name")
     enforcement: Enforcement = "enforce"
 
 
@@ -327,7 +338,7 @@ class TopologyRule(_Model):
 
 
 class TeamPolicy(_Model):
-    queue: QueueRule = Field(default_factory=QueueRule)
+    queue: QueueRule = Field(default_factory=lambda: QueueRule())
     kueuePriority: PriorityRule | None = None
     podPriority: PriorityRule | None = None
     topology: TopologyRule | None = None
@@ -335,9 +346,7 @@ class TeamPolicy(_Model):
 
 
 class TeamSpec(_Named):
-    namespaces: list[str] = Field(
-        default_factory=list, description="namespace names; default from the naming preset"
-    )
+    namespaces: list[str] = Field(default_factory=list, description="namespace names; default from the naming preset")
     namespaceSelector: LabelSelector | None = None
     cohort: str | None = None
     quotas: list[FlavorQuota] = Field(default_factory=list)
@@ -355,7 +364,7 @@ class TeamSpec(_Named):
 
 
 class Platform(_Model):
-    apiVersion: Literal["kueue-governor.io/v1alpha1"] = API_VERSION
+    apiVersion: Literal["kueue-governor.io/v1alpha1"] = "kueue-governor.io/v1alpha1"
     kind: Literal["Platform"] = "Platform"
     naming: Literal["default", "hyperpod"] = "default"
     topologies: list[TopologySpec] = Field(default_factory=list)
@@ -458,7 +467,9 @@ def check_platform(platform: Platform) -> list[Problem]:
         base = f"teams[{index}]"
         if team.cohort is not None and team.cohort not in cohort_names:
             problems.append(
-                Problem(path=f"{base}.cohort", message=f"unknown cohort {team.cohort!r} (known: {sorted(cohort_names)})")
+                Problem(
+                    path=f"{base}.cohort", message=f"unknown cohort {team.cohort!r} (known: {sorted(cohort_names)})"
+                )
             )
         for namespace in team.namespaces:
             other = owner_of_namespace.setdefault(namespace, team.name)
@@ -525,7 +536,8 @@ def check_platform(platform: Platform) -> list[Problem]:
                         problems.append(
                             Problem(
                                 path=f"{base}.policy.podPriority",
-                                message=f"priority {name!r} has no Kubernetes PriorityClass (set podPriorityClass: true)",
+                                message=f"priority {name!r} has no Kubernetes PriorityClass "
+                                "(set podPriorityClass: true)",
                             )
                         )
         if policy.topology is not None and policy.topology.mode != "none":
@@ -561,8 +573,10 @@ def _check_topology_rule(
             problems.append(
                 Problem(path=f"{path}.{field}", message=f"{level!r} is not a level of Topology {name!r}: {levels}")
             )
-    if rule.level in levels and rule.sliceLevel in levels and levels.index(rule.sliceLevel) < levels.index(
-        rule.level or ""
+    if (
+        rule.level in levels
+        and rule.sliceLevel in levels
+        and levels.index(rule.sliceLevel) < levels.index(rule.level or "")
     ):
         problems.append(
             Problem(path=f"{path}.sliceLevel", message="sliceLevel must be at or below level (narrower or equal)")
@@ -620,7 +634,10 @@ def platform_json_schema() -> dict[str, Any]:
 def quota_total(team: TeamSpec, flavor: str, resource: str) -> Decimal:
     """Sum of a team's ``nominalQuota`` for one flavor and resource (GPUs, CPUs, bytes)."""
     return sum(
-        (parse_quantity(q.resources[resource].nominalQuota) for q in team.quotas
-         if q.flavor == flavor and resource in q.resources),
+        (
+            parse_quantity(q.resources[resource].nominalQuota)
+            for q in team.quotas
+            if q.flavor == flavor and resource in q.resources
+        ),
         Decimal(0),
     )

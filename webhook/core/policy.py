@@ -111,7 +111,7 @@ class TeamPolicyCompiled(_Frozen):
 class PolicySet(_Frozen):
     """Everything the webhook needs; serialised as JSON in the policy ConfigMap."""
 
-    apiVersion: Literal["kueue-governor.io/v1alpha1"] = POLICY_API_VERSION
+    apiVersion: Literal["kueue-governor.io/v1alpha1"] = "kueue-governor.io/v1alpha1"
     kind: Literal["PolicySet"] = "PolicySet"
     teams: list[TeamPolicyCompiled] = Field(default_factory=list)
     excludedNamespaces: list[str] = Field(default_factory=lambda: list(ALWAYS_EXCLUDED_NAMESPACES))

@@ -20,8 +20,8 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
 
     An empty selector matches everything, as in Kubernetes.
     """
-    for key, value in selector.matchLabels.items():
-        if labels.get(key) != value:
+    for key, wanted in selector.matchLabels.items():
+        if labels.get(key) != wanted:
             return False
     for requirement in selector.matchExpressions:
         present = requirement.key in labels
@@ -81,7 +81,9 @@ class TeamIndex:
                 return Resolution(None, f"labels of namespace {namespace!r} are unknown")
             return Resolution(None, f"namespace {namespace!r} belongs to no team")
         matches = [
-            t for t in self._selecting if t.namespaceSelector is not None and selector_matches(t.namespaceSelector, labels)
+            t
+            for t in self._selecting
+            if t.namespaceSelector is not None and selector_matches(t.namespaceSelector, labels)
         ]
         if len(matches) > 1:
             names = ", ".join(repr(t.team) for t in matches)

@@ -1,0 +1,111 @@
+"""Reading the webhook's inputs from files: policies, namespace dumps, node dumps.
+
+Policies come from either the platform file (compiled on load) or a PolicySet JSON document (the
+``policy.json`` key of the generated ConfigMap, mounted as a file). Namespace and node dumps are
+``kubectl get namespaces -o json`` / ``kubectl get nodes -o json`` output (a ``List``), a single
+object, or a YAML equivalent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from webhook.core.inventory import NodeInventory
+from webhook.core.platform import PlatformError, Problem, load_platform
+from webhook.core.policy import PolicySet, compile_policies
+
+__all__ = ["InputError", "load_namespace_labels", "load_nodes", "load_policies"]
+
+
+class InputError(ValueError):
+    """A file given on the command line cannot be used; the message names it and says why."""
+
+
+def _read_document(path: str | Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: neither JSON nor YAML: {exc}") from None
+
+
+def load_policies(
+    platform: str | Path | None = None, policy: str | Path | None = None, extra_excluded: list[str] | None = None
+) -> PolicySet:
+    """A PolicySet from a platform file, or from a PolicySet JSON file.
+
+    Raises:
+        PlatformError: invalid platform or policy document (every problem with its path).
+        InputError: neither or both sources given, or an unreadable file.
+    """
+    if (platform is None) == (policy is None):
+        raise InputError("give exactly one of a platform file or a policy file")
+    if platform is not None:
+        return compile_policies(load_platform(platform), extra_excluded)
+    assert policy is not None
+    data = _read_document(policy)
+    try:
+        policies = PolicySet.model_validate(data)
+    except ValidationError as exc:
+        problems = [Problem(path=".".join(str(p) for p in err["loc"]), message=err["msg"]) for err in exc.errors()]
+        raise PlatformError(str(policy), problems) from None
+    if extra_excluded:
+        merged = list(dict.fromkeys([*policies.excludedNamespaces, *extra_excluded]))
+        policies = policies.model_copy(update={"excludedNamespaces": merged})
+    return policies
+
+
+def _items(path: str | Path, kind: str) -> list[dict[str, Any]]:
+    data = _read_document(path)
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
+        items = data["items"]
+    elif isinstance(data, dict) and data.get("kind") == kind:
+        items = [data]
+    elif isinstance(data, list):
+        items = data
+    else:
+        raise InputError(f"{path}: expected a {kind} list (kubectl get {kind.lower()}s -o json)")
+    bad = [
+        i for i, item in enumerate(items) if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict)
+    ]
+    if bad:
+        raise InputError(f"{path}: items[{bad[0]}] is not a {kind} object with metadata")
+    return list(items)
+
+
+def load_namespace_labels(path: str | Path) -> dict[str, dict[str, str]]:
+    """Namespace name → labels from a namespace dump.
+
+    Raises:
+        InputError: unreadable file or not a namespace list.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for item in _items(path, "Namespace"):
+        metadata = item["metadata"]
+        labels = metadata.get("labels") or {}
+        out[str(metadata.get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+    return out
+
+
+def load_nodes(path: str | Path) -> NodeInventory:
+    """A node inventory from a node dump.
+
+    Raises:
+        InputError: unreadable file or not a node list.
+    """
+    return NodeInventory.from_objects(_items(path, "Node"))
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+__all__ += ["PlatformError", "dump_json"]
