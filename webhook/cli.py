@@ -188,7 +188,8 @@ def mutate_command(
 ) -> None:
     """Show what admission would make of manifests created in NAMESPACE.
 
-    Prints the mutated manifests as YAML (or, with --patch, one JSON Patch per document).
+    Prints the mutated manifests as YAML (or, with --patch, a JSON array holding one RFC 6902
+    JSON Patch per admitted document, in file order).
     Denied documents are reported on stderr with the policy's message; the exit code is 1 if any
     document was denied. A document whose own metadata.namespace differs from -n is reviewed in
     -n, with a note on stderr.
@@ -222,7 +223,7 @@ def mutate_command(
             click.echo(f"Warning: document {index}: {warning}", err=True)
         outputs.append(outcome.patch if show_patch else apply_patch(document, outcome.patch))
     if show_patch:
-        click.echo(json.dumps(outputs if len(outputs) != 1 else outputs[0], indent=2))
+        click.echo(json.dumps(outputs, indent=2))
     elif outputs:
         click.echo(yaml.safe_dump_all(outputs, sort_keys=False), nl=False)
     sys.exit(EXIT_DENIED if denied else 0)

@@ -82,7 +82,9 @@ def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> Worklo
     )
 
 
-def _ray(kind: str, cluster: PathPattern, suspend: PathPattern | None) -> WorkloadKind:
+def _ray(
+    kind: str, cluster: PathPattern, suspend: PathPattern | None, skip_if: tuple[PathPattern, ...] = ()
+) -> WorkloadKind:
     return WorkloadKind(
         group="ray.io",
         kind=kind,
@@ -96,6 +98,7 @@ def _ray(kind: str, cluster: PathPattern, suspend: PathPattern | None) -> Worklo
             ),
         ),
         suspend=suspend,
+        skip_if=skip_if,
     )
 
 
@@ -152,7 +155,8 @@ KINDS: tuple[WorkloadKind, ...] = (
         suspend=("spec", "suspend"),
         notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
     ),
-    _ray("RayJob", ("spec", "rayClusterSpec"), ("spec", "suspend")),
+    # A RayJob with clusterSelector runs on an existing RayCluster: Kueue does not manage it.
+    _ray("RayJob", ("spec", "rayClusterSpec"), ("spec", "suspend"), skip_if=(("spec", "clusterSelector"),)),
     _ray("RayCluster", ("spec",), ("spec", "suspend")),
     _ray("RayService", ("spec", "rayClusterConfig"), None),
     WorkloadKind(

@@ -1,0 +1,429 @@
+"""The admission path (parse → resolve → plan → patch) on hand-made workloads, one rule at a time."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+from support import aws_nodes, job, platform_with, review_body, teams_from
+
+from webhook.core.patch import apply_patch
+from webhook.core.review import review
+
+FULL_POLICY = {
+    "queue": {"enforcement": "enforce"},
+    "kueuePriority": {"default": "low", "allowed": ["low"], "enforcement": "enforce"},
+    "podPriority": {"default": "low", "allowed": ["low"], "enforcement": "enforce"},
+    "topology": {"mode": "required", "level": "topology.k8s.aws/network-node-layer-3"},
+    "nodeAffinity": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}],
+}
+AFFINITY_EXPR = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}
+
+
+def run(obj: dict[str, Any], policy: dict[str, Any] | None = None, namespace: str = "ml", **kw: Any) -> Any:
+    teams = teams_from(platform_with(policy if policy is not None else FULL_POLICY))
+    inventory = kw.pop("inventory", None)
+    return review(review_body(obj, namespace, **kw), teams, inventory=inventory)
+
+
+def ops(outcome: Any) -> list[dict[str, Any]]:
+    return outcome.patch
+
+
+def test_unlabelled_job_gets_every_rule_as_whole_maps() -> None:
+    outcome = run(job())
+    assert ops(outcome) == [
+        {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        {"op": "add", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1priority-class", "value": "low"},
+        {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "low"},
+        {
+            "op": "add",
+            "path": "/spec/template/metadata",
+            "value": {"annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}},
+        },
+        {
+            "op": "add",
+            "path": "/spec/template/spec/affinity",
+            "value": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [AFFINITY_EXPR]}]
+                    }
+                }
+            },
+        },
+    ]
+    response = outcome.response["response"]
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == ops(outcome)
+
+
+def test_existing_maps_get_keys_added_never_replaced() -> None:
+    obj = job(metadata={"name": "t", "labels": {"app": "x"}})
+    obj["spec"]["template"]["metadata"] = {"annotations": {"team/owner": "ann"}, "labels": {"a": "b"}}
+    paths = {op["path"]: op["op"] for op in ops(run(obj))}
+    assert paths["/metadata/labels/kueue.x-k8s.io~1queue-name"] == "add"
+    assert paths["/spec/template/metadata/annotations/kueue.x-k8s.io~1podset-required-topology"] == "add"
+    assert "/metadata/labels" not in paths
+    assert "/spec/template/metadata" not in paths
+
+
+def test_rfc6901_escapes_tilde_before_slash() -> None:
+    policy = {"queue": {}, "nodeAffinity": []}
+    obj = job(metadata={"name": "t", "labels": {"weird~key/x": "1"}})
+    outcome = run(obj, policy)
+    assert ops(outcome)[0]["path"] == "/metadata/labels/kueue.x-k8s.io~1queue-name"
+    patched = apply_patch(obj, ops(outcome))
+    assert patched["metadata"]["labels"] == {"weird~key/x": "1", "kueue.x-k8s.io/queue-name": "ml-queue"}
+
+
+def test_suspend_false_is_set_true_only_when_we_add_the_queue_label() -> None:
+    obj = job()
+    obj["spec"]["suspend"] = False
+    assert {"op": "replace", "path": "/spec/suspend", "value": True} in ops(run(obj, {"queue": {}}))
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "ml-queue"}
+    assert ops(run(obj, {"queue": {}})) == []
+
+
+@pytest.mark.parametrize(
+    ("enforcement", "allowed", "warnings"),
+    [("enforce", False, 0), ("warn", True, 1), ("default", True, 0)],
+)
+def test_queue_of_another_team(enforcement: str, allowed: bool, warnings: int) -> None:
+    obj = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "other-team-queue"}})
+    outcome = run(obj, {"queue": {"enforcement": enforcement}})
+    assert outcome.plan.allowed is allowed
+    assert len(outcome.plan.warnings) == warnings
+    if not allowed:
+        status = outcome.response["response"]["status"]
+        assert status["code"] == 403
+        assert status["message"] == (
+            "kueue-governor: queue: LocalQueue 'other-team-queue' "
+            "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; allowed: ml-queue"
+        )
+        assert "patch" not in outcome.response["response"]
+    if warnings:
+        assert outcome.response["response"]["warnings"][0].startswith("kueue-governor: queue: LocalQueue")
+
+
+def test_priority_outside_allowed_set_is_denied_with_allowed_values() -> None:
+    obj = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/priority-class": "high"}})
+    outcome = run(obj)
+    assert not outcome.plan.allowed
+    assert "kueuePriority: WorkloadPriorityClass 'high'" in outcome.plan.denials[0]
+    assert outcome.plan.denials[0].endswith("allowed: low")
+
+
+def test_pod_priority_class_checked_in_every_template() -> None:
+    obj = job()
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    outcome = run(obj)
+    assert outcome.plan.denials == [
+        "podPriority: PriorityClass 'high' (spec.template.spec.priorityClassName) is not allowed "
+        "for team 'ml'; allowed: low"
+    ]
+
+
+def test_bare_pod_with_spec_priority_gets_no_priority_class() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"priority": 5, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+    paths = [op["path"] for op in ops(run(pod))]
+    assert "/spec/priorityClassName" not in paths
+    assert "/metadata/labels" in paths  # a Pod carries the queue label itself
+    assert "/spec/suspend" not in paths  # Pods have no suspend field: Kueue gates them
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "kueue.x-k8s.io/podset-required-topology",
+        "kueue.x-k8s.io/podset-preferred-topology",
+        "kueue.x-k8s.io/podset-slice-required-topology",
+    ],
+)
+def test_user_tas_annotation_means_none_added(annotation: str) -> None:
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": {annotation: "kubernetes.io/hostname"}}
+    outcome = run(obj)
+    assert not [op for op in ops(outcome) if "topology" in op["path"]]
+    assert outcome.plan.allowed
+
+
+def test_unconstrained_annotation_counts_as_a_user_tas_annotation() -> None:
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}}
+    assert not [op for op in ops(run(obj)) if "topology" in op["path"]]
+
+
+@pytest.mark.parametrize(("enforcement", "allowed", "warned"), [("enforce", False, False), ("warn", True, True)])
+def test_user_tas_level_outside_the_topology(enforcement: str, allowed: bool, warned: bool) -> None:
+    policy = {**FULL_POLICY, "topology": {**FULL_POLICY["topology"], "enforcement": enforcement}}
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": "rack"}}
+    outcome = run(obj, policy)
+    assert outcome.plan.allowed is allowed
+    assert bool(outcome.plan.warnings) is warned
+    message = (outcome.plan.denials or outcome.plan.warnings)[0]
+    assert "'rack' (podset 'main') is not a level of Topology 'aws'" in message
+
+
+def test_node_affinity_is_anded_into_every_term_without_duplicates() -> None:
+    obj = job()
+    other = {"key": "zone", "operator": "In", "values": ["a"]}
+    obj["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [other]},
+                    {"matchExpressions": [dict(AFFINITY_EXPR)]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        },
+        "podAffinity": {"x": 1},
+    }
+    outcome = run(obj)
+    patched = apply_patch(obj, ops(outcome))
+    terms = patched["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"] == [other, AFFINITY_EXPR]
+    assert terms[1]["matchExpressions"] == [AFFINITY_EXPR]
+    assert terms[2]["matchExpressions"] == [AFFINITY_EXPR]
+    assert terms[2]["matchFields"][0]["key"] == "metadata.name"
+    assert patched["spec"]["template"]["spec"]["affinity"]["podAffinity"] == {"x": 1}
+
+
+def test_affinity_without_node_affinity_gets_it_added_beside() -> None:
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {"y": 2}}
+    affinity_ops = [op for op in ops(run(obj)) if "affinity" in op["path"]]
+    assert affinity_ops == [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/affinity/nodeAffinity",
+            "value": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [AFFINITY_EXPR]}]
+                }
+            },
+        }
+    ]
+
+
+def test_child_of_a_managed_owner_is_untouched_but_a_cronjob_child_is_not() -> None:
+    owned = job(
+        metadata={
+            "name": "js-workers-0",
+            "ownerReferences": [
+                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "1", "controller": True}
+            ],
+        }
+    )
+    outcome = run(owned)
+    assert ops(outcome) == [] and "controlled by JobSet 'js'" in outcome.plan.skipped
+    cron_child = copy.deepcopy(owned)
+    cron_child["metadata"]["ownerReferences"][0].update(apiVersion="batch/v1", kind="CronJob", name="nightly")
+    assert ops(run(cron_child))[0]["path"] == "/metadata/labels"
+    pod_of_replicaset = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "web-abc",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}],
+        },
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    }
+    assert ops(run(pod_of_replicaset)) == []
+
+
+def test_rayjob_on_an_existing_cluster_is_left_alone() -> None:
+    rayjob = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "r"},
+        "spec": {"entrypoint": "python x.py", "clusterSelector": {"ray.io/cluster": "shared"}},
+    }
+    outcome = run(rayjob)
+    assert ops(outcome) == [] and "clusterSelector" in outcome.plan.skipped
+
+
+def test_cronjob_policy_goes_into_the_job_template() -> None:
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job()["spec"]}},
+    }
+    paths = [op["path"] for op in ops(run(cron))]
+    assert paths[:2] == ["/spec/jobTemplate/metadata", "/spec/jobTemplate/spec/suspend"]
+    assert "/spec/jobTemplate/spec/template/spec/priorityClassName" in paths
+    assert "/metadata/labels" not in paths
+
+
+def test_appwrapper_components_are_planned_by_their_own_rows() -> None:
+    wrapper = {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "aw"},
+        "spec": {"components": [{"template": {"apiVersion": "batch/v1", "kind": "Job", "spec": job()["spec"]}}]},
+    }
+    paths = [op["path"] for op in ops(run(wrapper))]
+    assert paths[:2] == ["/metadata/labels", "/spec/suspend"]
+    assert "/spec/components/0/template/spec/template/spec/priorityClassName" in paths
+    assert "/spec/components/0/template/spec/template/metadata" in paths
+    assert "/spec/components/0/template/metadata" not in paths  # the inner Job gets no queue label
+
+
+def test_update_mutates_nothing_and_validates_a_changed_queue_label() -> None:
+    old = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}})
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "stolen-queue"
+    denied = run(new, operation="UPDATE", old=old)
+    assert not denied.plan.allowed and "'stolen-queue'" in denied.plan.denials[0]
+    unchanged = copy.deepcopy(new)
+    grandfathered = run(unchanged, operation="UPDATE", old=copy.deepcopy(new))
+    assert grandfathered.plan.allowed and grandfathered.patch == []
+    bare = job()
+    assert run(bare, operation="UPDATE", old=copy.deepcopy(bare)).patch == []
+
+
+def test_delete_and_subresources_pass() -> None:
+    body = review_body(job(), "ml", operation="DELETE")
+    body["request"]["object"] = None
+    body["request"]["oldObject"] = job()
+    outcome = review(body, teams_from(platform_with(FULL_POLICY)))
+    assert outcome.response["response"] == {"uid": body["request"]["uid"], "allowed": True}
+    status = review_body(job(), "ml")
+    status["request"]["subResource"] = "status"
+    assert review(status, teams_from(platform_with(FULL_POLICY))).patch == []
+
+
+def test_dry_run_gets_the_same_answer() -> None:
+    wet, dry = run(job()), run(job(), dry_run=True)
+    assert wet.patch == dry.patch
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "kube-public", "unowned", ""])
+def test_namespaces_of_no_team_are_untouched(namespace: str) -> None:
+    outcome = run(job(), namespace=namespace)
+    assert outcome.patch == [] and outcome.response["response"]["allowed"] is True
+    assert "patchType" not in outcome.response["response"]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": {}},
+        {"apiVersion": "example.com/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {}},
+    ],
+)
+def test_unknown_and_config_kinds_pass_unchanged(obj: dict[str, Any]) -> None:
+    assert run(obj).patch == []
+
+
+def test_wrongly_typed_field_on_our_path_is_refused_with_its_path() -> None:
+    obj = job(metadata={"name": "t", "labels": ["not", "a", "map"]})
+    outcome = run(obj)
+    assert outcome.plan.denials == ["malformed object: metadata.labels must be an object, got array"]
+    assert outcome.response["response"]["status"]["code"] == 422
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = "near"
+    assert run(obj).plan.denials == ["malformed object: spec.template.spec.affinity must be an object, got string"]
+
+
+def test_namespace_selected_by_labels_and_conflicts() -> None:
+    platform = platform_with(FULL_POLICY, namespaces=[], namespaceSelector={"matchLabels": {"team": "ml"}})
+    second = copy.deepcopy(platform["teams"][0])
+    second.update(name="ml2", namespaceSelector={"matchExpressions": [{"key": "team", "operator": "Exists"}]})
+    teams = teams_from(platform)
+    labelled = review(review_body(job(), "research-x"), teams, {"research-x": {"team": "ml"}}.get)
+    assert labelled.resolution.team is not None and labelled.resolution.team.team == "ml"
+    assert review(review_body(job(), "other"), teams, {"other": {"team": "x"}}.get).patch == []
+    platform["teams"].append(second)
+    both = review(review_body(job(), "research-x"), teams_from(platform), {"research-x": {"team": "ml"}}.get)
+    assert not both.plan.allowed
+    assert "selected by teams 'ml', 'ml2'" in both.plan.denials[0]
+
+
+def test_v1beta1_review_is_answered_in_v1beta1() -> None:
+    outcome = run(job(), api_version="admission.k8s.io/v1beta1")
+    assert outcome.response["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert outcome.response["kind"] == "AdmissionReview"
+
+
+# -- topology mode auto: inventory of 2 blocks × 2 racks × 2 hosts × 8 GPUs -----------------------
+AUTO = {"queue": {}, "topology": {"mode": "auto"}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "key", "level"),
+    [
+        (1, "required", "kubernetes.io/hostname"),
+        (2, "required", "topology.k8s.aws/network-node-layer-3"),
+        (3, "required", "topology.k8s.aws/network-node-layer-2"),
+        (4, "required", "topology.k8s.aws/network-node-layer-2"),
+        (8, "required", "topology.k8s.aws/network-node-layer-1"),
+        (9, "preferred", "topology.k8s.aws/network-node-layer-1"),
+    ],
+)
+def test_auto_picks_the_lowest_level_whose_domain_holds_the_podset(pods: int, key: str, level: str) -> None:
+    obj = job()
+    obj["spec"]["parallelism"] = pods
+    outcome = run(obj, AUTO, inventory=aws_nodes())
+    annotations = apply_patch(obj, outcome.patch)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {f"kueue.x-k8s.io/podset-{key}-topology": level}
+
+
+def test_auto_without_inventory_prefers_and_never_requires() -> None:
+    annotations = apply_patch(job(), run(job(), AUTO).patch)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}
+
+
+def test_auto_ignores_nodes_that_are_not_ready_or_of_another_flavor() -> None:
+    inventory = aws_nodes()
+    for node in inventory.nodes[:2]:  # both hosts of rack 1-1 become unusable
+        object.__setattr__(node, "schedulable", False)
+    obj = job()
+    obj["spec"]["parallelism"] = 4
+    annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"
+    }
+    obj["spec"]["parallelism"] = 7  # 6 usable nodes in the spine: no longer fits
+    annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-1"
+    }
+
+
+def test_slice_rule_only_when_the_podset_divides_into_whole_slices() -> None:
+    policy = {
+        "queue": {},
+        "topology": {
+            "mode": "required",
+            "level": "topology.k8s.aws/network-node-layer-2",
+            "sliceLevel": "topology.k8s.aws/network-node-layer-3",
+            "sliceSize": 2,
+        },
+    }
+    obj = job()
+    obj["spec"]["parallelism"] = 4
+    annotations = apply_patch(obj, run(obj, policy).patch)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2",
+        "kueue.x-k8s.io/podset-slice-required-topology": "topology.k8s.aws/network-node-layer-3",
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
+    obj["spec"]["parallelism"] = 3
+    annotations = apply_patch(obj, run(obj, policy).patch)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"}
