@@ -85,14 +85,21 @@ EXPECTED: dict[str, dict[int, tuple[tuple[Any, ...], tuple[Any, ...] | None, lis
         )
     },
     "jobs/sample-cronjob.yaml": {
-        0: (("spec", "jobTemplate", "metadata"), ("spec", "jobTemplate", "spec", "suspend"),
-            [("spec", "jobTemplate", "spec", "template")])
+        0: (
+            ("spec", "jobTemplate", "metadata"),
+            ("spec", "jobTemplate", "spec", "suspend"),
+            [("spec", "jobTemplate", "spec", "template")],
+        )
     },
     "jobs/sample-jaxjob.yaml": {0: (M, KF, [("spec", "jaxReplicaSpecs", "Worker", "template")])},
     "jobs/sample-job-partial-admission.yaml": {0: (M, S, [("spec", "template")])},
     "jobs/sample-job.yaml": {0: (M, S, [("spec", "template")])},
-    "jobs/sample-jobset-tas-combined.yaml": {0: (M, S, [("spec", "replicatedJobs", 0, "template", "spec", "template")])},
-    "jobs/sample-jobset-tas-required.yaml": {0: (M, S, [("spec", "replicatedJobs", 0, "template", "spec", "template")])},
+    "jobs/sample-jobset-tas-combined.yaml": {
+        0: (M, S, [("spec", "replicatedJobs", 0, "template", "spec", "template")])
+    },
+    "jobs/sample-jobset-tas-required.yaml": {
+        0: (M, S, [("spec", "replicatedJobs", 0, "template", "spec", "template")])
+    },
     "jobs/sample-jobset-tas-sliced.yaml": {0: (M, S, [("spec", "replicatedJobs", 0, "template", "spec", "template")])},
     "jobs/sample-jobset.yaml": {
         0: (

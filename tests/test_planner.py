@@ -43,7 +43,9 @@ def test_unlabelled_job_gets_every_rule_as_whole_maps() -> None:
         {
             "op": "add",
             "path": "/spec/template/metadata",
-            "value": {"annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}},
+            "value": {
+                "annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}
+            },
         },
         {
             "op": "add",
@@ -202,6 +204,30 @@ def test_node_affinity_is_anded_into_every_term_without_duplicates() -> None:
     assert patched["spec"]["template"]["spec"]["affinity"]["podAffinity"] == {"x": 1}
 
 
+def test_empty_node_selector_terms_get_one_term_appended_not_replaced() -> None:
+    """Regression (found by the property test): [] was replaced, which rewrote a user field."""
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
+    affinity_ops = [op for op in ops(run(obj)) if "affinity" in op["path"]]
+    assert affinity_ops == [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+            "/nodeSelectorTerms/0",
+            "value": {"matchExpressions": [AFFINITY_EXPR]},
+        }
+    ]
+    obj["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": {"not": "a list"}
+    }
+    assert run(obj).plan.denials == [
+        "malformed object: spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms must be an array, got object"
+    ]
+
+
 def test_affinity_without_node_affinity_gets_it_added_beside() -> None:
     obj = job()
     obj["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {"y": 2}}
@@ -224,7 +250,13 @@ def test_child_of_a_managed_owner_is_untouched_but_a_cronjob_child_is_not() -> N
         metadata={
             "name": "js-workers-0",
             "ownerReferences": [
-                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "1", "controller": True}
+                {
+                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "kind": "JobSet",
+                    "name": "js",
+                    "uid": "1",
+                    "controller": True,
+                }
             ],
         }
     )

@@ -149,9 +149,12 @@ class _Draft:
 
 
 class _Shape(Exception):
-    def __init__(self, path: tuple[Key, ...], found: Any) -> None:
+    """A value of the wrong JSON type where the plan must write (``expected``: object or array)."""
+
+    def __init__(self, path: tuple[Key, ...], found: Any, expected: str = "object") -> None:
         self.path = path
         self.found = found
+        self.expected = expected
 
 
 def _dotted(path: tuple[Key, ...]) -> str:
@@ -257,7 +260,9 @@ def plan_object(
         for ref in iter_pod_templates(draft.doc, row):
             _plan_template(draft, ref, team, inventory, plan)
     except _Shape as shape:
-        plan.denials.append(f"malformed object: {_dotted(shape.path)} must be an object, got {_json_type(shape.found)}")
+        plan.denials.append(
+            f"malformed object: {_dotted(shape.path)} must be an {shape.expected}, got {_json_type(shape.found)}"
+        )
         plan.invalid = True
         return plan
     plan.changes = draft.changes
@@ -413,9 +418,14 @@ def _plan_node_affinity(
         _string_map(draft, key_path)
     terms = draft.get(terms_path)
     reason = f"{where}: team node affinity"
-    if not isinstance(terms, list) or not terms:
-        clean = [_normalize(e) for e in expressions]
-        draft.set(terms_path, [{"matchExpressions": clean}], "nodeAffinity", reason)
+    term = {"matchExpressions": [_normalize(e) for e in expressions]}
+    if terms is None:
+        draft.set(terms_path, [term], "nodeAffinity", reason)
+        return
+    if not isinstance(terms, list):
+        raise _Shape(terms_path, terms, "array")
+    if not terms:
+        draft.append(terms_path, term, "nodeAffinity", reason)
         return
     for index, term in enumerate(terms):
         term_path = (*terms_path, index)
@@ -426,7 +436,7 @@ def _plan_node_affinity(
             draft.set((*term_path, "matchExpressions"), [_normalize(e) for e in expressions], "nodeAffinity", reason)
             continue
         if not isinstance(existing, list):
-            raise _Shape((*term_path, "matchExpressions"), existing)
+            raise _Shape((*term_path, "matchExpressions"), existing, "array")
         for expression in expressions:
             normalized = _normalize(expression)
             if not any(_normalize(e) == normalized for e in existing if isinstance(e, Mapping)):

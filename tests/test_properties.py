@@ -1,0 +1,144 @@
+"""Property-based tests (hypothesis) of the SPEC §3 invariants over generated workloads and policies.
+
+- the patch applies cleanly to the original object (RFC 6902, jsonpatch);
+- idempotent: the webhook on its own output yields no patch;
+- additive: no user field is removed or rewritten (the one rewrite: suspend false → true when we add
+  the queue label);
+- at most one of the required/preferred/unconstrained TAS annotations per pod template.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import CASES, aws_nodes, job, load_documents, platform_with, review_body, strip_kueue, teams_from
+
+from webhook.core.kinds import find_kind, iter_pod_templates, lookup
+from webhook.core.patch import apply_patch
+from webhook.core.review import review
+
+BASES: list[dict[str, Any]] = [job()]
+if CASES.is_dir():
+    for path in sorted(CASES.glob("**/*.yaml")):
+        BASES.extend(d for d in load_documents(path) if find_kind(str(d.get("apiVersion", "")), str(d.get("kind", ""))))
+
+LEVELS = [
+    "topology.k8s.aws/network-node-layer-1",
+    "topology.k8s.aws/network-node-layer-2",
+    "topology.k8s.aws/network-node-layer-3",
+    "kubernetes.io/hostname",
+]
+KEY = st.text(alphabet="ab/~.-", min_size=1, max_size=6)
+EXPRESSION = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(["zone", "node.kubernetes.io/instance-type", "a~b/c"]),
+        "operator": st.just("In"),
+        "values": st.lists(st.sampled_from(["x", "y", "p5.48xlarge"]), min_size=1, max_size=2, unique=True),
+    }
+)
+ENFORCEMENT = st.sampled_from(["default", "enforce", "warn"])
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> dict[str, Any]:
+    mode = draw(st.sampled_from(["required", "preferred", "unconstrained", "auto", "none"]))
+    topology: dict[str, Any] = {"mode": mode, "enforcement": draw(ENFORCEMENT)}
+    if mode in ("required", "preferred") or (mode == "auto" and draw(st.booleans())):
+        topology["level"] = draw(st.sampled_from(LEVELS))
+    if mode == "required" and draw(st.booleans()):
+        topology["level"] = LEVELS[1]
+        topology.update(sliceLevel=LEVELS[2], sliceSize=draw(st.integers(1, 4)))
+    policy: dict[str, Any] = {
+        "queue": {"enforcement": draw(ENFORCEMENT)},
+        "topology": topology,
+        "nodeAffinity": draw(st.lists(EXPRESSION, max_size=2, unique_by=lambda e: e["key"])),
+    }
+    for rule in ("kueuePriority", "podPriority"):
+        if draw(st.booleans()):
+            policy[rule] = {"default": "low", "allowed": ["low"], "enforcement": draw(ENFORCEMENT)}
+    return policy
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[str, Any]:
+    obj = copy.deepcopy(draw(st.sampled_from(BASES)))
+    if draw(st.booleans()):
+        obj = strip_kueue(obj)
+    metadata = obj.setdefault("metadata", {})
+    metadata.pop("namespace", None)
+    if draw(st.booleans()):
+        metadata.setdefault("labels", {}).update(draw(st.dictionaries(KEY, KEY, max_size=3)))
+    row = find_kind(obj["apiVersion"], obj["kind"])
+    assert row is not None
+    if row.suspend is not None and draw(st.booleans()):
+        parent = lookup(obj, row.suspend[:-1])
+        if isinstance(parent, dict):
+            parent[row.suspend[-1]] = draw(st.booleans())
+    for ref in list(iter_pod_templates(obj, row)):
+        template: Any = ref.template
+        if draw(st.booleans()):
+            template.setdefault("metadata", {}).setdefault("annotations", {}).update(
+                draw(st.dictionaries(KEY, KEY, max_size=2))
+            )
+        if draw(st.booleans()):
+            terms = draw(
+                st.lists(st.fixed_dictionaries({"matchExpressions": st.lists(EXPRESSION, max_size=2)}), max_size=3)
+            )
+            template.setdefault("spec", {}).setdefault("affinity", {})["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+    return obj
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> set[tuple[tuple[Any, ...], str]]:
+    if isinstance(node, dict) and node:
+        return {leaf for key, value in node.items() for leaf in _leaves(value, (*path, key))}
+    if isinstance(node, list) and node:
+        return {leaf for index, value in enumerate(node) for leaf in _leaves(value, (*path, index))}
+    return {(path, repr(node))}
+
+
+TAS_MODES = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-unconstrained-topology",
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=workloads(), policy=policies(), with_nodes=st.booleans(), dry_run=st.booleans())
+def test_invariants(obj: dict[str, Any], policy: dict[str, Any], with_nodes: bool, dry_run: bool) -> None:
+    teams = teams_from(platform_with(policy))
+    inventory = aws_nodes() if with_nodes else None
+    original = copy.deepcopy(obj)
+    outcome = review(review_body(obj, "ml", dry_run=dry_run), teams, inventory=inventory)
+    assert obj == original, "the review must not modify its input"
+    if not outcome.plan.allowed:
+        assert outcome.patch == [] and "patch" not in outcome.response["response"]
+        return
+    patched = apply_patch(obj, outcome.patch)
+
+    row = find_kind(obj["apiVersion"], obj["kind"])
+    assert row is not None
+    for op in outcome.patch:
+        assert op["op"] in ("add", "replace")
+        if op["op"] == "replace":
+            assert row.suspend is not None and op["value"] is True
+    removed = _leaves(original) - _leaves(patched)
+    allowed_removed = {(row.suspend, "False")} if row.suspend else set()
+    # An empty map/list the user wrote may be filled in: that is an addition, not a removal.
+    removed = {(path, value) for path, value in removed if value not in ("{}", "[]", "None")}
+    assert removed <= allowed_removed, removed
+
+    for ref in iter_pod_templates(patched, row):
+        annotations = (ref.template.get("metadata") or {}).get("annotations") or {}
+        before = lookup(original, (*ref.path, "metadata", "annotations")) or {}
+        if sum(key in before for key in TAS_MODES) <= 1:
+            assert sum(key in annotations for key in TAS_MODES) <= 1, annotations
+
+    again = review(review_body(patched, "ml"), teams, inventory=inventory)
+    assert again.plan.allowed
+    assert again.patch == [], again.patch
