@@ -1,0 +1,195 @@
+"""``kgov review`` / ``mutate`` / ``policy`` / ``schema`` as a user runs them: outputs and exit codes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from support import PLATFORM, REPO, job, review_body
+
+from webhook.cli import main
+
+EXAMPLES = REPO / "examples"
+
+
+def invoke(*args: str, stdin: str | None = None) -> object:
+    return CliRunner().invoke(main, list(args), input=stdin, catch_exceptions=False)
+
+
+def test_review_answers_like_the_server() -> None:
+    body = review_body(job(), "hyperpod-ns-research")
+    result = invoke("review", "--platform", str(PLATFORM), stdin=json.dumps(body))
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == body["request"]["uid"]
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert patch[0] == {
+        "op": "add",
+        "path": "/metadata/labels",
+        "value": {"kueue.x-k8s.io/queue-name": "hyperpod-ns-research-localqueue"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("stdin", "message"),
+    [
+        ("not json", "stdin is not valid JSON"),
+        ("[]", "body must be a JSON object (an AdmissionReview), got array"),
+        ('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request is missing"),
+        (
+            '{"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {}}',
+            "apiVersion must be one of admission.k8s.io/v1, admission.k8s.io/v1beta1, got 'admission.k8s.io/v2'",
+        ),
+        (
+            '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 5}}',
+            "request.uid must be a string, got number",
+        ),
+    ],
+)
+def test_review_refuses_malformed_input_precisely(stdin: str, message: str) -> None:
+    result = invoke("review", "--platform", str(PLATFORM), stdin=stdin)
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_review_with_namespace_dump_resolves_label_selected_teams(tmp_path: Path) -> None:
+    platform = yaml.safe_load(PLATFORM.read_text())
+    platform["teams"][0]["namespaceSelector"] = {"matchLabels": {"org/team": "research"}}
+    platform["teams"][0]["namespaces"] = []
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(platform))
+    dump = tmp_path / "ns.json"
+    dump.write_text(
+        json.dumps({"kind": "List", "items": [{"metadata": {"name": "lab-7", "labels": {"org/team": "research"}}}]})
+    )
+    body = json.dumps(review_body(job(), "lab-7"))
+    with_dump = json.loads(invoke("review", "--platform", str(path), "--namespaces", str(dump), stdin=body).stdout)
+    without = json.loads(invoke("review", "--platform", str(path), stdin=body).stdout)
+    assert "patch" in with_dump["response"]
+    assert "patch" not in without["response"]
+
+
+def test_mutate_bundled_example_with_nodes() -> None:
+    result = invoke(
+        "mutate",
+        "--platform",
+        str(PLATFORM),
+        "-n",
+        "hyperpod-ns-research",
+        "-f",
+        str(EXAMPLES / "pytorchjob.yaml"),
+        "--nodes",
+        str(EXAMPLES / "nodes.json"),
+        "--explain",
+    )
+    assert result.exit_code == 0, result.stderr
+    out = yaml.safe_load(result.stdout)
+    worker = out["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    # 3 workers of 8 GPUs: one rack (layer 3) of 4 p5 hosts holds them.
+    assert worker["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"
+    }
+    assert out["spec"]["runPolicy"] == {"suspend": True}
+    assert "# document 1: PyTorchJob llama-finetune" in result.stderr
+    assert "topology: add spec/pytorchReplicaSpecs/Worker/template/metadata" in result.stderr
+
+
+def test_mutate_denied_example_exits_1_with_both_reasons() -> None:
+    result = invoke(
+        "mutate",
+        "--platform",
+        str(PLATFORM),
+        "-n",
+        "hyperpod-ns-research",
+        "-f",
+        str(EXAMPLES / "jobset-stolen-queue.yaml"),
+    )
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert (
+        "document 1 denied: queue: LocalQueue 'hyperpod-ns-inference-localqueue' "
+        "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'research'; "
+        "allowed: hyperpod-ns-research-localqueue"
+    ) in result.stderr
+    assert "kueuePriority: WorkloadPriorityClass 'inference-priority'" in result.stderr
+    assert "allowed: training-priority, experimentation-priority" in result.stderr
+
+
+def test_mutate_patch_prints_one_patch_per_document(tmp_path: Path) -> None:
+    manifest = tmp_path / "two.yaml"
+    manifest.write_text(
+        yaml.safe_dump_all([job(), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])
+    )
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest), "--patch")
+    patches = json.loads(result.stdout)
+    assert len(patches) == 2 and patches[1] == []
+    assert patches[0][0]["path"] == "/metadata/labels"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("a: [1, 2", "not valid YAML"),
+        ("- just\n- a list\n", "document 1 is not a Kubernetes object (needs apiVersion and kind)"),
+        ("kind: Job\nmetadata: {name: x}\n", "document 1 is not a Kubernetes object"),
+    ],
+)
+def test_mutate_rejects_unusable_manifests(tmp_path: Path, content: str, message: str) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(content)
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "ns", "-f", str(manifest))
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("platform", "message"),
+    [
+        ("teams: [", "not valid YAML"),
+        ("teams:\n  - name: A_team\n", "teams[0].name: 'A_team' is not a DNS-1123 label"),
+        ("teams:\n  - name: a\n    quota: []\n", "teams[0].quota: Extra inputs are not permitted"),
+        (
+            "teams:\n  - name: a\n    quotas: [{flavor: p5, resources: {cpu: {nominalQuota: 1}}}]\n",
+            "teams[0].quotas[0].flavor: unknown flavor 'p5' (known: [])",
+        ),
+        (
+            "flavors: [{name: f, nodeLabels: {a: b}}]\n"
+            "teams:\n  - name: a\n    quotas: [{flavor: f, resources: {cpu: {nominalQuota: 4, borrowingLimit: 2}}}]\n",
+            "teams[0].quotas[0].resources.cpu.borrowingLimit: borrowingLimit needs the team to be in a cohort",
+        ),
+        (
+            "topologies: [{name: t, levels: [kubernetes.io/hostname, rack]}]\n",
+            "topologies[0].levels: 'kubernetes.io/hostname' may only be the last (narrowest) level",
+        ),
+        (
+            "flavors: [{name: f, topologyName: t}]\n",
+            "flavors[0]: a flavor with a topologyName needs at least one nodeLabel",
+        ),
+        ("kind: Platfrom\n", "kind: Input should be 'Platform'"),
+    ],
+)
+def test_bad_platform_file_fails_with_its_path(tmp_path: Path, platform: str, message: str) -> None:
+    path = tmp_path / "platform.yaml"
+    path.write_text(platform)
+    result = invoke("policy", "--platform", str(path))
+    assert result.exit_code == 2
+    assert message in result.stderr, result.stderr
+
+
+def test_missing_platform_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = invoke("policy", "--platform", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2
+    assert "nope.yaml: invalid platform file" in result.stderr and "cannot read" in result.stderr
+
+
+def test_schema_is_a_json_schema_of_the_platform_file() -> None:
+    schema = json.loads(invoke("schema").stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) >= {"teams", "flavors", "topologies", "priorities", "cohorts", "naming"}
