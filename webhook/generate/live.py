@@ -1,0 +1,204 @@
+"""Generated objects against the live cluster: fetch with kubernetes-asyncio, compare, explain.
+
+:func:`fetch_live` reads, for every generated object, the object of the same kind, namespace and
+name (``None`` when absent) and lists the objects labelled ``app.kubernetes.io/managed-by:
+kueue-governor`` that are no longer generated. :func:`diff_objects` is pure: it compares only the
+fields the generator writes (a live object's status, server-set metadata and fields defaulted by
+Kueue are not drift), quantities by value, and flags changes Kueue refuses in place.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.generate.manifests import MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
+from webhook.generate.render import dump_yaml
+from webhook.generate.validate import canonical, needs_recreate
+
+__all__ = [
+    "KIND_PLURALS",
+    "LiveError",
+    "LiveState",
+    "ObjectDiff",
+    "diff_objects",
+    "fetch_live",
+    "project",
+    "resource_path",
+]
+
+#: (apiVersion, kind) → (plural, namespaced) for every kind the generator writes.
+KIND_PLURALS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("kueue.x-k8s.io/v1beta2", "Topology"): ("topologies", False),
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("resourceflavors", False),
+    ("kueue.x-k8s.io/v1beta2", "Cohort"): ("cohorts", False),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("clusterqueues", False),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("localqueues", True),
+    ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"): ("workloadpriorityclasses", False),
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
+    ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "ConfigMap"): ("configmaps", True),
+}
+
+ObjectKey = tuple[str, str, str, str]
+
+
+class LiveError(RuntimeError):
+    """The cluster could not be read (kubeconfig, connection, authorisation)."""
+
+
+def resource_path(api_version: str, kind: str, namespace: str = "", name: str = "") -> str:
+    """REST path of an object (or of the collection when ``name`` is empty).
+
+    ``("v1", "ConfigMap", "ns", "x")`` → ``/api/v1/namespaces/ns/configmaps/x``.
+    """
+    plural, namespaced = KIND_PLURALS[(api_version, kind)]
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespaced and namespace else ""
+    return f"{root}{scope}/{plural}" + (f"/{name}" if name else "")
+
+
+@dataclass
+class LiveState:
+    """Live objects: ``objects[key]`` for each generated key (None: absent); ``extra``: objects
+    with our managed-by label that are not generated any more."""
+
+    objects: dict[ObjectKey, Manifest | None] = field(default_factory=dict)
+    extra: list[Manifest] = field(default_factory=list)
+
+
+async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, context: str | None = None) -> LiveState:
+    """Read the live counterparts of ``desired`` and our stray objects of the same kinds.
+
+    Raises:
+        LiveError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
+    """
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    configuration = client.Configuration()
+    try:
+        await config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+        )
+    except (OSError, config.ConfigException, TypeError, ValueError) as exc:
+        raise LiveError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+
+    async def get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> Manifest | None:
+        try:
+            result = await api.call_api(
+                path,
+                "GET",
+                query_params=query or [],
+                header_params={"Accept": "application/json"},
+                response_types_map={200: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise LiveError(f"GET {path}: HTTP {exc.status} {exc.reason}") from None
+        except OSError as exc:
+            raise LiveError(f"GET {path}: {exc}") from None
+        return dict(result) if isinstance(result, Mapping) else None
+
+    state = LiveState()
+    wanted = {object_key(obj) for obj in desired}
+    async with client.ApiClient(configuration) as api:
+        for obj in desired:
+            api_version, kind, namespace, name = object_key(obj)
+            state.objects[(api_version, kind, namespace, name)] = await get(
+                api, resource_path(api_version, kind, namespace, name)
+            )
+        kinds = sorted({(key[0], key[1]) for key in wanted})
+        for api_version, kind in kinds:
+            listing = await get(
+                api,
+                resource_path(api_version, kind),
+                [("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")],
+            )
+            for item in (listing or {}).get("items") or []:
+                item = {"apiVersion": api_version, "kind": kind, **item}
+                if object_key(item) not in wanted:
+                    state.extra.append(item)
+    return state
+
+
+def project(live: Any, desired: Any) -> Any:
+    """``live`` reduced to the shape of ``desired``: map keys the generator does not write are
+    dropped (recursively; lists element by element when lengths match), so server defaults and
+    status are not reported as drift."""
+    if isinstance(live, Mapping) and isinstance(desired, Mapping):
+        return {key: project(live[key], desired[key]) for key in desired if key in live}
+    if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
+        return [project(a, b) for a, b in zip(live, desired, strict=True)]
+    return live
+
+
+def _label(key: ObjectKey) -> str:
+    _, kind, namespace, name = key
+    return f"{kind}/{namespace + '/' if namespace else ''}{name}"
+
+
+@dataclass
+class ObjectDiff:
+    """One object's difference: ``action`` is ``create``, ``update`` or ``delete``; ``diff`` a
+    unified diff of the YAML; ``recreate`` why it cannot be updated in place (None: it can)."""
+
+    key: ObjectKey
+    action: str
+    diff: str
+    recreate: str | None = None
+
+    @property
+    def label(self) -> str:
+        return _label(self.key)
+
+
+def _yaml_lines(obj: Any) -> list[str]:
+    return dump_yaml([obj]).splitlines(keepends=True) if obj is not None else []
+
+
+def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
+    """Every generated object that differs from the cluster, then every stray managed object.
+
+    Pure: no I/O. Objects equal once projected (:func:`project`) and with quantities compared by
+    value are left out; an empty list means the cluster matches.
+    """
+    out = []
+    for obj in desired:
+        key = object_key(obj)
+        current = live.objects.get(key)
+        if current is None:
+            diff = "".join(
+                difflib.unified_diff([], _yaml_lines(obj), fromfile="/dev/null", tofile=f"{_label(key)} (generated)")
+            )
+            out.append(ObjectDiff(key, "create", diff))
+            continue
+        shaped = project(current, obj)
+        if canonical(shaped) == canonical(obj):
+            continue
+        diff = "".join(
+            difflib.unified_diff(
+                _yaml_lines(shaped),
+                _yaml_lines(obj),
+                fromfile=f"{_label(key)} (live)",
+                tofile=f"{_label(key)} (generated)",
+            )
+        )
+        out.append(ObjectDiff(key, "update", diff, needs_recreate(obj, current)))
+    for stray in live.extra:
+        key = object_key(stray)
+        metadata = stray.get("metadata") or {}
+        summary_metadata: dict[str, Any] = {"name": metadata.get("name")}
+        if key[2]:
+            summary_metadata["namespace"] = key[2]
+        summary = {"apiVersion": key[0], "kind": key[1], "metadata": summary_metadata}
+        diff = "".join(
+            difflib.unified_diff(_yaml_lines(summary), [], fromfile=f"{_label(key)} (live)", tofile="/dev/null")
+        )
+        out.append(ObjectDiff(key, "delete", diff))
+    return out

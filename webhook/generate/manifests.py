@@ -1,0 +1,428 @@
+"""The platform file turned into Kubernetes objects: pure functions, no I/O.
+
+Every function takes a validated :class:`~webhook.core.platform.Platform` and returns plain dicts
+as ``kubectl get -o json`` would show them, in API group ``kueue.x-k8s.io/v1beta2`` for Kueue's
+kinds (field names from Kueue's API types, ``apis/kueue/v1beta2/*_types.go``):
+
+- ``Topology``: ``spec.levels[].nodeLabel``, broadest first;
+- ``ResourceFlavor``: ``spec.nodeLabels``, ``nodeTaints``, ``tolerations``, ``topologyName``;
+- ``Cohort``: ``spec.parentName``, ``spec.fairSharing.weight``;
+- ``ClusterQueue``: ``spec.cohortName`` (v1beta2 name of v1beta1's ``cohort``),
+  ``namespaceSelector``, ``queueingStrategy``, ``preemption``, ``fairSharing``, ``resourceGroups``;
+- ``LocalQueue``: one per team namespace, ``spec.clusterQueue``;
+- ``WorkloadPriorityClass``: ``value``, ``description`` (top-level fields, no spec);
+- ``scheduling.k8s.io/v1`` ``PriorityClass`` for priorities with ``podPriorityClass: true``;
+- ``v1`` ``Namespace`` (only when asked) and the webhook's policy as a ``v1`` ``ConfigMap``.
+
+Objects of one kind are sorted by (namespace, name) so that the same platform file always yields
+the same output. Every object carries ``app.kubernetes.io/managed-by: kueue-governor``; team
+objects also carry ``kueue-governor.io/team: <team>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.platform import (
+    FlavorQuota,
+    LabelSelector,
+    Platform,
+    Problem,
+    TeamSpec,
+)
+from webhook.core.policy import (
+    cluster_queue_name,
+    compile_policies,
+    local_queue_name,
+    priority_class_name,
+    team_namespaces,
+)
+from webhook.core.quantity import format_quantity
+
+__all__ = [
+    "DEFAULT_POLICY_NAMESPACE",
+    "FILE_KINDS",
+    "HYPERPOD_MANAGED_QUEUE_LABEL",
+    "HYPERPOD_QUOTA_ALLOCATION_LABEL",
+    "KUEUE_API_VERSION",
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "NAMESPACE_NAME_LABEL",
+    "POLICY_CONFIGMAP_NAME",
+    "POLICY_KEY",
+    "TEAM_LABEL",
+    "GenerateOptions",
+    "Manifest",
+    "ResourceGroupPlan",
+    "build_manifests",
+    "cluster_queues",
+    "cohorts",
+    "local_queues",
+    "namespaces",
+    "object_key",
+    "plan_resource_groups",
+    "policy_config_map",
+    "priority_classes",
+    "resource_flavors",
+    "topologies",
+    "workload_priority_classes",
+]
+
+Manifest = dict[str, Any]
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kueue-governor"
+TEAM_LABEL = "kueue-governor.io/team"
+#: Set by the API server on every Namespace (Kubernetes ≥ 1.22); selects namespaces by name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+#: HyperPod task governance labels a team namespace with the team (quota allocation) name …
+HYPERPOD_QUOTA_ALLOCATION_LABEL = "sagemaker.amazonaws.com/quota-allocation-id"
+#: … and marks it as holding a SageMaker-managed queue (the HyperPod CLI looks namespaces up by both).
+HYPERPOD_MANAGED_QUEUE_LABEL = "sagemaker.amazonaws.com/sagemaker-managed-queue"
+POLICY_CONFIGMAP_NAME = "kgov-policy"
+POLICY_KEY = "policy.json"
+DEFAULT_POLICY_NAMESPACE = "kueue-governor-system"
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """What to generate besides Kueue's objects.
+
+    ``namespaces``: also emit the teams' Namespace objects; ``policy_namespace``: namespace of the
+    policy ConfigMap (the webhook's own namespace, never mutated).
+    """
+
+    namespaces: bool = False
+    policy_namespace: str = DEFAULT_POLICY_NAMESPACE
+
+
+@dataclass
+class ResourceGroupPlan:
+    """One ``spec.resourceGroups[]`` entry: resources covered together by the same flavors."""
+
+    covered_resources: list[str]
+    flavors: list[FlavorQuota] = field(default_factory=list)
+
+
+def object_key(obj: Manifest) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): identifies an object in the cluster."""
+    metadata = obj.get("metadata") or {}
+    return (
+        str(obj.get("apiVersion", "")),
+        str(obj.get("kind", "")),
+        str(metadata.get("namespace", "")),
+        str(metadata.get("name", "")),
+    )
+
+
+def _metadata(name: str, namespace: str | None = None, team: str | None = None) -> dict[str, Any]:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    if team is not None:
+        labels[TEAM_LABEL] = team
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = labels
+    return metadata
+
+
+def _kueue(kind: str, metadata: dict[str, Any], **fields: Any) -> Manifest:
+    return {"apiVersion": KUEUE_API_VERSION, "kind": kind, "metadata": metadata, **fields}
+
+
+def _sorted(objects: list[Manifest]) -> list[Manifest]:
+    return sorted(objects, key=object_key)
+
+
+def _quantity(value: str | int | float) -> str | int:
+    """A platform quantity as written to YAML: integers stay numbers, the rest are strings."""
+    if isinstance(value, bool):  # pragma: no cover - the models reject booleans
+        raise TypeError("a quantity is never a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return format_quantity(Decimal(str(value)))
+    return value
+
+
+def topologies(platform: Platform) -> list[Manifest]:
+    """``Topology`` objects (Kueue TAS): one ``spec.levels[].nodeLabel`` per platform level."""
+    return _sorted(
+        [
+            _kueue("Topology", _metadata(t.name), spec={"levels": [{"nodeLabel": level} for level in t.levels]})
+            for t in platform.topologies
+        ]
+    )
+
+
+def resource_flavors(platform: Platform) -> list[Manifest]:
+    """``ResourceFlavor`` objects; empty fields are left out (Kueue treats absent and empty alike)."""
+    out = []
+    for flavor in platform.flavors:
+        spec: dict[str, Any] = {}
+        if flavor.nodeLabels:
+            spec["nodeLabels"] = dict(sorted(flavor.nodeLabels.items()))
+        if flavor.nodeTaints:
+            spec["nodeTaints"] = [t.model_dump(exclude_none=True) for t in flavor.nodeTaints]
+        if flavor.tolerations:
+            spec["tolerations"] = [t.model_dump(exclude_none=True) for t in flavor.tolerations]
+        if flavor.topologyName is not None:
+            spec["topologyName"] = flavor.topologyName
+        out.append(_kueue("ResourceFlavor", _metadata(flavor.name), spec=spec))
+    return _sorted(out)
+
+
+def cohorts(platform: Platform) -> list[Manifest]:
+    """``Cohort`` objects (hierarchical cohorts): ``parentName`` and ``fairSharing.weight``."""
+    out = []
+    for cohort in platform.cohorts:
+        spec: dict[str, Any] = {}
+        if cohort.parentName is not None:
+            spec["parentName"] = cohort.parentName
+        if cohort.fairSharing is not None:
+            spec["fairSharing"] = {"weight": _quantity(cohort.fairSharing.weight)}
+        out.append(_kueue("Cohort", _metadata(cohort.name), spec=spec))
+    return _sorted(out)
+
+
+def plan_resource_groups(team: TeamSpec, path: str = "") -> tuple[list[ResourceGroupPlan], list[Problem]]:
+    """Group a team's quotas into Kueue resource groups.
+
+    Flavors that quote exactly the same set of resources form one group; flavors keep the order
+    of ``quotas`` (Kueue tries them in that order) and ``coveredResources`` the order of the
+    group's first flavor. Kueue (ClusterQueueSpec.resourceGroups) allows each resource and each
+    flavor in one group only, so a flavor listed twice, or a resource quoted by flavors with
+    different resource sets, is reported as a problem (paths below ``path``, e.g. ``teams[0]``)
+    and left out of the plan.
+    """
+    groups: list[ResourceGroupPlan] = []
+    problems: list[Problem] = []
+    group_of_resource: dict[str, tuple[ResourceGroupPlan, int]] = {}
+    seen_flavor: dict[str, int] = {}
+    prefix = f"{path}." if path else ""
+    for index, quota in enumerate(team.quotas):
+        qpath = f"{prefix}quotas[{index}]"
+        if quota.flavor in seen_flavor:
+            first = seen_flavor[quota.flavor]
+            problems.append(
+                Problem(
+                    path=f"{qpath}.flavor",
+                    message=f"flavor {quota.flavor!r} already has quotas at {prefix}quotas[{first}]; "
+                    "Kueue allows a flavor in one resource group only: merge the two entries",
+                )
+            )
+            continue
+        seen_flavor[quota.flavor] = index
+        resources = list(quota.resources)
+        same = [group_of_resource[r] for r in resources if r in group_of_resource]
+        target = same[0][0] if same else None
+        if target is not None and set(target.covered_resources) == set(resources):
+            target.flavors.append(quota)
+            continue
+        if same:
+            group, first = same[0]
+            problems.append(
+                Problem(
+                    path=f"{qpath}.resources",
+                    message=f"flavor {quota.flavor!r} quotes {sorted(resources)} but flavor "
+                    f"{team.quotas[first].flavor!r} (quotas[{first}]) covers {sorted(group.covered_resources)}; "
+                    "Kueue allows a resource in one resource group only, and every flavor of a group "
+                    "must quote the same resources",
+                )
+            )
+            continue
+        group = ResourceGroupPlan(covered_resources=resources, flavors=[quota])
+        groups.append(group)
+        for resource in resources:
+            group_of_resource[resource] = (group, index)
+    return groups, problems
+
+
+def _label_selector(selector: LabelSelector) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if selector.matchLabels:
+        out["matchLabels"] = dict(sorted(selector.matchLabels.items()))
+    if selector.matchExpressions:
+        expressions = []
+        for requirement in selector.matchExpressions:
+            expression: dict[str, Any] = {"key": requirement.key, "operator": requirement.operator}
+            if requirement.values:
+                expression["values"] = list(requirement.values)
+            expressions.append(expression)
+        out["matchExpressions"] = expressions
+    return out
+
+
+def _namespace_selector(platform: Platform, team: TeamSpec) -> dict[str, Any]:
+    """Listed (or preset) namespaces by name; otherwise the team's own label selector."""
+    names = team_namespaces(platform, team)
+    if names:
+        return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(names)}]}
+    assert team.namespaceSelector is not None  # team_namespaces returns names unless a selector is set
+    return _label_selector(team.namespaceSelector)
+
+
+def _resource_groups(team: TeamSpec) -> list[dict[str, Any]]:
+    groups, _ = plan_resource_groups(team)
+    out = []
+    for group in groups:
+        flavors = []
+        for quota in group.flavors:
+            resources = []
+            for name in group.covered_resources:
+                limits = quota.resources[name]
+                entry: dict[str, Any] = {"name": name, "nominalQuota": _quantity(limits.nominalQuota)}
+                if limits.borrowingLimit is not None:
+                    entry["borrowingLimit"] = _quantity(limits.borrowingLimit)
+                if limits.lendingLimit is not None:
+                    entry["lendingLimit"] = _quantity(limits.lendingLimit)
+                resources.append(entry)
+            flavors.append({"name": quota.flavor, "resources": resources})
+        out.append({"coveredResources": list(group.covered_resources), "flavors": flavors})
+    return out
+
+
+def cluster_queues(platform: Platform) -> list[Manifest]:
+    """One ``ClusterQueue`` per team, named by the naming preset (:func:`cluster_queue_name`)."""
+    out = []
+    for team in platform.teams:
+        spec: dict[str, Any] = {}
+        if team.cohort is not None:
+            spec["cohortName"] = team.cohort
+        spec["namespaceSelector"] = _namespace_selector(platform, team)
+        spec["queueingStrategy"] = team.queueingStrategy
+        if team.preemption is not None:
+            spec["preemption"] = team.preemption.model_dump(exclude_none=True)
+        if team.fairSharing is not None:
+            spec["fairSharing"] = {"weight": _quantity(team.fairSharing.weight)}
+        spec["resourceGroups"] = _resource_groups(team)
+        out.append(_kueue("ClusterQueue", _metadata(cluster_queue_name(platform, team), team=team.name), spec=spec))
+    return _sorted(out)
+
+
+def local_queues(platform: Platform) -> list[Manifest]:
+    """A ``LocalQueue`` in every namespace of every team, pointing at the team's ClusterQueue.
+
+    Teams selected only by a ``namespaceSelector`` have no known namespaces and get none.
+    """
+    out = []
+    for team in platform.teams:
+        name = local_queue_name(platform, team)
+        target = cluster_queue_name(platform, team)
+        for namespace in team_namespaces(platform, team):
+            out.append(_kueue("LocalQueue", _metadata(name, namespace, team.name), spec={"clusterQueue": target}))
+    return _sorted(out)
+
+
+def workload_priority_classes(platform: Platform) -> list[Manifest]:
+    """``WorkloadPriorityClass`` per priority, named by :func:`priority_class_name`."""
+    out = []
+    for priority in platform.priorities:
+        obj = _kueue("WorkloadPriorityClass", _metadata(priority_class_name(platform, priority.name)))
+        obj["value"] = priority.value
+        if priority.description:
+            obj["description"] = priority.description
+        out.append(obj)
+    return _sorted(out)
+
+
+def priority_classes(platform: Platform) -> list[Manifest]:
+    """``scheduling.k8s.io/v1`` PriorityClass for priorities with ``podPriorityClass: true``.
+
+    Same name and value as the WorkloadPriorityClass; never ``globalDefault``.
+    """
+    out = []
+    for priority in platform.priorities:
+        if not priority.podPriorityClass:
+            continue
+        obj: Manifest = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": _metadata(priority_class_name(platform, priority.name)),
+            "value": priority.value,
+            "globalDefault": False,
+        }
+        if priority.description:
+            obj["description"] = priority.description
+        out.append(obj)
+    return _sorted(out)
+
+
+def namespaces(platform: Platform) -> list[Manifest]:
+    """``v1`` Namespace per team namespace, labelled ``kueue-governor.io/team: <team>``.
+
+    With the ``hyperpod`` preset also ``sagemaker.amazonaws.com/quota-allocation-id: <team>`` and
+    ``sagemaker.amazonaws.com/sagemaker-managed-queue: "true"``, the labels HyperPod task
+    governance puts on the namespaces it creates (and by which the HyperPod CLI finds a team's
+    namespace). ``sagemaker.amazonaws.com/activate-quota`` is deliberately not set: it switches on
+    HyperPod's own admission policy.
+    """
+    out = []
+    for team in platform.teams:
+        for namespace in team_namespaces(platform, team):
+            metadata = _metadata(namespace, team=team.name)
+            if platform.naming == "hyperpod":
+                metadata["labels"][HYPERPOD_QUOTA_ALLOCATION_LABEL] = team.name
+                metadata["labels"][HYPERPOD_MANAGED_QUEUE_LABEL] = "true"
+            out.append({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+    return _sorted(out)
+
+
+def policy_config_map(platform: Platform, namespace: str = DEFAULT_POLICY_NAMESPACE) -> Manifest:
+    """The webhook's policy document as ConfigMap ``kgov-policy`` (key ``policy.json``).
+
+    The value is :func:`webhook.core.policy.compile_policies` as indented JSON, with ``namespace``
+    (the webhook's own) added to the never-mutated namespaces (SPEC §3).
+    """
+    policy = compile_policies(platform, extra_excluded=[namespace])
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(POLICY_CONFIGMAP_NAME, namespace),
+        "data": {POLICY_KEY: policy.model_dump_json(indent=2) + "\n"},
+    }
+
+
+#: Output file → what goes in it, in the order files are listed in ``kustomization.yaml``.
+FILE_KINDS: dict[str, str] = {
+    "namespaces.yaml": "Namespace",
+    "topologies.yaml": "Topology",
+    "resourceflavors.yaml": "ResourceFlavor",
+    "cohorts.yaml": "Cohort",
+    "clusterqueues.yaml": "ClusterQueue",
+    "localqueues.yaml": "LocalQueue",
+    "workloadpriorityclasses.yaml": "WorkloadPriorityClass",
+    "priorityclasses.yaml": "PriorityClass",
+    "policy-configmap.yaml": "ConfigMap",
+}
+
+
+def build_manifests(platform: Platform, options: GenerateOptions | None = None) -> dict[str, list[Manifest]]:
+    """Every generated object, grouped by output file (keys in :data:`FILE_KINDS` order).
+
+    Files that would be empty (no cohorts, no pod priority classes, namespaces not asked for)
+    are left out. ``platform`` must have passed validation; a resource-group conflict is skipped
+    here and reported by :func:`webhook.generate.validate.validate_platform`.
+    """
+    options = options or GenerateOptions()
+    builders: dict[str, Callable[[], list[Manifest]]] = {
+        "namespaces.yaml": lambda: namespaces(platform) if options.namespaces else [],
+        "topologies.yaml": lambda: topologies(platform),
+        "resourceflavors.yaml": lambda: resource_flavors(platform),
+        "cohorts.yaml": lambda: cohorts(platform),
+        "clusterqueues.yaml": lambda: cluster_queues(platform),
+        "localqueues.yaml": lambda: local_queues(platform),
+        "workloadpriorityclasses.yaml": lambda: workload_priority_classes(platform),
+        "priorityclasses.yaml": lambda: priority_classes(platform),
+        "policy-configmap.yaml": lambda: [policy_config_map(platform, options.policy_namespace)],
+    }
+    out: dict[str, list[Manifest]] = {}
+    for name in FILE_KINDS:
+        objects = builders[name]()
+        if objects:
+            out[name] = objects
+    return out
