@@ -72,6 +72,7 @@ class GovernorState:
         self.inventory: NodeInventory | None = None
         self.certificate_loaded = False
         self.caches: list[Any] = []
+        self.in_flight = 0
         self._mtimes: dict[Path, float] = {}
 
     # -- policy ------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ class GovernorState:
         """(Re)load policies; on failure keep the previous ones and log every problem."""
         try:
             policies = load_policies(self.config.platform, self.config.policy, self.config.extra_excluded)
-        except (PlatformError, InputError) as exc:
+        except (PlatformError, InputError, ValueError) as exc:  # ValueError: e.g. a file that is not UTF-8
             self.metrics.policy_reloads.labels("error").inc()
             log.error("policy load failed; keeping the previous policies", error=str(exc))
             if self.teams is None:
@@ -160,6 +161,7 @@ async def _admit(request: web.Request) -> web.Response:
     metrics = state.metrics
     started = time.perf_counter()
     metrics.in_flight.inc()
+    state.in_flight += 1
     try:
         try:
             body = await request.json(loads=json.loads)
@@ -194,6 +196,7 @@ async def _admit(request: web.Request) -> web.Response:
         return web.json_response(outcome.response)
     finally:
         metrics.in_flight.dec()
+        state.in_flight -= 1
         metrics.latency.observe(time.perf_counter() - started)
 
 
@@ -227,8 +230,22 @@ def make_app(state: GovernorState) -> web.Application:
     return app
 
 
+def _serve_certificate_of(fresh: ssl.SSLContext) -> Callable[[ssl.SSLObject, str | None, ssl.SSLContext], None]:
+    """An SNI callback (OpenSSL runs it on every handshake, SNI or not) that switches to ``fresh``."""
+
+    def switch(ssl_object: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext) -> None:
+        ssl_object.context = fresh
+
+    return switch
+
+
 async def _watch_files(state: GovernorState, context: ssl.SSLContext) -> None:
-    """Reload the certificate pair and the policy file whenever they change on disk."""
+    """Reload the certificate pair and the policy file whenever they change on disk.
+
+    A new pair is loaded into a new context and the listening context hands each new handshake to
+    it. Loading into the live context instead would break it on a mismatched pair (cert rotated,
+    key not yet): OpenSSL drops the old key as soon as the new certificate is set.
+    """
     config = state.config
     state.changed(config.cert_file, config.key_file)
     state.changed(state.policy_source())
@@ -236,13 +253,14 @@ async def _watch_files(state: GovernorState, context: ssl.SSLContext) -> None:
         await asyncio.sleep(config.reload_interval)
         if state.changed(config.cert_file, config.key_file):
             try:
-                context.load_cert_chain(str(config.cert_file), str(config.key_file))
+                fresh = make_ssl_context(config.cert_file, config.key_file)
             except (ssl.SSLError, OSError) as exc:
                 # Mid-rotation the cert and key may disagree for a moment: keep serving the old pair.
                 state.metrics.cert_reloads.labels("error").inc()
                 log.warning("certificate reload failed; serving the previous one", error=str(exc))
                 state._mtimes.pop(config.cert_file, None)
             else:
+                context.sni_callback = _serve_certificate_of(fresh)
                 state.metrics.cert_reloads.labels("ok").inc()
                 log.info("certificate reloaded", cert=str(config.cert_file))
         if state.changed(state.policy_source()):
@@ -303,6 +321,12 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        # Stop accepting, then let the requests already received finish, bodies still arriving
+        # included: aiohttp's own shutdown (runner.cleanup) stops reading open connections at once.
+        await site.stop()
+        deadline = time.monotonic() + config.shutdown_timeout
+        while state.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         await runner.cleanup()
         for cache in state.caches:
             await cache.stop()
