@@ -21,6 +21,7 @@ from webhook.generate.commands import diff_command, generate_command
 from webhook.generate.live import LiveState, diff_objects, fetch_live, project, resource_path
 from webhook.generate.manifests import GenerateOptions, build_manifests, object_key
 
+REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "kueue-config" / "platform.yaml"
 NODES = ROOT / "tests" / "data" / "nodes-p5.json"
@@ -149,7 +150,7 @@ def test_generate_warns_about_recreates_against_files_on_disk(workdir: Path) -> 
     assert result.exit_code == 0
     assert result.stderr.splitlines()[0] == (
         "warning: flavors[0]: ResourceFlavor 'p5-48xlarge' needs a recreate: this changes nodeLabels of a "
-        "ResourceFlavor with topologyName 'aws-network'; Kueue keeps its spec immutable once topologyName is set; "
+        f"ResourceFlavor with topologyName 'aws-network'; {REFUSED}; "
         "delete and re-create it; workloads admitted on it are evicted and requeued"
     )
 
@@ -187,6 +188,22 @@ def live_copy(obj: dict[str, Any]) -> dict[str, Any]:
     return live
 
 
+@pytest.mark.parametrize(
+    ("live", "desired", "shaped"),
+    [
+        pytest.param({"a": 1, "b": 2}, {"a": 5}, {"a": 1}, id="extra-keys-dropped"),
+        pytest.param(
+            {}, {"f": False, "s": "", "l": [], "m": {}}, {"f": False, "s": "", "l": [], "m": {}}, id="omitempty"
+        ),
+        pytest.param({}, {"zero": 0, "x": "y"}, {}, id="missing-values-stay-missing"),
+        pytest.param([{"a": 1, "z": 0}], [{"a": 2}], [{"a": 1}], id="lists-element-wise"),
+        pytest.param([{"a": 1}, {"a": 2}], [{"a": 1}], [{"a": 1}, {"a": 2}], id="lists-of-other-length-kept"),
+    ],
+)
+def test_project(live: Any, desired: Any, shaped: Any) -> None:
+    assert project(live, desired) == shaped
+
+
 def test_projection_ignores_server_fields() -> None:
     for obj in desired_objects():
         shaped = project(live_copy(obj), obj)
@@ -210,8 +227,8 @@ def test_diff_objects_reports_create_update_recreate_delete() -> None:
         (
             "update",
             "ResourceFlavor/p5-48xlarge",
-            "changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; Kueue keeps its spec "
-            "immutable once topologyName is set",
+            "changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; Kueue refuses changes to "
+            "nodeLabels, tolerations and topologyName once it is set",
         ),
         ("create", "Cohort/ml-platform", None),
         ("update", "ClusterQueue/hyperpod-ns-research-clusterqueue", None),
@@ -332,7 +349,7 @@ def test_diff_command_drift_exits_1_and_flags_recreate(
     assert "-  topologyName: old\n+  topologyName: aws-network\n" in result.stdout
     assert (
         "# RECREATE ResourceFlavor/p5-48xlarge: this changes topologyName of a ResourceFlavor with topologyName "
-        "'old'; Kueue keeps its spec immutable once topologyName is set; delete it and apply again\n"
+        f"'old'; {REFUSED}; delete it and apply again\n"
     ) in result.stdout
     assert "# create: Cohort/ml-platform\n" in result.stdout
     assert result.stderr == "1 to create, 1 to update (1 need a recreate), 0 to delete\n"

@@ -217,6 +217,19 @@ def test_fair_share_disabled_drops_weights() -> None:
             id="mig",
         ),
         pytest.param(
+            {"ComputeQuotaConfig": {"ComputeQuotaResources": [{"InstanceType": "ml.p5.48xlarge"}]}},
+            "q.ComputeQuotaConfig.ComputeQuotaResources[0]",
+            "no Count, Accelerators, VCpu or MemoryInGiB",
+            id="no-amount",
+        ),
+        pytest.param(
+            {"ComputeQuotaConfig": {"ComputeQuotaResources": [{"InstanceType": "ml.m5.2xlarge", "Accelerators": 1}]}},
+            "q.ComputeQuotaConfig.ComputeQuotaResources[0].Accelerators",
+            "--instance-resources for ml.m5.2xlarge name no accelerator (nvidia.com/gpu, aws.amazon.com/neuron, "
+            "aws.amazon.com/neuroncore, amd.com/gpu)",
+            id="accelerators-without-accelerator",
+        ),
+        pytest.param(
             {"ComputeQuotaConfig": {"ResourceSharingConfig": {"Strategy": "Share"}}},
             "q.ComputeQuotaConfig.ResourceSharingConfig.Strategy",
             "Input should be 'Lend', 'DontLend' or 'LendAndBorrow'",

@@ -327,7 +327,6 @@ def test_priority_classes() -> None:
             "kind": "PriorityClass",
             "metadata": {"name": "high", "labels": MANAGED},
             "value": 1000,
-            "globalDefault": False,
             "description": "Urgent.",
         }
     ]

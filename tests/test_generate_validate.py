@@ -20,6 +20,7 @@ from webhook.generate.validate import (
     validate_platform,
 )
 
+REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ROOT / "tests" / "data" / "nodes-p5.json"
 EXAMPLE = ROOT / "kueue-config" / "platform.yaml"
@@ -437,23 +438,31 @@ FLAVOR = {
         pytest.param(
             {"nodeLabels": {"pool": "gpu2"}, "topologyName": "net"},
             {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
-            "changes nodeLabels of a ResourceFlavor with topologyName 'net'; Kueue keeps its spec immutable once "
-            "topologyName is set",
+            f"changes nodeLabels of a ResourceFlavor with topologyName 'net'; {REFUSED}",
             id="tas-flavor-labels",
         ),
         pytest.param(
             {"nodeLabels": {"pool": "gpu"}},
             {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
-            "changes topologyName of a ResourceFlavor with topologyName 'net'; Kueue keeps its spec immutable once "
-            "topologyName is set",
+            f"changes topologyName of a ResourceFlavor with topologyName 'net'; {REFUSED}",
             id="tas-flavor-drops-topology",
         ),
         pytest.param(
             {"nodeLabels": {"pool": "gpu"}, "topologyName": "net", "tolerations": [{"key": "k", "operator": "Exists"}]},
             {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
-            "changes tolerations of a ResourceFlavor with topologyName 'net'; Kueue keeps its spec immutable once "
-            "topologyName is set",
+            f"changes tolerations of a ResourceFlavor with topologyName 'net'; {REFUSED}",
             id="tas-flavor-tolerations",
+        ),
+        pytest.param(
+            {
+                "nodeLabels": {"pool": "gpu"},
+                "topologyName": "net",
+                "nodeTaints": [{"key": "k", "effect": "NoSchedule"}],
+            },
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            "changes nodeTaints of a ResourceFlavor with topologyName 'net'; newer Kueue releases keep the whole spec "
+            "immutable once topologyName is set",
+            id="tas-flavor-taints",
         ),
         pytest.param(
             {"nodeLabels": {"pool": "gpu2"}, "topologyName": "net"},
@@ -515,7 +524,7 @@ def test_recreate_warnings_point_into_the_platform() -> None:
             "ResourceFlavor",
             "p5-48xlarge",
             "ResourceFlavor 'p5-48xlarge' needs a recreate: this changes nodeLabels of a ResourceFlavor with "
-            "topologyName 'aws-network'; Kueue keeps its spec immutable once topologyName is set; delete and "
+            f"topologyName 'aws-network'; {REFUSED}; delete and "
             "re-create it; workloads admitted on it are evicted and requeued",
         ),
     ]

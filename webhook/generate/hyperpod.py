@@ -309,6 +309,19 @@ def _team(
                 )
             )
             continue
+        shares = (entry.Count, entry.Accelerators, entry.VCpu, entry.MemoryInGiB)
+        if all(value is None for value in shares):
+            problems.append(Problem(path=path, message="no Count, Accelerators, VCpu or MemoryInGiB"))
+            continue
+        if entry.Count is None and entry.Accelerators is not None and _accelerator(node) is None:
+            problems.append(
+                Problem(
+                    path=f"{path}.Accelerators",
+                    message=f"--instance-resources for {entry.InstanceType} name no accelerator "
+                    f"({', '.join(ACCELERATOR_RESOURCES)})",
+                )
+            )
+            continue
         nominal = _amounts(entry, node)
         borrow = _amounts(absolute[short], node) if short in absolute else None
         resources: dict[str, Any] = {}

@@ -44,6 +44,9 @@ KIND_PLURALS: dict[tuple[str, str], tuple[str, bool]] = {
 
 ObjectKey = tuple[str, str, str, str]
 
+_EMPTY: tuple[Any, ...] = (False, "", [], {})
+_EMPTY_TYPES = (bool, str, list, dict)
+
 
 class LiveError(RuntimeError):
     """The cluster could not be read (kubeconfig, connection, authorisation)."""
@@ -130,9 +133,16 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
 def project(live: Any, desired: Any) -> Any:
     """``live`` reduced to the shape of ``desired``: map keys the generator does not write are
     dropped (recursively; lists element by element when lengths match), so server defaults and
-    status are not reported as drift."""
+    status are not reported as drift. A key the server left out because its value is empty
+    (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value."""
     if isinstance(live, Mapping) and isinstance(desired, Mapping):
-        return {key: project(live[key], desired[key]) for key in desired if key in live}
+        out = {}
+        for key, wanted in desired.items():
+            if key in live:
+                out[key] = project(live[key], wanted)
+            elif wanted in _EMPTY and type(wanted) in _EMPTY_TYPES:
+                out[key] = wanted
+        return out
     if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
         return [project(a, b) for a, b in zip(live, desired, strict=True)]
     return live

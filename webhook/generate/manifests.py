@@ -333,7 +333,7 @@ def workload_priority_classes(platform: Platform) -> list[Manifest]:
 def priority_classes(platform: Platform) -> list[Manifest]:
     """``scheduling.k8s.io/v1`` PriorityClass for priorities with ``podPriorityClass: true``.
 
-    Same name and value as the WorkloadPriorityClass; never ``globalDefault``.
+    Same name and value as the WorkloadPriorityClass; ``globalDefault`` is left out (false).
     """
     out = []
     for priority in platform.priorities:
@@ -344,7 +344,6 @@ def priority_classes(platform: Platform) -> list[Manifest]:
             "kind": "PriorityClass",
             "metadata": _metadata(priority_class_name(platform, priority.name)),
             "value": priority.value,
-            "globalDefault": False,
         }
         if priority.description:
             obj["description"] = priority.description

@@ -415,21 +415,23 @@ def canonical(value: Any) -> Any:
 def needs_recreate(desired: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
     """Why ``current`` cannot be updated in place to ``desired`` (same kind and name), or None.
 
-    - ResourceFlavor: Kueue makes the whole spec immutable once ``topologyName`` is set
-      (``resourceFlavorSpec are immutable when topologyName is set``), which covers
-      ``topologyName``, ``nodeLabels``, ``nodeTaints`` and ``tolerations``;
+    - ResourceFlavor whose live version has ``topologyName``: Kueue refuses changes to
+      ``nodeLabels``, ``tolerations`` and ``topologyName`` (CRD validation rules, e.g. "nodeLabels
+      are immutable when topologyName is set", Kueue v0.17); newer releases keep the whole spec
+      immutable (``resourceFlavorSpec are immutable when topologyName is set``), which adds
+      ``nodeTaints``. Adding a ``topologyName`` to a flavor without one is allowed;
     - Topology: ``spec.levels`` is immutable;
     - LocalQueue: ``spec.clusterQueue`` is immutable.
     """
     kind = desired.get("kind")
     old, new = _spec(current), _spec(desired)
     if kind == "ResourceFlavor":
-        if old.get("topologyName") and canonical(old) != canonical(new):
-            changed = sorted(k for k in {*old, *new} if canonical(old.get(k)) != canonical(new.get(k)))
-            return (
-                f"changes {', '.join(changed)} of a ResourceFlavor with topologyName "
-                f"{old['topologyName']!r}; Kueue keeps its spec immutable once topologyName is set"
-            )
+        changed = sorted(k for k in {*old, *new} if canonical(old.get(k)) != canonical(new.get(k)))
+        if old.get("topologyName") and changed:
+            where = f"changes {', '.join(changed)} of a ResourceFlavor with topologyName {old['topologyName']!r}; "
+            if set(changed) & {"nodeLabels", "tolerations", "topologyName"}:
+                return where + "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
+            return where + "newer Kueue releases keep the whole spec immutable once topologyName is set"
     elif kind == "Topology":
         if old.get("levels") != new.get("levels"):
             return "changes spec.levels; Kueue keeps a Topology's levels immutable"
