@@ -1,0 +1,373 @@
+"""Admission benchmarks (SPEC §11): every figure next to a baseline measured in the same run.
+
+1. Handler alone, in-process: ``webhook.core.review.review`` on a JobSet CREATE with 4 pod
+   templates, against ``json.loads(json.dumps(body))`` (the decode no handler can avoid).
+2. Over TLS on 127.0.0.1: ``kgov serve`` (a separate process) against a no-op AdmissionReview
+   server on the same stack (aiohttp, the same TLS context, ``allowed: true`` echoing the uid),
+   also a separate process; load from this process with aiohttp at a fixed concurrency for a fixed
+   number of requests.
+
+Run: ``python benchmarks/bench_admission.py`` (about 30 s; ``--help`` for the knobs).
+Only loopback is used; every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PLATFORM = REPO / "kueue-config" / "platform.yaml"
+LOOPBACK = "127.0.0.1"
+NAMESPACE = "hyperpod-ns-research"
+START_TIMEOUT_S = 20.0
+LOAD_TIMEOUT_S = 40.0
+
+
+# -- the workload ---------------------------------------------------------------------------------
+def jobset_review(uid: str) -> dict[str, Any]:
+    """An AdmissionReview v1 for the CREATE of a JobSet with 4 replicatedJobs (4 pod templates)."""
+
+    def replicated_job(name: str, replicas: int, gpus: int) -> dict[str, Any]:
+        container = {
+            "name": name,
+            "image": "ghcr.io/example/llama-train:1.2.0",
+            "command": ["torchrun", f"--nnodes={replicas}", "train.py"],
+            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}},
+        }
+        pod = {"metadata": {}, "spec": {"restartPolicy": "OnFailure", "containers": [container]}}
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {"spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}},
+        }
+
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llama-pretrain", "namespace": NAMESPACE, "labels": {"app": "llama"}},
+        "spec": {
+            "network": {"enableDNSHostnames": True},
+            "replicatedJobs": [
+                replicated_job("driver", 1, 0),
+                replicated_job("workers", 4, 8),
+                replicated_job("evaluator", 1, 8),
+                replicated_job("checkpointer", 1, 0),
+            ],
+        },
+    }
+    gvk = {"group": "jobset.x-k8s.io", "version": "v1alpha2"}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {**gvk, "kind": "JobSet"},
+            "resource": {**gvk, "resource": "jobsets"},
+            "requestKind": {**gvk, "kind": "JobSet"},
+            "requestResource": {**gvk, "resource": "jobsets"},
+            "name": "llama-pretrain",
+            "namespace": NAMESPACE,
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": jobset,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+# -- figures --------------------------------------------------------------------------------------
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+@dataclass
+class Latencies:
+    p50: float
+    p99: float
+    mean: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Latencies:
+        ordered = sorted(values)
+        return cls(percentile(ordered, 0.50), percentile(ordered, 0.99), statistics.fmean(ordered))
+
+
+def time_calls(call: Callable[[], Any], iterations: int, warmup: int, budget_s: float) -> list[float]:
+    """Per-call wall time in µs of ``call()``, after ``warmup`` calls; stops early at ``budget_s``."""
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    gc.collect()
+    deadline_ns = time.perf_counter_ns() + int(budget_s * 1e9)
+    for _ in range(iterations):
+        started = time.perf_counter_ns()
+        call()
+        samples.append((time.perf_counter_ns() - started) / 1000)
+        if started > deadline_ns:
+            break
+    return samples
+
+
+def bench_handler(iterations: int) -> None:
+    from webhook.core.resolve import TeamIndex
+    from webhook.core.review import review
+    from webhook.sources import load_policies
+
+    teams = TeamIndex(load_policies(PLATFORM))
+    body = jobset_review(str(uuid.uuid4()))
+    outcome = review(body, teams)
+    assert outcome.plan.allowed and len(outcome.patch) > 0, "the JobSet should be patched"
+    prefix = "/spec/replicatedJobs/"
+    templates = {op["path"].split("/")[3] for op in outcome.patch if op["path"].startswith(prefix)}
+    assert templates == {"0", "1", "2", "3"}, f"all 4 pod templates should be patched, got {templates}"
+
+    handler = Latencies.of(time_calls(lambda: review(body, teams), iterations, iterations // 10, 30.0))
+    decode = Latencies.of(time_calls(lambda: json.loads(json.dumps(body)), iterations, iterations // 10, 30.0))
+
+    print(f"\n1. Handler alone, in-process: review() of a JobSet CREATE with 4 pod templates "
+          f"({len(outcome.patch)} patch ops), {iterations} iterations")
+    print(f"   {'':34} {'p50 µs':>10} {'p99 µs':>10} {'mean µs':>10}")
+    print(f"   {'review(body, TeamIndex)':34} {handler.p50:10.1f} {handler.p99:10.1f} {handler.mean:10.1f}")
+    print(f"   {'baseline json.loads(json.dumps())':34} {decode.p50:10.1f} {decode.p99:10.1f} {decode.mean:10.1f}")
+    print(f"   ratio handler/baseline: p50 {handler.p50 / decode.p50:.1f}x, p99 {handler.p99 / decode.p99:.1f}x")
+
+
+# -- servers --------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def run_noop_server(port: int, cert_file: Path, key_file: Path) -> None:
+    """The floor: same aiohttp, same TLS context and body limit; decodes, echoes the uid, allows."""
+    from aiohttp import web
+
+    from webhook.server import MAX_BODY_BYTES, make_ssl_context
+
+    async def admit(request: web.Request) -> web.Response:
+        body = await request.json(loads=json.loads)
+        answer = {"uid": body["request"]["uid"], "allowed": True}
+        return web.json_response({"apiVersion": body["apiVersion"], "kind": "AdmissionReview", "response": answer})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/mutate", admit)
+        app.router.add_get("/healthz", healthz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, LOOPBACK, port, ssl_context=make_ssl_context(cert_file, key_file)).start()
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_server(name: str, command: list[str], port: int, log: Path) -> Server:
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, cwd=REPO)
+    return Server(name, port, process, log)
+
+
+async def wait_healthy(server: Server, context: ssl.SSLContext) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=context), timeout=aiohttp.ClientTimeout(total=2)
+    ) as session:
+        for _ in range(400):
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                break
+            try:
+                async with session.get(f"https://{LOOPBACK}:{server.port}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    tail = server.log.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"{server.name} did not become healthy on port {server.port}:\n{tail}")
+
+
+@dataclass
+class LoadResult:
+    requests: int
+    seconds: float
+    latencies_ms: Latencies
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds
+
+
+async def load(
+    port: int, context: ssl.SSLContext, bodies: list[bytes], uids: list[str], concurrency: int
+) -> LoadResult:
+    """Send every body once with ``concurrency`` workers on keep-alive connections; check each answer."""
+    import aiohttp
+
+    url = f"https://{LOOPBACK}:{port}/mutate"
+    latencies: list[float] = []
+    next_index = 0
+    headers = {"Content-Type": "application/json"}
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal next_index
+        while next_index < len(bodies):
+            index = next_index
+            next_index += 1
+            started = time.perf_counter()
+            async with session.post(url, data=bodies[index], headers=headers) as resp:
+                answer = await resp.read()
+                status = resp.status
+            latencies.append((time.perf_counter() - started) * 1000)
+            if status != 200 or json.loads(answer)["response"]["uid"] != uids[index]:
+                raise RuntimeError(f"request {index}: HTTP {status}: {answer[:200]!r}")
+
+    connector = aiohttp.TCPConnector(ssl=context, limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        started = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(worker(session) for _ in range(concurrency))), LOAD_TIMEOUT_S)
+        elapsed = time.perf_counter() - started
+    return LoadResult(len(latencies), elapsed, Latencies.of(latencies))
+
+
+def bench_tls(total: int, concurrency: int, rounds: int) -> None:
+    from webhook.certs import generate_ca, issue_serving_certificate, write_private
+
+    with tempfile.TemporaryDirectory(prefix="kgov-bench-") as scratch:
+        directory = Path(scratch)
+        ca_cert, ca_key = generate_ca("kgov-bench-ca", days=1)
+        cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], [LOOPBACK], days=1)
+        (directory / "ca.crt").write_bytes(ca_cert)
+        write_private(directory / "tls.crt", cert)
+        write_private(directory / "tls.key", key)
+        context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+
+        ours_port, noop_port = free_port(), free_port()
+        tls = ["--tls-cert-file", str(directory / "tls.crt"), "--tls-private-key-file", str(directory / "tls.key")]
+        servers = [
+            start_server(
+                "kgov serve",
+                [sys.executable, "-m", "webhook.cli", "serve", "--platform", str(PLATFORM), *tls,
+                 "--host", LOOPBACK, "--port", str(ours_port)],
+                ours_port,
+                directory / "kgov.log",
+            ),
+            start_server(
+                "no-op server",
+                [sys.executable, str(Path(__file__).resolve()), "--noop-server", str(noop_port),
+                 str(directory / "tls.crt"), str(directory / "tls.key")],
+                noop_port,
+                directory / "noop.log",
+            ),
+        ]
+        try:
+
+            async def run() -> dict[str, list[LoadResult]]:
+                for server in servers:
+                    await wait_healthy(server, context)
+                results: dict[str, list[LoadResult]] = {server.name: [] for server in servers}
+                for round_number in range(rounds + 1):  # round 0 warms both servers up
+                    for server in servers if round_number % 2 else reversed(servers):
+                        uids = [str(uuid.uuid4()) for _ in range(total if round_number else total // 5)]
+                        bodies = [json.dumps(jobset_review(uid)).encode() for uid in uids]
+                        result = await load(server.port, context, bodies, uids, concurrency)
+                        if round_number:
+                            results[server.name].append(result)
+                return results
+
+            results = asyncio.run(run())
+        finally:
+            for server in servers:
+                server.stop()
+        log_lines = sum(1 for _ in (directory / "kgov.log").open("rb"))
+
+    print(f"\n2. Over TLS on {LOOPBACK}: {total} requests per round, concurrency {concurrency}, {rounds} rounds "
+          f"(keep-alive connections; client in this process, each server in its own process)")
+    print(f"   {'':16} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}   per round (req/s)")
+    best: dict[str, LoadResult] = {}
+    for name, runs in results.items():
+        best[name] = median = sorted(runs, key=lambda r: r.throughput)[len(runs) // 2]
+        per_round = ", ".join(f"{r.throughput:.0f}" for r in runs)
+        print(f"   {name:16} {median.throughput:9.0f} {median.latencies_ms.p50:8.2f} {median.latencies_ms.p99:8.2f}"
+              f"   {per_round}")
+    ours, floor = best["kgov serve"], best["no-op server"]
+    print(f"   ratio kgov/no-op: throughput {ours.throughput / floor.throughput:.2f}x, "
+          f"p50 {ours.latencies_ms.p50 / floor.latencies_ms.p50:.2f}x, "
+          f"p99 {ours.latencies_ms.p99 / floor.latencies_ms.p99:.2f}x")
+    print(f"   (median round by throughput; kgov wrote {log_lines} JSON log lines, one per request)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=5000, help="handler iterations (default 5000)")
+    parser.add_argument("--requests", type=int, default=3000, help="requests per server per round (default 3000)")
+    parser.add_argument("--concurrency", type=int, default=16, help="client concurrency (default 16)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per server (default 3)")
+    parser.add_argument("--noop-server", nargs=3, metavar=("PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.noop_server:
+        port, cert, key = args.noop_server
+        run_noop_server(int(port), Path(cert), Path(key))
+        return
+    for name, value, limit in (("iterations", args.iterations, 100_000), ("requests", args.requests, 20_000),
+                               ("concurrency", args.concurrency, 256), ("rounds", args.rounds, 9)):
+        if not 1 <= value <= limit:
+            parser.error(f"--{name} must be between 1 and {limit}")
+
+    print(f"kueue-governor admission benchmarks: Python {platform.python_version()}, {ssl.OPENSSL_VERSION}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    bench_handler(args.iterations)
+    bench_tls(args.requests, args.concurrency, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
