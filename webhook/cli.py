@@ -306,5 +306,15 @@ def policy_command(platform: Path | None) -> None:
     click.echo(teams.policies.model_dump_json(indent=2))
 
 
+def _register_generator() -> None:
+    from webhook.generate.commands import diff_command, generate_command, import_hyperpod_command
+
+    main.add_command(generate_command, "generate")
+    main.add_command(diff_command, "diff")
+    main.add_command(import_hyperpod_command, "import-hyperpod")
+
+
+_register_generator()
+
 if __name__ == "__main__":  # pragma: no cover
     main()
