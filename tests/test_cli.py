@@ -188,6 +188,17 @@ def test_missing_platform_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "nope.yaml: invalid platform file" in result.stderr and "cannot read" in result.stderr
 
 
+def test_non_utf8_platform_or_dump_is_a_clear_error(tmp_path: Path) -> None:
+    """Regression: a non-UTF-8 file raised UnicodeDecodeError instead of an input error."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("teams: [{name: \u00e9quipe}]\n".encode("latin-1"))
+    result = invoke("policy", "--platform", str(path))
+    assert result.exit_code == 2
+    assert "latin1.yaml: invalid platform file" in result.stderr and "not UTF-8 text" in result.stderr
+    result = invoke("review", "--platform", str(PLATFORM), "--namespaces", str(path), stdin="{}")
+    assert result.exit_code == 2 and "latin1.yaml: not UTF-8 text" in result.stderr
+
+
 def test_schema_is_a_json_schema_of_the_platform_file() -> None:
     schema = json.loads(invoke("schema").stdout)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"

@@ -31,6 +31,8 @@ def _read_document(path: str | Path) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
         return yaml.safe_load(text)  # JSON is YAML
     except yaml.YAMLError as exc:

@@ -288,7 +288,7 @@ def _expand(
 
 def child(node: Any, key: Key) -> Any:
     """``node[key]`` for a map key or an in-range list index; None when absent."""
-    if isinstance(node, Mapping):
+    if type(node) is dict or isinstance(node, Mapping):  # exact dict first: the abc check is slow
         return node.get(key)
     if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
         return node[key]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import jsonpatch
@@ -18,14 +19,22 @@ from webhook.core.planner import Change
 __all__ = ["apply_patch", "pointer", "to_json_patch"]
 
 
-def pointer(path: Sequence[str | int]) -> str:
-    """RFC 6901 pointer for a key path (``("metadata", "labels", "a/b")`` → ``/metadata/labels/a~1b``)."""
+@lru_cache(maxsize=8192)
+def pointer(path: tuple[str | int, ...]) -> str:
+    """RFC 6901 pointer for a key path (``("metadata", "labels", "a/b")`` → ``/metadata/labels/a~1b``).
+
+    Cached: the same workload shapes yield the same paths request after request.
+    """
     return str(JsonPointer.from_parts([str(part) for part in path]).path)
 
 
 def to_json_patch(changes: Sequence[Change]) -> list[dict[str, Any]]:
-    """RFC 6902 operations, in plan order (each applies to the result of the previous one)."""
-    return [{"op": c.op, "path": pointer(c.path), "value": copy.deepcopy(c.value)} for c in changes]
+    """RFC 6902 operations, in plan order (each applies to the result of the previous one).
+
+    The values are the plan's own (the planner never shares them with the draft); serialise the
+    patch before changing any of them.
+    """
+    return [{"op": c.op, "path": pointer(tuple(c.path)), "value": c.value} for c in changes]
 
 
 def apply_patch(obj: Mapping[str, Any], operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ change is an ``add`` of something missing, except setting a present ``suspend: f
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -97,10 +96,15 @@ class Plan:
 
 
 class _Draft:
-    """A working copy of the object plus the changes that produced it."""
+    """A working copy of the object plus the changes that produced it.
+
+    Copy-on-write: the draft shares the caller's maps and lists until a change touches them; then
+    each container on the changed path is copied once (the request object is never modified).
+    """
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
-        self.doc: dict[str, Any] = copy.deepcopy(dict(obj))
+        self.doc: dict[str, Any] = dict(obj)
+        self._owned: set[int] = {id(self.doc)}
         self.changes: list[Change] = []
 
     def get(self, path: tuple[Key, ...]) -> Any:
@@ -135,17 +139,38 @@ class _Draft:
         assert isinstance(items, list)
         self._record("add", (*list_path, len(items)), value, rule, reason)
 
+    def _own(self, path: tuple[Key, ...]) -> Any:
+        """The container at ``path``, with it and every container above it copied into the draft."""
+        node: Any = self.doc
+        for key in path:
+            found = child(node, key)
+            if id(found) not in self._owned:
+                found = dict(found) if isinstance(found, dict) else list(found)
+                self._owned.add(id(found))
+                node[key] = found
+            node = found
+        return node
+
     def _record(
         self, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
     ) -> None:
-        parent = self.get(path[:-1])
+        parent = self._own(path[:-1])
         key = path[-1]
         if isinstance(parent, list):
             assert isinstance(key, int)
-            parent.insert(key, copy.deepcopy(value))
+            parent.insert(key, _clone(value))
         else:
-            parent[key] = copy.deepcopy(value)
+            parent[key] = _clone(value)
         self.changes.append(Change(op, path, value, rule, reason))
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of a JSON value (maps, lists, scalars); much cheaper than ``copy.deepcopy``."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
 
 
 class _Shape(Exception):
@@ -257,8 +282,9 @@ def plan_object(
     plan = Plan()
     try:
         _plan_labels(draft, row, team, plan)
+        affinity = [e.model_dump() for e in team.nodeAffinity]
         for ref in iter_pod_templates(draft.doc, row):
-            _plan_template(draft, ref, team, inventory, plan)
+            _plan_template(draft, ref, team, affinity, inventory, plan)
     except _Shape as shape:
         plan.denials.append(
             f"malformed object: {_dotted(shape.path)} must be an {shape.expected}, got {_json_type(shape.found)}"
@@ -293,7 +319,12 @@ def _plan_labels(draft: _Draft, row: WorkloadKind, team: TeamPolicyCompiled, pla
 
 
 def _plan_template(
-    draft: _Draft, ref: PodTemplateRef, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
+    draft: _Draft,
+    ref: PodTemplateRef,
+    team: TeamPolicyCompiled,
+    affinity: list[dict[str, Any]],
+    inventory: NodeInventory | None,
+    plan: Plan,
 ) -> None:
     spec_path = (*ref.path, "spec")
     spec = _string_map(draft, spec_path)
@@ -315,8 +346,8 @@ def _plan_template(
             )
     if team.topology is not None:
         _plan_topology(draft, ref, team.topology, inventory, plan, team)
-    if team.nodeAffinity:
-        _plan_node_affinity(draft, spec_path, [e.model_dump() for e in team.nodeAffinity], where)
+    if affinity:
+        _plan_node_affinity(draft, spec_path, affinity, where)
 
 
 def _plan_topology(

@@ -616,6 +616,10 @@ def load_platform(path: str | Path) -> Platform:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PlatformError(source, [Problem(path="", message=f"cannot read: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise PlatformError(
+            source, [Problem(path="", message=f"not UTF-8 text: {exc.reason} at byte {exc.start}")]
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
