@@ -1,0 +1,889 @@
+"""A real, local control plane for the e2e suite: etcd, kube-apiserver and the Kueue manager.
+
+Everything runs as local processes on 127.0.0.1 (no containers, no kubelet):
+
+* etcd on free loopback ports, its data in the state directory;
+* kube-apiserver with a serving certificate from our own CA, RBAC + Node authorization, a static
+  admin token, service-account signing keys and the default admission plugins (webhooks on);
+* Kueue's CRDs (conversion webhooks rewritten to ``https://127.0.0.1:<port>/convert``), the CRDs of
+  the workload kinds Kueue integrates with, and Kueue's webhook configurations rewritten from
+  in-cluster Services to URLs on 127.0.0.1 with our CA bundle;
+* the Kueue manager out of cluster (``--kubeconfig``, ``--config``), serving its webhooks on
+  127.0.0.1 with a certificate from our CA;
+* fake GPU nodes: Node objects with AWS network topology labels, allocatable GPUs and Ready=True
+  (set through the status subresource; without a kube-controller-manager nothing flips them);
+* optionally our own webhook, ``kgov serve``, registered as the ``kgov-governor``
+  MutatingWebhookConfiguration.
+
+State (pid files, logs, certificates, kubeconfig, etcd data) lives in ``$KGOV_E2E_STATE`` or
+``e2e/.state``. Command line::
+
+    python -m e2e.devcluster up [--shape 1x2x2x2] [--with-governor platform.yaml]
+    python -m e2e.devcluster status
+    python -m e2e.devcluster down [--purge]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import datetime
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.dynamic import DynamicClient
+
+from e2e import build
+from e2e.manifests import (
+    GOVERNOR_WEBHOOK_CONFIGURATION,
+    KUEUE_FRAMEWORKS,
+    KUEUE_NAMESPACE,
+    NOT_READY_TAINT,
+    SYSTEM_NAMESPACES,
+    TopologyShape,
+    deep_merge,
+    fake_nodes,
+    governor_webhook_configuration,
+    kueue_crds,
+    kueue_webhook_configurations,
+    workload_crds,
+)
+from webhook.certs import generate_ca, issue_serving_certificate, write_private
+
+DEFAULT_STATE_DIR = Path(__file__).resolve().parent / ".state"
+FIELD_MANAGER = "kgov-devcluster"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Kueue v0.17 reads its metrics serving certificate from this fixed path whenever its internal
+# certificate management is off (cmd/kueue/main.go); it cannot be configured.
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+PROCESS_ORDER = ["etcd", "kube-apiserver", "kueue", "governor"]
+
+
+class DevClusterError(RuntimeError):
+    """The local control plane could not be brought up (the message says which part and why)."""
+
+
+@dataclass
+class ClusterInfo:
+    """What ``up`` started; saved as ``cluster.json`` in the state directory."""
+
+    state_dir: str
+    kubeconfig: str
+    ca_file: str
+    apiserver_url: str
+    etcd_url: str
+    kueue_webhook_port: int
+    kueue_health_port: int
+    kueue_metrics_port: int
+    shape: str
+    node_names: list[str] = field(default_factory=list)
+    governor_url: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- state directory
+
+
+def state_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The state directory: ``override``, else ``$KGOV_E2E_STATE``, else ``e2e/.state``."""
+    if override is not None:
+        return Path(override).resolve()
+    env = os.environ.get("KGOV_E2E_STATE")
+    return Path(env).resolve() if env else DEFAULT_STATE_DIR
+
+
+class Paths:
+    """File layout inside one state directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.pki = root / "pki"
+        self.logs = root / "logs"
+        self.pids = root / "pids"
+        self.etcd_data = root / "etcd"
+        self.kueue_certs = self.pki / "kueue-webhook"
+        self.governor_certs = self.pki / "governor"
+        self.ca_crt = self.pki / "ca.crt"
+        self.ca_key = self.pki / "ca.key"
+        self.kubeconfig = root / "kubeconfig"
+        self.tokens = self.pki / "tokens.csv"
+        self.cluster_json = root / "cluster.json"
+        self.kueue_config = root / "kueue-config.yaml"
+        self.discovery_cache = root / "discovery"
+
+    def log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def pid(self, name: str) -> Path:
+        return self.pids / f"{name}.pid"
+
+
+def load_info(root: Path | None = None) -> ClusterInfo | None:
+    """The saved ``cluster.json`` of a state directory, if there is one."""
+    paths = Paths(root or state_dir())
+    if not paths.cluster_json.exists():
+        return None
+    return ClusterInfo(**json.loads(paths.cluster_json.read_text()))
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+@dataclass(frozen=True)
+class _PidRecord:
+    """A pid file: the pid, the process's start time (clock ticks since boot) and executable."""
+
+    pid: int
+    start_time: int
+    executable: str
+
+    @classmethod
+    def read(cls, path: Path) -> _PidRecord | None:
+        try:
+            pid, start_time, executable = path.read_text().split(maxsplit=2)
+            return cls(int(pid), int(start_time), executable.strip())
+        except (OSError, ValueError):
+            return None
+
+    def write(self, path: Path) -> None:
+        path.write_text(f"{self.pid} {self.start_time} {self.executable}\n")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a pid, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[19])  # fields 3 and 22 of proc(5), counted after the name
+
+
+def process_alive(paths: Paths, name: str) -> int | None:
+    """The pid of process ``name`` if it is running and is still the process we started.
+
+    A pid file whose pid now belongs to another process (pids are recycled) does not count: the
+    start time recorded at launch must match.
+    """
+    record = _PidRecord.read(paths.pid(name))
+    if record is None:
+        return None
+    stat = _proc_stat(record.pid)
+    if stat is None or stat[0] == "Z" or stat[1] != record.start_time:
+        return None
+    return record.pid
+
+
+def start_process(paths: Paths, name: str, command: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Start ``command`` in its own session (process group), log to ``logs/<name>.log``.
+
+    The pid file holds ``<pid> <executable>`` so that ``down`` never signals a recycled pid.
+    """
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    paths.pids.mkdir(parents=True, exist_ok=True)
+    with paths.log(name).open("ab") as log:
+        log.write(f"\n=== {datetime.datetime.now(datetime.UTC).isoformat()} {' '.join(command)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env if env is not None else _child_env(),
+        )
+    stat = _proc_stat(proc.pid)
+    _PidRecord(proc.pid, stat[1] if stat else 0, command[0]).write(paths.pid(name))
+    _children[name] = proc
+    return proc.pid
+
+
+# Processes started by this Python process, to report how one ended (exit code or signal).
+_children: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def _exit_reason(name: str) -> str:
+    proc = _children.get(name)
+    code = proc.poll() if proc is not None else None
+    if code is None:
+        return "is gone"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _child_env() -> dict[str, str]:
+    """The environment for the control-plane processes: no proxy (everything is loopback)."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in {"http_proxy", "https_proxy", "all_proxy"}}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def stop_process(paths: Paths, name: str, timeout: float = 20.0) -> bool:
+    """SIGTERM the process group of ``name``, SIGKILL after ``timeout`` seconds.
+
+    Only a process that is still the one recorded in the pid file is signalled. Returns whether
+    a running process was found.
+    """
+    record = _PidRecord.read(paths.pid(name))
+    if record is None or process_alive(paths, name) is None:
+        paths.pid(name).unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _running(record):
+        time.sleep(0.1)
+    if _running(record):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(record.pid, signal.SIGKILL)
+        while _running(record):
+            time.sleep(0.05)
+    paths.pid(name).unlink(missing_ok=True)
+    return True
+
+
+def _running(record: _PidRecord) -> bool:
+    proc = next((p for p in _children.values() if p.pid == record.pid), None)
+    if proc is not None and proc.poll() is not None:  # our own child: now reaped
+        return False
+    stat = _proc_stat(record.pid)
+    return stat is not None and stat[0] != "Z" and stat[1] == record.start_time
+
+
+def log_tail(paths: Paths, name: str, lines: int = 60) -> str:
+    """The last ``lines`` lines of a process log ("" when there is none)."""
+    try:
+        text = paths.log(name).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _wait_until(
+    what: str,
+    probe: Any,
+    timeout: float,
+    paths: Paths,
+    process: str,
+) -> None:
+    """Poll ``probe()`` until it returns True; fail early if ``process`` died."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if process_alive(paths, process) is None:
+            raise DevClusterError(
+                f"{process} {_exit_reason(process)} while waiting for {what}:\n{log_tail(paths, process)}"
+            )
+        try:
+            if probe():
+                return
+        except (OSError, urllib.error.URLError, ssl.SSLError) as error:
+            last_error = str(error)
+        time.sleep(0.25)
+    raise DevClusterError(
+        f"timed out after {timeout:.0f}s waiting for {what} ({last_error}):\n{log_tail(paths, process)}"
+    )
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=5) as response:
+            return bool(response.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+def _write_pki(paths: Paths) -> dict[str, str]:
+    """Create the CA, serving certificates, service-account keys and static tokens."""
+    paths.pki.mkdir(parents=True, exist_ok=True)
+    os.chmod(paths.pki, 0o700)
+    ca_crt, ca_key = generate_ca("kueue-governor-e2e-ca", days=30)
+    paths.ca_crt.write_bytes(ca_crt)
+    write_private(paths.ca_key, ca_key)
+
+    def serving(directory: Path, dns: list[str], ips: list[str]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        crt, key = issue_serving_certificate(ca_crt, ca_key, dns, ips, days=30)
+        (directory / "tls.crt").write_bytes(crt)
+        write_private(directory / "tls.key", key)
+
+    serving(
+        paths.pki / "apiserver",
+        ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+        ["127.0.0.1", "10.96.0.1"],
+    )
+    serving(paths.kueue_certs, ["localhost"], ["127.0.0.1"])
+    serving(paths.governor_certs, ["localhost"], ["127.0.0.1"])
+
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    write_private(
+        paths.pki / "sa.key",
+        sa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    (paths.pki / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+
+    tokens = {name: secrets.token_urlsafe(32) for name in ("admin", "kueue", "governor")}
+    write_private(
+        paths.tokens,
+        (
+            f'{tokens["admin"]},kgov-admin,uid-admin,"system:masters"\n'
+            f'{tokens["kueue"]},kueue-manager,uid-kueue,"system:masters"\n'
+            f'{tokens["governor"]},kgov-governor,uid-governor,"system:masters"\n'
+        ).encode(),
+    )
+    return tokens
+
+
+def _ensure_kueue_metrics_cert(ca_crt: bytes, ca_key: bytes) -> None:
+    """Kueue v0.17 insists on a metrics certificate at a fixed path; provide one if missing."""
+    crt_path = KUEUE_METRICS_CERT_DIR / "tls.crt"
+    if crt_path.exists() and (KUEUE_METRICS_CERT_DIR / "tls.key").exists():
+        return
+    try:
+        KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        crt, key = issue_serving_certificate(ca_crt, ca_key, ["localhost"], ["127.0.0.1"], days=3650)
+        crt_path.write_bytes(crt)
+        write_private(KUEUE_METRICS_CERT_DIR / "tls.key", key)
+    except PermissionError as error:
+        raise DevClusterError(
+            f"Kueue reads its metrics certificate from {KUEUE_METRICS_CERT_DIR} (fixed in Kueue when "
+            f"its internal certificate management is off) and that directory is not writable: {error}. "
+            f"Create it once as root: sudo mkdir -p {KUEUE_METRICS_CERT_DIR} && "
+            f"sudo chown $USER {KUEUE_METRICS_CERT_DIR}"
+        ) from error
+
+
+def _write_kubeconfig(path: Path, server: str, ca_pem: bytes, user: str, token: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "kgov-e2e",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "kgov-e2e", "context": {"cluster": "kgov-e2e", "user": user}}],
+        "current-context": "kgov-e2e",
+    }
+    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def kueue_configuration(kueue_dir: Path, paths: Paths, ports: dict[str, int]) -> dict[str, Any]:
+    """Kueue's Configuration: the release default with out-of-cluster settings on top."""
+    base = yaml.safe_load((kueue_dir / "config/components/manager/controller_manager_config.yaml").read_text())
+    overrides = {
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['kueue_metrics']}"},
+        "webhook": {"host": "127.0.0.1", "port": ports["kueue_webhook"], "certDir": str(paths.kueue_certs)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": SYSTEM_NAMESPACES}
+            ]
+        },
+        # TopologyAwareScheduling is beta (on by default) in v0.17; stated so a change shows.
+        # VisibilityOnDemand would start an aggregated API server that reads its certificate
+        # from a fixed path (/visibility) when internal cert management is off.
+        "featureGates": {"TopologyAwareScheduling": True, "VisibilityOnDemand": False},
+        "integrations": {"frameworks": KUEUE_FRAMEWORKS},
+    }
+    return deep_merge(base, overrides)
+
+
+@contextlib.asynccontextmanager
+async def api_client(kubeconfig: str | os.PathLike[str]) -> AsyncIterator[k8s.ApiClient]:
+    """An async ``ApiClient`` for a kubeconfig file (closed on exit)."""
+    configuration = k8s.Configuration()
+    await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with k8s.ApiClient(configuration) as api:
+        yield api
+
+
+@contextlib.asynccontextmanager
+async def dynamic_client(
+    kubeconfig: str | os.PathLike[str], discovery_cache: Path | None = None
+) -> AsyncIterator[DynamicClient]:
+    """A ``DynamicClient`` (any kind, CRDs included, found by discovery) for a kubeconfig file.
+
+    ``discovery_cache`` is the file the discovery results are cached in (default: one per API
+    server URL in the temporary directory).
+    """
+    async with api_client(kubeconfig) as api:
+        cache = str(discovery_cache) if discovery_cache is not None else None
+        async with DynamicClient(api, cache_file=cache) as dynamic:
+            yield dynamic
+
+
+async def apply(dynamic: DynamicClient, body: dict[str, Any], subresource: str | None = None) -> Any:
+    """Server-side apply one object (or its ``subresource``, e.g. ``"status"``), forcing conflicts.
+
+    Returns the object as the API server stored it (a ``ResourceInstance``).
+    """
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    if subresource is not None:
+        resource = resource.subresources[subresource]
+    return await dynamic.server_side_apply(resource, body, field_manager=FIELD_MANAGER, force_conflicts=True)
+
+
+async def _apply_crds(dynamic: DynamicClient, crds: list[dict[str, Any]], timeout: float = 120.0) -> None:
+    await asyncio.gather(*(apply(dynamic, crd) for crd in crds))
+    pending = {crd["metadata"]["name"] for crd in crds}
+    resource = await dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for name in sorted(pending):
+            crd = (await dynamic.get(resource, name=name)).to_dict()
+            if any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or []
+            ):
+                pending.discard(name)
+        if pending:
+            await asyncio.sleep(0.2)
+    if pending:
+        raise DevClusterError(f"CRDs not Established after {timeout:.0f}s: {sorted(pending)}")
+
+
+async def apply_nodes(dynamic: DynamicClient, nodes: list[dict[str, Any]]) -> None:
+    """Create or update the fake nodes, set their status, and lift the not-ready taint.
+
+    The status goes through the status subresource (the main resource ignores it). The API
+    server's TaintNodesByCondition admission plugin gives every new Node the
+    ``node.kubernetes.io/not-ready:NoSchedule`` taint, which the node lifecycle controller of a
+    kube-controller-manager lifts once the node reports Ready; there is none here, so this does
+    that one step itself (Kueue's TAS skips nodes with that taint).
+    """
+    resource = await dynamic.resources.get(api_version="v1", kind="Node")
+    for node in nodes:
+        name = node["metadata"]["name"]
+        await apply(dynamic, {key: node[key] for key in ("apiVersion", "kind", "metadata", "spec")})
+        with_status = await apply(
+            dynamic,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": node["status"]},
+            "status",
+        )
+        current = with_status.to_dict()
+        taints = current.get("spec", {}).get("taints") or []
+        kept = [taint for taint in taints if taint["key"] != NOT_READY_TAINT]
+        if kept != taints:
+            # A merge patch replaces the whole list; the resourceVersion makes it conditional.
+            await dynamic.patch(
+                resource,
+                {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"taints": kept}},
+                name=name,
+                content_type="application/merge-patch+json",
+            )
+
+
+# --------------------------------------------------------------------------- up / down / status
+
+
+def _etcd_command(binary: Path, paths: Paths, client_port: int, peer_port: int) -> list[str]:
+    peer = f"http://127.0.0.1:{peer_port}"
+    client = f"http://127.0.0.1:{client_port}"
+    return [
+        str(binary),
+        "--name=default",
+        f"--data-dir={paths.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=default={peer}",
+        "--initial-cluster-state=new",
+        # a throwaway test store: durability is not worth an fsync per write
+        "--unsafe-no-fsync",
+        # room for the largest workload CRDs (their OpenAPI schemas run to hundreds of KiB)
+        "--max-request-bytes=4194304",
+        "--log-level=warn",
+    ]
+
+
+def _apiserver_command(binary: Path, paths: Paths, etcd_url: str, port: int) -> list[str]:
+    return [
+        str(binary),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={paths.pki / 'apiserver'}",
+        f"--tls-cert-file={paths.pki / 'apiserver' / 'tls.crt'}",
+        f"--tls-private-key-file={paths.pki / 'apiserver' / 'tls.key'}",
+        f"--client-ca-file={paths.ca_crt}",
+        f"--token-auth-file={paths.tokens}",
+        "--authorization-mode=Node,RBAC",
+        # The default admission plugins stay on, MutatingAdmissionWebhook and
+        # ValidatingAdmissionWebhook included; NodeRestriction goes with Node authorization.
+        "--enable-admission-plugins=NodeRestriction",
+        f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+        f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+        f"--service-account-key-file={paths.pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={paths.pki / 'sa.key'}",
+        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        "--allow-privileged=true",
+        # 127.0.0.1 may not be an endpoint of the `kubernetes` Service; nothing in this cluster
+        # runs in a pod, so the endpoint reconciler has nothing to do.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+    ]
+
+
+def _context(ca_file: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+def up(
+    root: Path | None = None,
+    shape: TopologyShape | None = None,
+    governor_platform: Path | None = None,
+    timeout: float = 180.0,
+) -> ClusterInfo:
+    """Bring the control plane up (building binaries first if needed) and return its info.
+
+    A cluster already running in the same state directory is returned as it is.
+
+    Raises:
+        DevClusterError: a component did not start or become ready (its log tail is included).
+    """
+    paths = Paths(root or state_dir())
+    shape = shape or TopologyShape()
+    existing = load_info(paths.root)
+    if existing is not None and all(process_alive(paths, n) for n in ("etcd", "kube-apiserver", "kueue")):
+        if governor_platform is not None and existing.governor_url is None:
+            start_governor(paths.root, governor_platform)
+            existing = load_info(paths.root) or existing
+        return existing
+    down(paths.root)  # whatever is left of an earlier run: stop it, start clean
+    for stale in (paths.etcd_data, paths.pki, paths.pids, paths.logs, paths.cluster_json, paths.discovery_cache):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink(missing_ok=True)
+    paths.root.mkdir(parents=True, exist_ok=True)
+
+    binaries = build.ensure_binaries()
+    kueue_dir = build.module_dir("sigs.k8s.io/kueue", build.KUEUE_VERSION)
+    tokens = _write_pki(paths)
+    ca_pem = paths.ca_crt.read_bytes()
+    _ensure_kueue_metrics_cert(ca_pem, paths.ca_key.read_bytes())
+    etcd_client, etcd_peer, apiserver, kueue_webhook, kueue_health, kueue_metrics = _free_ports(6)
+    ports = {"kueue_webhook": kueue_webhook, "kueue_health": kueue_health, "kueue_metrics": kueue_metrics}
+    etcd_url = f"http://127.0.0.1:{etcd_client}"
+    apiserver_url = f"https://127.0.0.1:{apiserver}"
+    info = ClusterInfo(
+        state_dir=str(paths.root),
+        kubeconfig=str(paths.kubeconfig),
+        ca_file=str(paths.ca_crt),
+        apiserver_url=apiserver_url,
+        etcd_url=etcd_url,
+        kueue_webhook_port=kueue_webhook,
+        kueue_health_port=kueue_health,
+        kueue_metrics_port=kueue_metrics,
+        shape=str(shape),
+        versions={
+            "etcd": build.ETCD_VERSION,
+            "kube-apiserver": build.KUBERNETES_VERSION,
+            "kueue": build.KUEUE_VERSION,
+        },
+    )
+
+    paths.etcd_data.mkdir(parents=True, exist_ok=True)
+    os.chmod(paths.etcd_data, 0o700)
+    start_process(paths, "etcd", _etcd_command(binaries["etcd"], paths, etcd_client, etcd_peer))
+    _wait_until("etcd /health", lambda: _http_ok(f"{etcd_url}/health"), 60, paths, "etcd")
+
+    start_process(paths, "kube-apiserver", _apiserver_command(binaries["kube-apiserver"], paths, etcd_url, apiserver))
+    context = _context(paths.ca_crt)
+    _wait_until(
+        "kube-apiserver /readyz",
+        lambda: _http_ok(f"{apiserver_url}/readyz", context, tokens["admin"]),
+        timeout,
+        paths,
+        "kube-apiserver",
+    )
+    _write_kubeconfig(paths.kubeconfig, apiserver_url, ca_pem, "kgov-admin", tokens["admin"])
+    kueue_kubeconfig = paths.root / "kueue.kubeconfig"
+    _write_kubeconfig(kueue_kubeconfig, apiserver_url, ca_pem, "kueue-manager", tokens["kueue"])
+
+    crds = kueue_crds(kueue_dir, kueue_webhook, ca_pem) + workload_crds()
+
+    async def install_base() -> None:
+        async with dynamic_client(paths.kubeconfig, paths.discovery_cache) as dynamic:
+            await apply(dynamic, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+            await _apply_crds(dynamic, crds)
+
+    asyncio.run(install_base())
+
+    paths.kueue_config.write_text(yaml.safe_dump(kueue_configuration(kueue_dir, paths, ports), sort_keys=False))
+    start_process(
+        paths,
+        "kueue",
+        [str(binaries["kueue"]), f"--config={paths.kueue_config}", f"--kubeconfig={kueue_kubeconfig}"],
+    )
+    _wait_until(
+        "Kueue /readyz",
+        lambda: _http_ok(f"http://127.0.0.1:{kueue_health}/readyz"),
+        timeout,
+        paths,
+        "kueue",
+    )
+    _wait_until(
+        "Kueue's webhook server (TLS on 127.0.0.1)",
+        lambda: _tls_handshake(kueue_webhook, context),
+        timeout,
+        paths,
+        "kueue",
+    )
+
+    nodes = fake_nodes(shape)
+
+    async def install_rest() -> None:
+        async with dynamic_client(paths.kubeconfig, paths.discovery_cache) as dynamic:
+            for configuration in kueue_webhook_configurations(kueue_dir, kueue_webhook, ca_pem):
+                await apply(dynamic, configuration)
+            await apply_nodes(dynamic, nodes)
+
+    asyncio.run(install_rest())
+    info.node_names = [node["metadata"]["name"] for node in nodes]
+    _save(paths, info)
+    if governor_platform is not None:
+        info = start_governor(paths.root, governor_platform)
+    return info
+
+
+def _tls_handshake(port: int, context: ssl.SSLContext) -> bool:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        return True
+
+
+def _save(paths: Paths, info: ClusterInfo) -> None:
+    paths.cluster_json.write_text(json.dumps(asdict(info), indent=2) + "\n")
+
+
+def _governor_command() -> list[str]:
+    kgov = shutil.which("kgov")
+    if kgov:
+        return [kgov]
+    return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
+
+
+def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> ClusterInfo:
+    """Start ``kgov serve`` on a free loopback port and register ``kgov-governor`` for it.
+
+    The server gets ``KUBECONFIG`` (its own static token) in its environment; it must answer
+    ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
+
+    Raises:
+        DevClusterError: no running cluster in the state directory, or the server did not
+            become ready (its log tail is included).
+    """
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    if info is None or process_alive(paths, "kube-apiserver") is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    stop_process(paths, "governor")
+    port = free_port()
+    token = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-governor," in line)
+    governor_kubeconfig = paths.root / "governor.kubeconfig"
+    _write_kubeconfig(governor_kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
+    env = _child_env()
+    env["KUBECONFIG"] = str(governor_kubeconfig)
+    command = [
+        *_governor_command(),
+        "serve",
+        "--platform",
+        str(Path(platform).resolve()),
+        "--tls-cert-file",
+        str(paths.governor_certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(paths.governor_certs / "tls.key"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--watch-cluster",
+        "--kubeconfig",
+        str(governor_kubeconfig),
+    ]
+    start_process(paths, "governor", command, env=env)
+    context = _context(paths.ca_crt)
+    _wait_until(
+        "kgov serve /readyz",
+        lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", context),
+        timeout,
+        paths,
+        "governor",
+    )
+
+    async def register() -> None:
+        async with dynamic_client(paths.kubeconfig, paths.discovery_cache) as dynamic:
+            await apply(dynamic, governor_webhook_configuration(port, paths.ca_crt.read_bytes()))
+
+    asyncio.run(register())
+    info.governor_url = f"https://127.0.0.1:{port}"
+    _save(paths, info)
+    return info
+
+
+def stop_governor(root: Path | None = None) -> None:
+    """Unregister ``kgov-governor`` (so admission does not fail closed) and stop the server."""
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    if info is not None and process_alive(paths, "kube-apiserver") is not None:
+
+        async def unregister() -> None:
+            async with api_client(paths.kubeconfig) as api:
+                with contextlib.suppress(ApiException):
+                    await k8s.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(
+                        name=GOVERNOR_WEBHOOK_CONFIGURATION
+                    )
+
+        asyncio.run(unregister())
+        info.governor_url = None
+        _save(paths, info)
+    stop_process(paths, "governor")
+
+
+def down(root: Path | None = None, purge: bool = False) -> list[str]:
+    """Stop every process ``up`` started (newest first); returns the names that were running.
+
+    With ``purge`` the whole state directory goes too; otherwise logs and certificates stay
+    for inspection and are replaced by the next ``up``.
+    """
+    paths = Paths(root or state_dir())
+    stopped = [name for name in reversed(PROCESS_ORDER) if stop_process(paths, name)]
+    paths.cluster_json.unlink(missing_ok=True)
+    if purge and paths.root.exists():
+        shutil.rmtree(paths.root)
+    return stopped
+
+
+def status(root: Path | None = None) -> dict[str, Any]:
+    """Processes (pid or None), readiness of the API server and Kueue, and the saved info."""
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    result: dict[str, Any] = {
+        "state_dir": str(paths.root),
+        "processes": {name: process_alive(paths, name) for name in PROCESS_ORDER},
+    }
+    if info is not None:
+        result["kubeconfig"] = info.kubeconfig
+        token = yaml.safe_load(paths.kubeconfig.read_text())["users"][0]["user"]["token"]
+        context = _context(paths.ca_crt)
+        with contextlib.suppress(OSError, urllib.error.URLError, ssl.SSLError):
+            result["apiserver_ready"] = _http_ok(f"{info.apiserver_url}/readyz", context, token)
+        with contextlib.suppress(OSError, urllib.error.URLError):
+            result["kueue_ready"] = _http_ok(f"http://127.0.0.1:{info.kueue_health_port}/readyz")
+        result["info"] = asdict(info)
+    return result
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path, shape: TopologyShape | None = None, governor_platform: Path | None = None
+) -> Iterator[ClusterInfo]:
+    """``up`` on entry, ``down`` on exit (also when ``up`` fails half-way)."""
+    try:
+        yield up(root, shape=shape, governor_platform=governor_platform)
+    finally:
+        down(root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.devcluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", help="default: $KGOV_E2E_STATE or e2e/.state")
+    commands = parser.add_subparsers(dest="command", required=True)
+    up_parser = commands.add_parser("up", help="start (or report) the local control plane")
+    up_parser.add_argument("--shape", default=str(TopologyShape()), help="fake nodes: SxBxRxH or BxRxH")
+    up_parser.add_argument("--with-governor", metavar="PLATFORM", type=Path, help="also run kgov serve")
+    down_parser = commands.add_parser("down", help="stop every process up started")
+    down_parser.add_argument("--purge", action="store_true", help="also delete the state directory")
+    commands.add_parser("status", help="processes and readiness, as JSON")
+    governor_parser = commands.add_parser("governor", help="(re)start kgov serve on a running cluster")
+    governor_parser.add_argument("platform", type=Path)
+    commands.add_parser("build", help="build the binaries only")
+    args = parser.parse_args(argv)
+    root = state_dir(args.state_dir)
+    try:
+        if args.command == "up":
+            started = time.monotonic()
+            info = up(root, TopologyShape.parse(args.shape), args.with_governor)
+            print(f"control plane up in {time.monotonic() - started:.0f}s ({info.shape} nodes)", file=sys.stderr)
+            print(info.kubeconfig)
+        elif args.command == "down":
+            stopped = down(root, purge=args.purge)
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}", file=sys.stderr)
+        elif args.command == "status":
+            print(json.dumps(status(root), indent=2))
+        elif args.command == "governor":
+            print(start_governor(root, args.platform).governor_url)
+        elif args.command == "build":
+            print(json.dumps({k: str(v) for k, v in build.ensure_binaries().items()}, indent=2))
+    except DevClusterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
