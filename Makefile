@@ -1,26 +1,66 @@
-PYTHON ?= python3
+# Everything runs from a virtualenv made on first use, so a fresh machine needs only Python 3.11+
+# (and Go for the e2e binaries).
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+KGOV := $(VENV)/bin/kgov
 # Fake node tree for e2e-up: SxBxRxH (spines x blocks x racks x hosts) or BxRxH.
 SHAPE ?= 1x2x2x2
 # Set to a platform file to also run `kgov serve` and register the kgov-governor webhook.
 PLATFORM ?=
 
-.PHONY: e2e-build e2e-up e2e-down e2e-status e2e-test
+.PHONY: install example test test-unit lint generate-check bench e2e-build e2e-up e2e-down e2e-status e2e-test
+
+## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+## The main job on the bundled example: what admission makes of a PyTorchJob in a team namespace.
+example: install
+	$(KGOV) mutate --platform kueue-config/platform.yaml -n hyperpod-ns-research \
+		-f examples/pytorchjob.yaml --nodes examples/nodes.json --explain
+
+## Everything CI runs: lint, unit tests, generated-config drift check, end-to-end suite.
+test: lint test-unit generate-check e2e-test
+
+## Unit, property and example-case tests (no cluster, no Go).
+test-unit: install
+	$(PYTHON) -m pytest tests
+
+## ruff, mypy --strict and the import-linter layer contracts.
+lint: install
+	$(VENV)/bin/ruff check webhook tests benchmarks e2e
+	$(VENV)/bin/mypy webhook
+	$(VENV)/bin/lint-imports
+
+## The checked-in kueue-config/generated/ must match what the platform file generates.
+generate-check: install
+	$(KGOV) generate kueue-config/platform.yaml --check
+
+## Benchmarks (figures printed next to a baseline measured in the same run).
+bench: install
+	$(PYTHON) benchmarks/bench_admission.py
+	$(PYTHON) benchmarks/bench_generate.py
 
 ## Build etcd, kube-apiserver and Kueue from their Go modules (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
-e2e-build:
+e2e-build: install
 	$(PYTHON) -m e2e.build
 
 ## Start the local control plane (state in ${KGOV_E2E_STATE:-e2e/.state}); prints the kubeconfig path.
-e2e-up:
+e2e-up: install
 	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM))
 
 ## Stop every process e2e-up started.
-e2e-down:
+e2e-down: install
 	$(PYTHON) -m e2e.devcluster down
 
-e2e-status:
+e2e-status: install
 	$(PYTHON) -m e2e.devcluster status
 
 ## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set).
-e2e-test:
+e2e-test: install
 	$(PYTHON) -m pytest e2e -m e2e
