@@ -19,7 +19,7 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +130,30 @@ async def namespace(request: pytest.FixtureRequest, api: k8s.ApiClient) -> Async
     except k8s.ApiException as error:
         if error.status != 404:
             raise
+
+
+@pytest.fixture
+def governor(e2e_cluster: E2ECluster) -> Iterator[Callable[[Path], str]]:
+    """Start ``kgov serve`` with a platform file and register ``kgov-governor``: ``governor(path)``.
+
+    Returns the server URL. At the end of the test the webhook configuration is removed first
+    (so admission does not fail closed) and the server stopped. On an external cluster the
+    governor is whatever is installed there (e.g. the Helm chart), so tests that call this skip.
+    """
+    started = False
+
+    def start(platform: Path) -> str:
+        nonlocal started
+        if e2e_cluster.local is None:
+            pytest.skip("starts kgov serve next to the local control plane")
+        started = True
+        info = devcluster.start_governor(Path(e2e_cluster.local.state_dir), platform)
+        assert info.governor_url is not None
+        return info.governor_url
+
+    yield start
+    if started and e2e_cluster.local is not None:
+        devcluster.stop_governor(Path(e2e_cluster.local.state_dir))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,11 +5,13 @@ No governor here: the Job carries the queue label and the TAS annotation itself.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import manifests
@@ -134,6 +136,15 @@ async def gpu_nodes(dynamic: DynamicClient) -> dict[str, dict[str, str]]:
         for node in await list_objects(dynamic, "v1", "Node")
         if node["metadata"].get("labels", {}).get(manifests.INSTANCE_TYPE_LABEL) == INSTANCE_TYPE
     }
+
+
+async def test_api_server_reports_a_release_version(api: k8s.ApiClient, e2e_cluster: E2ECluster) -> None:
+    """Kueue parses /version at start; a locally built apiserver must carry real version ldflags."""
+    version = await k8s.VersionApi(api).get_code()
+    assert re.fullmatch(r"v1\.\d+\.\d+.*", version.git_version), version.git_version
+    if e2e_cluster.local is not None:
+        assert version.git_version == e2e_cluster.local.versions["kube-apiserver"]
+        assert (version.major, version.minor) == ("1", version.git_version.split(".")[1])
 
 
 async def test_nodes_are_ready_gpu_nodes_with_aws_topology(dynamic: DynamicClient, e2e_cluster: E2ECluster) -> None:
