@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from e2e import build
+from webhook.core.kinds import webhook_rules
 
 KUEUE_NAMESPACE = "kueue-system"
 GOVERNOR_WEBHOOK_CONFIGURATION = "kgov-governor"
@@ -287,17 +288,6 @@ def governor_webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
 
     Its name sorts before Kueue's (``kueue-…``) so the API server calls it first.
     """
-    workload_groups = [
-        "jobset.x-k8s.io",
-        "kubeflow.org",
-        "trainer.kubeflow.org",
-        "ray.io",
-        "leaderworkerset.x-k8s.io",
-        "workload.codeflare.dev",
-        "sagemaker.amazonaws.com",
-    ]
-    operations = ["CREATE", "UPDATE"]
-    rule_base = {"operations": operations, "apiVersions": ["*"], "scope": "Namespaced"}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -309,12 +299,7 @@ def governor_webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
                     "url": f"https://127.0.0.1:{port}/mutate",
                     "caBundle": base64.b64encode(ca_pem).decode(),
                 },
-                "rules": [
-                    {**rule_base, "apiGroups": [""], "resources": ["pods"]},
-                    {**rule_base, "apiGroups": ["batch"], "resources": ["jobs", "cronjobs"]},
-                    {**rule_base, "apiGroups": ["apps"], "resources": ["deployments", "statefulsets"]},
-                    {**rule_base, "apiGroups": workload_groups, "resources": ["*"]},
-                ],
+                "rules": webhook_rules(),
                 "namespaceSelector": {
                     "matchExpressions": [
                         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": SYSTEM_NAMESPACES}

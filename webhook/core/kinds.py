@@ -26,6 +26,7 @@ __all__ = [
     "is_managed_owner",
     "iter_pod_templates",
     "lookup",
+    "webhook_rules",
 ]
 
 Key = str | int
@@ -62,6 +63,7 @@ class WorkloadKind:
     group: str
     kind: str
     versions: tuple[str, ...]
+    resource: str
     podsets: tuple[PodSetRule, ...] = ()
     labels_at: PathPattern = ("metadata",)
     suspend: PathPattern | None = None
@@ -76,6 +78,7 @@ def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> Worklo
     return WorkloadKind(
         group=group,
         kind=kind,
+        resource=kind.lower() + "s",
         versions=(version,),
         podsets=(PodSetRule(template=(*base, "template"), count=((*base, "replicas"),), name="role"),),
         suspend=("spec", "runPolicy", "suspend"),
@@ -88,6 +91,7 @@ def _ray(
     return WorkloadKind(
         group="ray.io",
         kind=kind,
+        resource=kind.lower() + "s",
         versions=("v1",),
         podsets=(
             PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
@@ -106,6 +110,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="batch",
         kind="Job",
+        resource="jobs",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "parallelism"),), name="main"),),
         suspend=("spec", "suspend"),
@@ -113,6 +118,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="batch",
         kind="CronJob",
+        resource="cronjobs",
         versions=("v1",),
         podsets=(
             PodSetRule(
@@ -129,6 +135,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="jobset.x-k8s.io",
         kind="JobSet",
+        resource="jobsets",
         versions=("v1alpha2",),
         podsets=(
             PodSetRule(
@@ -151,6 +158,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="trainer.kubeflow.org",
         kind="TrainJob",
+        resource="trainjobs",
         versions=("v1alpha1",),
         suspend=("spec", "suspend"),
         notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
@@ -162,6 +170,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="leaderworkerset.x-k8s.io",
         kind="LeaderWorkerSet",
+        resource="leaderworkersets",
         versions=("v1",),
         podsets=(
             PodSetRule(
@@ -176,22 +185,27 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
         ),
     ),
-    WorkloadKind(group="", kind="Pod", versions=("v1",), podsets=(PodSetRule(template=(), name="main"),)),
+    WorkloadKind(
+        group="", kind="Pod", resource="pods", versions=("v1",), podsets=(PodSetRule(template=(), name="main"),)
+    ),
     WorkloadKind(
         group="apps",
         kind="Deployment",
+        resource="deployments",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
     ),
     WorkloadKind(
         group="apps",
         kind="StatefulSet",
+        resource="statefulsets",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
     ),
     WorkloadKind(
         group="workload.codeflare.dev",
         kind="AppWrapper",
+        resource="appwrappers",
         versions=("v1beta2",),
         suspend=("spec", "suspend"),
         embedded=("spec", "components", "*", "template"),
@@ -199,6 +213,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="sparkoperator.k8s.io",
         kind="SparkApplication",
+        resource="sparkapplications",
         versions=("v1beta2",),
         podsets=(
             PodSetRule(template=("spec", "driver", "template"), name="driver"),
@@ -212,6 +227,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
         group="sagemaker.amazonaws.com",
         kind="HyperPodPyTorchJob",
+        resource="hyperpodpytorchjobs",
         versions=("v1",),
         podsets=(
             PodSetRule(
@@ -232,6 +248,26 @@ _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for 
 
 def _group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
+
+
+def webhook_rules(operations: tuple[str, ...] = ("CREATE", "UPDATE")) -> list[dict[str, Any]]:
+    """MutatingWebhookConfiguration ``rules`` covering exactly the kinds of :data:`KINDS`.
+
+    One rule per API group, its resources sorted; ``apiVersions: ["*"]``, namespaced scope.
+    """
+    by_group: dict[str, set[str]] = {}
+    for row in KINDS:
+        by_group.setdefault(row.group, set()).add(row.resource)
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": list(operations),
+            "resources": sorted(resources),
+            "scope": "Namespaced",
+        }
+        for group, resources in sorted(by_group.items())
+    ]
 
 
 def find_kind(api_version: str, kind: str) -> WorkloadKind | None:
