@@ -77,7 +77,7 @@ def review_body(
         "kind": {"group": group, "version": version, "kind": obj.get("kind")},
         "operation": operation,
         "namespace": namespace,
-        "name": (obj.get("metadata") or {}).get("name", ""),
+        "name": metadata.get("name", "") if isinstance(metadata := obj.get("metadata"), dict) else "",
         "object": obj,
         "dryRun": dry_run,
     }

@@ -42,13 +42,6 @@ def test_unlabelled_job_gets_every_rule_as_whole_maps() -> None:
         {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "low"},
         {
             "op": "add",
-            "path": "/spec/template/metadata",
-            "value": {
-                "annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}
-            },
-        },
-        {
-            "op": "add",
             "path": "/spec/template/spec/affinity",
             "value": {
                 "nodeAffinity": {
@@ -56,6 +49,13 @@ def test_unlabelled_job_gets_every_rule_as_whole_maps() -> None:
                         "nodeSelectorTerms": [{"matchExpressions": [AFFINITY_EXPR]}]
                     }
                 }
+            },
+        },
+        {
+            "op": "add",
+            "path": "/spec/template/metadata",
+            "value": {
+                "annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}
             },
         },
     ]
@@ -459,3 +459,202 @@ def test_slice_rule_only_when_the_podset_divides_into_whole_slices() -> None:
     obj["spec"]["parallelism"] = 3
     annotations = apply_patch(obj, run(obj, policy).patch)["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"}
+
+
+# -- groups, updates, enforcement strength, priorities, Kueue's own requirements ------------------
+def test_pod_group_member_is_sized_by_the_group_and_auto_never_requires() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p0",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "grp"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    from webhook.core.kinds import find_kind, iter_pod_templates
+
+    row = find_kind("v1", "Pod")
+    assert row is not None
+    [ref] = iter_pod_templates(pod, row)
+    assert (ref.count, ref.partial) == (2, True)
+    annotations = apply_patch(pod, run(pod, AUTO, inventory=aws_nodes()).patch)["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "kubernetes.io/hostname"
+    assert "kueue.x-k8s.io/podset-required-topology" not in annotations
+
+
+def _lws(group: bool) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": 8}}}]}}
+    if group:
+        template["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-group-name": "g"}}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "lws"},
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "leaderTemplate": copy.deepcopy(template),
+                "workerTemplate": copy.deepcopy(template),
+            },
+        },
+    }
+
+
+def test_lws_counts_one_group_and_a_podset_group_gets_one_level() -> None:
+    from webhook.core.kinds import find_kind, iter_pod_templates
+
+    row = find_kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    assert row is not None
+    assert [(r.podset, r.count) for r in iter_pod_templates(_lws(False), row)] == [("leader", 1), ("worker", 3)]
+    # Separately: leader (1 pod) fits a host, workers (3) a rack.
+    apart = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=4)).patch)
+    lwt = apart["spec"]["leaderWorkerTemplate"]
+    assert lwt["leaderTemplate"]["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"
+    }
+    assert lwt["workerTemplate"]["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"
+    }
+    # Grouped: Kueue needs one request for the group; 4 pods fit a rack of 4 hosts.
+    grouped = apply_patch(_lws(True), run(_lws(True), AUTO, inventory=aws_nodes(hosts=4)).patch)
+    lwt = grouped["spec"]["leaderWorkerTemplate"]
+    for name in ("leaderTemplate", "workerTemplate"):
+        assert lwt[name]["metadata"]["annotations"] == {
+            "kueue.x-k8s.io/podset-group-name": "g",
+            "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3",
+        }
+
+
+def test_user_topology_on_one_group_member_means_none_added_to_the_group() -> None:
+    lws = _lws(True)
+    lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["annotations"][
+        "kueue.x-k8s.io/podset-required-topology"
+    ] = "kubernetes.io/hostname"
+    assert not [op for op in run(lws, AUTO).patch if "topology" in op["path"]]
+
+
+def test_update_may_not_remove_the_queue_label_under_enforce() -> None:
+    old = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}})
+    new = job(metadata={"name": "t", "labels": {}})
+    outcome = run(new, operation="UPDATE", old=old)
+    assert outcome.plan.denials == [
+        "queue: the label kueue.x-k8s.io/queue-name (metadata.labels) may not be removed from a Job of team 'ml'"
+    ]
+    warned = run(new, {**FULL_POLICY, "queue": {"enforcement": "warn"}}, operation="UPDATE", old=old)
+    assert warned.plan.allowed and warned.plan.warnings
+
+
+def test_update_of_a_changed_pod_template_is_validated_but_not_mutated() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+    }
+    changed = copy.deepcopy(deployment)
+    changed["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    outcome = run(changed, operation="UPDATE", old=deployment)
+    assert outcome.patch == []
+    assert outcome.plan.denials == [
+        "podPriority: PriorityClass 'high' (spec.template.spec.priorityClassName) is not allowed for team 'ml'; "
+        "allowed: low"
+    ]
+    # The same forbidden value, unchanged by this UPDATE (e.g. Kueue unsuspending), is left alone.
+    assert run(changed, operation="UPDATE", old=copy.deepcopy(changed)).plan.allowed
+
+
+@pytest.mark.parametrize(
+    ("annotations", "allowed"),
+    [
+        ({"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"}, True),
+        ({"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}, True),
+        ({"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-1"}, False),
+        ({"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}, False),
+        ({"kueue.x-k8s.io/podset-unconstrained-topology": "true"}, False),
+        ({"kueue.x-k8s.io/podset-unconstrained-topology": "banana"}, False),
+    ],
+)
+def test_topology_enforce_refuses_less_locality_than_the_policy(annotations: dict[str, str], allowed: bool) -> None:
+    policy = {**FULL_POLICY, "topology": {**FULL_POLICY["topology"], "enforcement": "enforce"}}
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": annotations}
+    outcome = run(obj, policy)
+    assert outcome.plan.allowed is allowed, outcome.plan.denials
+    if not allowed:
+        assert outcome.plan.denials[0].startswith("topology: ")
+
+
+PRIORITIES = {
+    "queue": {},
+    "kueuePriority": {"default": "low", "allowed": ["low", "high"]},
+    "podPriority": {"default": "low", "allowed": ["low", "high"]},
+}
+
+
+def test_the_users_kueue_priority_drives_the_pod_priority_and_back() -> None:
+    obj = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/priority-class": "high"}})
+    patched = apply_patch(obj, run(obj, PRIORITIES).patch)
+    assert patched["spec"]["template"]["spec"]["priorityClassName"] == "high"
+    obj = job()
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    patched = apply_patch(obj, run(obj, PRIORITIES).patch)
+    assert patched["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    patched = apply_patch(job(), run(job(), PRIORITIES).patch)
+    assert patched["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
+    assert patched["spec"]["template"]["spec"]["priorityClassName"] == "low"
+
+
+def test_auto_level_caps_where_placement_is_required() -> None:
+    capped = {"queue": {}, "topology": {"mode": "auto", "level": "topology.k8s.aws/network-node-layer-3"}}
+    obj = job()
+    obj["spec"]["parallelism"] = 2  # fits a rack: required there
+    annotations = apply_patch(obj, run(obj, capped, inventory=aws_nodes()).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"
+    }
+    obj["spec"]["parallelism"] = 4  # needs a block, broader than the cap: preferred at the cap
+    annotations = apply_patch(obj, run(obj, capped, inventory=aws_nodes()).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-3"
+    }
+
+
+def test_rayjob_gets_what_kueue_requires_or_a_clear_denial() -> None:
+    rayjob = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "r"},
+        "spec": {"entrypoint": "python x.py", "rayClusterSpec": {"headGroupSpec": {"template": {"spec": {}}}}},
+    }
+    assert {"op": "add", "path": "/spec/shutdownAfterJobFinishes", "value": True} in run(rayjob, {"queue": {}}).patch
+    rayjob["spec"]["shutdownAfterJobFinishes"] = False
+    outcome = run(rayjob, {"queue": {}})
+    assert outcome.plan.denials == [
+        "queue: Kueue manages a RayJob only with spec.shutdownAfterJobFinishes: true, got false"
+    ]
+
+
+def test_node_affinity_term_that_can_match_no_node_is_warned() -> None:
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g5"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    outcome = run(obj)
+    assert outcome.plan.allowed
+    assert outcome.plan.warnings == [
+        "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in ['g5'], "
+        "but team nodes have ['p5.48xlarge']: pods of this term can match no node"
+    ]

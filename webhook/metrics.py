@@ -42,6 +42,11 @@ class Metrics:
         self.malformed = Counter(
             "kgov_admission_malformed_total", "Requests answered with HTTP 400.", registry=self.registry
         )
+        self.internal_errors = Counter(
+            "kgov_admission_internal_errors_total",
+            "Requests answered with HTTP 500 (a bug: see the log).",
+            registry=self.registry,
+        )
         self.policy_reloads = Counter(
             "kgov_policy_reloads_total", "Policy reloads, by result.", ["result"], registry=self.registry
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import ssl
 import time
@@ -25,7 +24,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from webhook.core.admission import MalformedReview
+from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory
 from webhook.core.platform import PlatformError
 from webhook.core.resolve import TeamIndex
@@ -163,19 +162,21 @@ async def _admit(request: web.Request) -> web.Response:
     metrics.in_flight.inc()
     state.in_flight += 1
     try:
-        try:
-            body = await request.json(loads=json.loads)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            metrics.malformed.inc()
-            return web.json_response({"error": f"body is not valid JSON: {exc}"}, status=400)
         if state.teams is None:
             return web.json_response({"error": "policies not loaded yet"}, status=503)
+        raw = await request.read()  # 413 (HTTPRequestEntityTooLarge) past MAX_BODY_BYTES
         try:
+            body = decode_body(raw)
             outcome = review(body, state.teams, state.namespace_lookup, state.inventory)
         except MalformedReview as exc:
             metrics.malformed.inc()
             log.warning("malformed AdmissionReview", reason=str(exc))
             return web.json_response({"error": f"malformed AdmissionReview: {exc}"}, status=400)
+        except Exception:
+            # Never a silent pass: the API server applies the webhook's failurePolicy to a 500.
+            metrics.internal_errors.inc()
+            log.exception("internal error while reviewing; answered 500")
+            return web.json_response({"error": "internal error in kueue-governor; see its log"}, status=500)
         _count(metrics, outcome)
         req = outcome.request
         log.info(
@@ -183,7 +184,7 @@ async def _admit(request: web.Request) -> web.Response:
             uid=req.uid,
             kind=req.kind,
             namespace=req.namespace,
-            name=req.name or (req.object or {}).get("metadata", {}).get("generateName", ""),
+            name=req.name or _generate_name(req.object),
             operation=req.operation,
             dry_run=req.dry_run,
             result=_result(outcome),
@@ -198,6 +199,12 @@ async def _admit(request: web.Request) -> web.Response:
         metrics.in_flight.dec()
         state.in_flight -= 1
         metrics.latency.observe(time.perf_counter() - started)
+
+
+def _generate_name(obj: Mapping[str, Any] | None) -> str:
+    metadata = (obj or {}).get("metadata")
+    value = metadata.get("generateName") if isinstance(metadata, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 async def _healthz(_: web.Request) -> web.Response:

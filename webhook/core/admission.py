@@ -20,6 +20,7 @@ __all__ = [
     "AdmissionRequest",
     "MalformedReview",
     "build_response",
+    "decode_body",
     "parse_admission_review",
 ]
 
@@ -74,6 +75,29 @@ def _json_type(python_name: str) -> str:
     return {"dict": "object", "str": "string", "list": "array", "bool": "boolean", "int": "number"}.get(
         python_name, python_name
     )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def decode_body(raw: bytes | str) -> Any:
+    """Decode a request body as strict JSON (RFC 8259: no NaN/Infinity, UTF-8).
+
+    Raises:
+        MalformedReview: not UTF-8, not JSON, a NaN/Infinity constant, or nested too deep to decode.
+    """
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        return json.loads(text, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise MalformedReview(f"body is not valid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise MalformedReview(f"body is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise MalformedReview(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedReview("body is nested too deeply to decode") from None
 
 
 def parse_admission_review(body: Any) -> AdmissionRequest:

@@ -22,6 +22,14 @@ __all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "pod_requests"]
 DEFAULT_MAX_PODS = 110
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
 @dataclass(frozen=True)
 class Node:
     """A node's name, labels, allocatable resources (base units) and readiness."""
@@ -33,26 +41,27 @@ class Node:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Node:
-        """Build from a core/v1 Node; unparsable quantities count as zero."""
-        metadata = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        """Build from a core/v1 Node. Fields of the wrong type count as absent (a node with no
+        Ready condition is not schedulable); unparsable quantities count as zero."""
+        metadata = _map(obj.get("metadata"))
+        spec = _map(obj.get("spec"))
+        status = _map(obj.get("status"))
         allocatable: dict[str, Decimal] = {}
-        for name, value in (status.get("allocatable") or {}).items():
+        for name, value in _map(status.get("allocatable")).items():
             try:
                 allocatable[str(name)] = parse_quantity(value)
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _maps(status.get("conditions")))
         blocked = any(
-            t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key", "").startswith("node.kubernetes.io/")
-            for t in spec.get("taints") or []
+            t.get("effect") in ("NoSchedule", "NoExecute") and str(t.get("key", "")).startswith("node.kubernetes.io/")
+            for t in _maps(spec.get("taints"))
         )
         return cls(
             name=str(metadata.get("name", "")),
-            labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+            labels={str(k): str(v) for k, v in _map(metadata.get("labels")).items()},
             allocatable=allocatable,
-            schedulable=ready and not spec.get("unschedulable", False) and not blocked,
+            schedulable=ready and spec.get("unschedulable") is not True and not blocked,
         )
 
     def pods_fitting(self, requests: Mapping[str, Decimal]) -> int:
@@ -71,9 +80,9 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
     Unparsable quantities are ignored (the API server rejects them anyway)."""
 
     def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-        resources = container.get("resources") or {}
-        merged = dict(resources.get("limits") or {})
-        merged.update(resources.get("requests") or {})
+        resources = _map(container.get("resources"))
+        merged = dict(_map(resources.get("limits")))
+        merged.update(_map(resources.get("requests")))
         out: dict[str, Decimal] = {}
         for name, value in merged.items():
             try:
@@ -83,14 +92,12 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
         return out
 
     total: dict[str, Decimal] = defaultdict(Decimal)
-    for container in pod_spec.get("containers") or []:
-        if isinstance(container, Mapping):
-            for name, amount in container_requests(container).items():
-                total[name] += amount
-    for container in pod_spec.get("initContainers") or []:
-        if isinstance(container, Mapping):
-            for name, amount in container_requests(container).items():
-                total[name] = max(total[name], amount)
+    for container in _maps(pod_spec.get("containers")):
+        for name, amount in container_requests(container).items():
+            total[name] += amount
+    for container in _maps(pod_spec.get("initContainers")):
+        for name, amount in container_requests(container).items():
+            total[name] = max(total[name], amount)
     return dict(total)
 
 

@@ -38,14 +38,19 @@ class PodSetRule:
     """Where one family of pod templates (Kueue podsets) lives in an object.
 
     ``template``: pattern of a ``PodTemplateSpec`` (a map with ``metadata`` and ``spec``); the empty
-    tuple means the object itself (a bare Pod). ``count``: patterns whose values multiply to the
-    number of pods of one podset (a missing value counts as 1). ``name``: podset name, from the
-    wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
+    tuple means the object itself (a bare Pod). ``count``: patterns whose values (integers or
+    integer strings) multiply to the number of pods of one podset (a missing value counts as 1);
+    ``count_offset`` is added after (an LWS group has ``size - 1`` workers). ``name``: podset name,
+    from the wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
+    ``partial_if``: when this path is set the object is one member of a larger group whose other
+    members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
     """
 
     template: PathPattern
     count: tuple[PathPattern, ...] = ()
+    count_offset: int = 0
     name: str = ""
+    partial_if: PathPattern | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,9 @@ class WorkloadKind:
     gates such kinds' pods instead). ``skip_if``: a workload with any of these paths set is left
     alone (a RayJob with ``clusterSelector`` runs on an existing cluster). ``embedded``: pattern of
     whole objects of other kinds inside this one (AppWrapper components), planned by their own
-    rows. ``owns_workloads``: objects this kind controls are Kueue children and get nothing.
+    rows. ``requires``: (path, value) pairs Kueue insists on for a workload it manages: added when
+    missing, the request denied when the user set another value. ``owns_workloads``: objects this
+    kind controls are Kueue children and get nothing.
     """
 
     group: str
@@ -69,6 +76,7 @@ class WorkloadKind:
     suspend: PathPattern | None = None
     skip_if: tuple[PathPattern, ...] = ()
     embedded: PathPattern | None = None
+    requires: tuple[tuple[PathPattern, Any], ...] = ()
     owns_workloads: bool = True
     notes: str = field(default="", compare=False)
 
@@ -86,7 +94,11 @@ def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> Worklo
 
 
 def _ray(
-    kind: str, cluster: PathPattern, suspend: PathPattern | None, skip_if: tuple[PathPattern, ...] = ()
+    kind: str,
+    cluster: PathPattern,
+    suspend: PathPattern | None,
+    skip_if: tuple[PathPattern, ...] = (),
+    requires: tuple[tuple[PathPattern, Any], ...] = (),
 ) -> WorkloadKind:
     return WorkloadKind(
         group="ray.io",
@@ -103,6 +115,7 @@ def _ray(
         ),
         suspend=suspend,
         skip_if=skip_if,
+        requires=requires,
     )
 
 
@@ -164,7 +177,14 @@ KINDS: tuple[WorkloadKind, ...] = (
         notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
     ),
     # A RayJob with clusterSelector runs on an existing RayCluster: Kueue does not manage it.
-    _ray("RayJob", ("spec", "rayClusterSpec"), ("spec", "suspend"), skip_if=(("spec", "clusterSelector"),)),
+    # Kueue's RayJob webhook: "a kueue managed job should delete the cluster after finishing".
+    _ray(
+        "RayJob",
+        ("spec", "rayClusterSpec"),
+        ("spec", "suspend"),
+        skip_if=(("spec", "clusterSelector"),),
+        requires=((("spec", "shutdownAfterJobFinishes"), True),),
+    ),
     _ray("RayCluster", ("spec",), ("spec", "suspend")),
     _ray("RayService", ("spec", "rayClusterConfig"), None),
     WorkloadKind(
@@ -173,20 +193,30 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="leaderworkersets",
         versions=("v1",),
         podsets=(
-            PodSetRule(
-                template=("spec", "leaderWorkerTemplate", "leaderTemplate"),
-                count=(("spec", "replicas"),),
-                name="leader",
-            ),
+            # Kueue admits each LWS group (1 leader + size-1 workers) as one workload.
+            PodSetRule(template=("spec", "leaderWorkerTemplate", "leaderTemplate"), name="leader"),
             PodSetRule(
                 template=("spec", "leaderWorkerTemplate", "workerTemplate"),
-                count=(("spec", "replicas"), ("spec", "leaderWorkerTemplate", "size")),
+                count=(("spec", "leaderWorkerTemplate", "size"),),
+                count_offset=-1,
                 name="worker",
             ),
         ),
+        notes="Without a leaderTemplate the workerTemplate also serves the leader (count is then size - 1).",
     ),
     WorkloadKind(
-        group="", kind="Pod", resource="pods", versions=("v1",), podsets=(PodSetRule(template=(), name="main"),)
+        group="",
+        kind="Pod",
+        resource="pods",
+        versions=("v1",),
+        podsets=(
+            PodSetRule(
+                template=(),
+                count=(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count"),),
+                name="main",
+                partial_if=("metadata", "labels", "kueue.x-k8s.io/pod-group-name"),
+            ),
+        ),
     ),
     WorkloadKind(
         group="apps",
@@ -297,6 +327,7 @@ class PodTemplateRef:
     podset: str
     count: int
     template: Mapping[str, Any]
+    partial: bool = False
 
 
 def _expand(
@@ -350,9 +381,11 @@ def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) 
     total = 1
     for pattern in rule.count:
         value = _bind(obj, pattern, bindings)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             total *= value
-    return total
+    return max(total + rule.count_offset, 0)
 
 
 def _podset_name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> str:
@@ -383,6 +416,7 @@ def iter_pod_templates(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[Po
                     podset=_podset_name(obj, rule, bindings),
                     count=_count(obj, rule, bindings),
                     template=template,
+                    partial=rule.partial_if is not None and _bind(obj, rule.partial_if, bindings) is not None,
                 )
     if row.embedded is not None:
         for path, _, inner in _expand(obj, row.embedded):
@@ -397,4 +431,5 @@ def iter_pod_templates(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[Po
                     podset=f"{inner.get('kind')}/{ref.podset}",
                     count=ref.count,
                     template=ref.template,
+                    partial=ref.partial,
                 )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
 
 from webhook.core.admission import AdmissionRequest
@@ -60,6 +61,8 @@ SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 #: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
+#: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
+GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
 _LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
 
 Rule = Literal["queue", "kueuePriority", "podPriority", "topology", "nodeAffinity", "suspend"]
@@ -114,7 +117,7 @@ class _Draft:
         """Set ``path`` to ``value``, adding missing maps as one whole map (never replacing one).
 
         Raises:
-            _Shape: a key on the way holds a non-map value.
+            _Shape: a value on the way is not the map (or list) the next key needs.
         """
         node: Any = self.doc
         for index, key in enumerate(path[:-1]):
@@ -125,12 +128,9 @@ class _Draft:
                     nested = {inner: nested}
                 self._record("add", path[: index + 1], nested, rule, reason)
                 return
-            if not isinstance(found, dict | list):
-                raise _Shape(path[: index + 1], found)
+            _expect_container(path[: index + 1], found, path[index + 1])
             node = found
-        if not isinstance(node, dict | list):
-            raise _Shape(path[:-1], node)
-        existed = isinstance(node, dict) and path[-1] in node and node[path[-1]] is not None
+        existed = isinstance(node, dict) and node.get(path[-1]) is not None
         self._record("replace" if existed else "add", path, value, rule, reason)
 
     def append(self, list_path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
@@ -162,6 +162,15 @@ class _Draft:
         else:
             parent[key] = _clone(value)
         self.changes.append(Change(op, path, value, rule, reason))
+
+
+def _expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:
+    """Raise :class:`_Shape` unless ``found`` can take ``next_key`` (a map for names, a list for indexes)."""
+    if isinstance(next_key, int):
+        if not isinstance(found, list):
+            raise _Shape(path, found, "array")
+    elif not isinstance(found, dict):
+        raise _Shape(path, found)
 
 
 def _clone(value: Any) -> Any:
@@ -222,8 +231,8 @@ def _string_map(draft: _Draft, path: tuple[Key, ...]) -> dict[str, Any]:
 def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
-    CREATE → :func:`plan_object`; UPDATE → validation of a changed queue/priority label only;
-    other operations and subresources → nothing.
+    CREATE → :func:`plan_object`; UPDATE → validation only (:func:`validate_update`); other
+    operations and subresources → nothing.
     """
     row = find_kind(request.api_version, request.kind)
     if request.sub_resource:
@@ -233,20 +242,37 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
     if request.operation == "CREATE" and request.object is not None:
         return plan_object(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
-        return _validate_update(request.object, request.old_object, row, team)
+        return validate_update(request.object, request.old_object, row, team)
     return Plan(skipped=f"operation {request.operation} is not mutated")
 
 
 def _labels(obj: Mapping[str, Any], row: WorkloadKind) -> Mapping[str, Any]:
-    node: Any = obj
-    for key in (*row.labels_at, "labels"):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node if isinstance(node, Mapping) else {}
+    labels = lookup(obj, (*row.labels_at, "labels"))
+    return labels if isinstance(labels, Mapping) else {}
 
 
-def _validate_update(
+def _managed_child(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, Mapping) and owner.get("controller") is True and is_managed_owner(owner):
+            return f"controlled by {owner.get('kind')} {owner.get('name')!r}: Kueue manages the owner"
+    return ""
+
+
+def validate_update(
     new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled
 ) -> Plan:
+    """UPDATE: nothing is mutated (Job pod templates are immutable; SPEC §3). Validated:
+
+    - a queue or priority label that changes, or is removed (removing the queue label would let a
+      suspended job run outside Kueue's quota);
+    - pod templates that change (Deployments, StatefulSets, LWS, RayClusters allow it): their
+      priorityClassName and TAS annotations, as on CREATE.
+    """
+    skipped = _managed_child(new)
+    if skipped:
+        return Plan(skipped=skipped)
     plan = Plan()
     new_labels, old_labels = _labels(new, row), _labels(old, row)
     where = _dotted((*row.labels_at, "labels"))
@@ -254,13 +280,33 @@ def _validate_update(
         ("queue", team.queue, QUEUE_LABEL, "LocalQueue"),
         ("kueuePriority", team.kueuePriority, PRIORITY_LABEL, "WorkloadPriorityClass"),
     ):
-        value = new_labels.get(label)
-        if rule is None or value is None or value == old_labels.get(label):
+        value, before = new_labels.get(label), old_labels.get(label)
+        if rule is None or value == before:
+            continue
+        if value is None:
+            if rule.enforcement != "default":
+                message = (
+                    f"{rule_name}: the label {label} ({where}) may not be removed "
+                    f"from a {row.kind} of team {team.team!r}"
+                )
+                (plan.denials if rule.enforcement == "enforce" else plan.warnings).append(message)
             continue
         _check_value(plan, rule_name, rule, str(value), f"{where}.{label}", team, what)
+    for ref in iter_pod_templates(new, row):
+        before_template = lookup(old, ref.path) if ref.path else old
+        if ref.path and before_template == ref.template:
+            continue
+        if not ref.path and lookup(old, ("spec",)) == lookup(new, ("spec",)) and _annotations(old) == _annotations(new):
+            continue
+        _validate_template(ref, team, plan)
     if not plan.denials and not plan.warnings:
-        plan.skipped = "UPDATE: no queue or priority label change to validate"
+        plan.skipped = "UPDATE: nothing to validate changed"
     return plan
+
+
+def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = lookup(template, ("metadata", "annotations"))
+    return value if isinstance(value, Mapping) else {}
 
 
 def plan_object(
@@ -268,54 +314,112 @@ def plan_object(
 ) -> Plan:
     """Plan every rule of ``team`` for a new object of kind ``row``.
 
-    Returns a :class:`Plan`; a field of the wrong JSON type on a path we must write (``labels`` as a
-    list, a pod template that is a string …) gives a denial naming the path, with ``invalid`` set.
+    Returns a :class:`Plan`; a field of the wrong JSON type on a path we must read or write
+    (``labels`` as a list, a pod template that is a string …) gives a denial naming the path, with
+    ``invalid`` set.
     """
-    metadata = obj.get("metadata") or {}
-    for owner in metadata.get("ownerReferences") or []:
-        if isinstance(owner, Mapping) and owner.get("controller") is True and is_managed_owner(owner):
-            return Plan(skipped=f"controlled by {owner.get('kind')} {owner.get('name')!r}: Kueue manages the owner")
+    if not isinstance(obj.get("metadata", {}), Mapping | None):
+        return _malformed(_Shape(("metadata",), obj.get("metadata")))
+    skipped = _managed_child(obj)
+    if skipped:
+        return Plan(skipped=skipped)
     for path in row.skip_if:
-        if _Draft(obj).get(path) is not None:
+        if lookup(obj, path) is not None:
             return Plan(skipped=f"{_dotted(path)} is set: {row.kind} is left alone")
     draft = _Draft(obj)
     plan = Plan()
     try:
-        _plan_labels(draft, row, team, plan)
+        refs = list(iter_pod_templates(obj, row))
+        for ref in refs:  # every map the rules read or write must be a map
+            for suffix in ((), ("spec",), ("metadata",), ("metadata", "annotations")):
+                _string_map(draft, (*ref.path, *suffix))
+        _plan_labels(draft, row, team, refs, plan)
         affinity = [e.model_dump() for e in team.nodeAffinity]
-        for ref in iter_pod_templates(draft.doc, row):
-            _plan_template(draft, ref, team, affinity, inventory, plan)
+        user_priority = _labels(obj, row).get(PRIORITY_LABEL)
+        for ref in refs:
+            _plan_template(draft, ref, team, affinity, user_priority, plan)
+        if team.topology is not None:
+            _plan_topology(draft, refs, team.topology, inventory, plan, team)
     except _Shape as shape:
-        plan.denials.append(
-            f"malformed object: {_dotted(shape.path)} must be an {shape.expected}, got {_json_type(shape.found)}"
-        )
-        plan.invalid = True
-        return plan
+        return _malformed(shape)
     plan.changes = draft.changes
     return plan
 
 
-def _plan_labels(draft: _Draft, row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan) -> None:
+def _malformed(shape: _Shape) -> Plan:
+    return Plan(
+        denials=[f"malformed object: {_dotted(shape.path)} must be an {shape.expected}, got {_json_type(shape.found)}"],
+        invalid=True,
+    )
+
+
+def _user_pod_priority(refs: list[PodTemplateRef]) -> str | None:
+    """The one priorityClassName every pod template that sets one agrees on, else None."""
+    names = {lookup(ref.template, ("spec", "priorityClassName")) for ref in refs} - {None}
+    return str(next(iter(names))) if len(names) == 1 else None
+
+
+def _plan_labels(
+    draft: _Draft, row: WorkloadKind, team: TeamPolicyCompiled, refs: list[PodTemplateRef], plan: Plan
+) -> None:
     labels_path = (*row.labels_at, "labels")
     labels = _string_map(draft, labels_path)
     where = _dotted(labels_path)
     queue = labels.get(QUEUE_LABEL)
+    managed = queue is not None
     if queue is None and team.queue.default:
-        draft.set((*labels_path, QUEUE_LABEL), team.queue.default, "queue", f"team {team.team!r}'s LocalQueue")
+        managed = True
+        draft.set((*labels_path, QUEUE_LABEL), team.queue.default, "queue", f"the LocalQueue of team {team.team!r}")
         if row.suspend is not None and draft.get(row.suspend) is not True:
             draft.set(row.suspend, True, "suspend", "queue label added: Kueue starts the workload once admitted")
     elif queue is not None:
         _check_value(plan, "queue", team.queue, str(queue), f"{where}.{QUEUE_LABEL}", team, "LocalQueue")
+    if managed:
+        for path, value in row.requires:
+            current = draft.get(path)
+            if current is None:
+                draft.set(path, value, "queue", f"Kueue manages a {row.kind} only with {_dotted(path)}: {value}")
+            elif current != value:
+                plan.denials.append(
+                    f"queue: Kueue manages a {row.kind} only with {_dotted(path)}: {json_value(value)}, "
+                    f"got {json_value(current)}"
+                )
     rule = team.kueuePriority
     if rule is None:
         return
     priority = labels.get(PRIORITY_LABEL)
-    if priority is None and rule.default:
-        draft.set((*labels_path, PRIORITY_LABEL), rule.default, "kueuePriority", f"team {team.team!r}'s default")
-    elif priority is not None:
+    if priority is None:
+        # The user's explicit pod priority drives the Kueue priority when the team may use it.
+        chosen = _user_pod_priority(refs)
+        reason = f"the pod priority class the workload asks for ({chosen})"
+        if chosen is None or (rule.allowed is not None and chosen not in rule.allowed):
+            chosen, reason = rule.default, f"the default of team {team.team!r}"
+        if chosen:
+            draft.set((*labels_path, PRIORITY_LABEL), chosen, "kueuePriority", reason)
+    else:
         _check_value(
             plan, "kueuePriority", rule, str(priority), f"{where}.{PRIORITY_LABEL}", team, "WorkloadPriorityClass"
         )
+
+
+def json_value(value: Any) -> str:
+    """``true``/``false``/``null`` and quoted strings, as a user wrote them in YAML or JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+def _validate_template(ref: PodTemplateRef, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """The checks of one pod template that do not change it (CREATE and UPDATE alike)."""
+    rule = team.podPriority
+    current = lookup(ref.template, ("spec", "priorityClassName"))
+    if rule is not None and current is not None:
+        where = f"{_dotted((*ref.path, 'spec'))}.priorityClassName"
+        _check_value(plan, "podPriority", rule, str(current), where, team, "PriorityClass")
+    if team.topology is not None:
+        _check_user_topology(ref, _annotations(ref.template), team.topology, team, plan)
 
 
 def _plan_template(
@@ -323,122 +427,177 @@ def _plan_template(
     ref: PodTemplateRef,
     team: TeamPolicyCompiled,
     affinity: list[dict[str, Any]],
-    inventory: NodeInventory | None,
+    user_priority: Any,
     plan: Plan,
 ) -> None:
     spec_path = (*ref.path, "spec")
     spec = _string_map(draft, spec_path)
     where = f"podset {ref.podset!r}"
+    _validate_template(ref, team, plan)
     rule = team.podPriority
-    if rule is not None:
-        current = spec.get("priorityClassName")
-        if current is None and spec.get("priority") is None and rule.default:
-            draft.set((*spec_path, "priorityClassName"), rule.default, "podPriority", f"{where}: team default")
-        elif current is not None:
-            _check_value(
-                plan,
-                "podPriority",
-                rule,
-                str(current),
-                f"{_dotted(spec_path)}.priorityClassName",
-                team,
-                "PriorityClass",
-            )
-    if team.topology is not None:
-        _plan_topology(draft, ref, team.topology, inventory, plan, team)
+    if rule is not None and spec.get("priorityClassName") is None and spec.get("priority") is None:
+        # The user's explicit Kueue priority drives the pod priority when the team may use it.
+        chosen: str | None = rule.default
+        reason = f"{where}: the default of team {team.team!r}"
+        if isinstance(user_priority, str) and (rule.allowed is None or user_priority in rule.allowed):
+            chosen, reason = user_priority, f"{where}: the Kueue priority the workload asks for"
+        if chosen:
+            draft.set((*spec_path, "priorityClassName"), chosen, "podPriority", reason)
     if affinity:
-        _plan_node_affinity(draft, spec_path, affinity, where)
+        _plan_node_affinity(draft, spec_path, affinity, where, plan)
+
+
+_STRENGTH = {REQUIRED: 2, PREFERRED: 1}
+
+
+def _user_request(annotations: Mapping[str, Any], levels: list[str]) -> tuple[int, int]:
+    """How strongly a podset's own TAS annotations bind it: (2 required | 1 preferred | 0 other, depth)."""
+    for key, strength in _STRENGTH.items():
+        level = annotations.get(key)
+        if level is not None:
+            return strength, levels.index(level) if level in levels else -1
+    return 0, -1
+
+
+def _check_user_topology(
+    ref: PodTemplateRef,
+    annotations: Mapping[str, Any],
+    placement: TopologyPlacement,
+    team: TeamPolicyCompiled,
+    plan: Plan,
+) -> None:
+    """Under ``enforce``/``warn``: a podset's own TAS annotations must name levels of the team's
+    Topology and may not ask for less locality than the policy (a weaker mode or a broader level)."""
+    if placement.enforcement == "default" or not any(key in annotations for key in TAS_ANNOTATIONS):
+        return
+    sink = plan.denials if placement.enforcement == "enforce" else plan.warnings
+    where = f"podset {ref.podset!r}"
+    for key in _LEVEL_ANNOTATIONS:
+        level = annotations.get(key)
+        if level is not None and level not in placement.levels:
+            sink.append(
+                f"topology: {key} {level!r} ({where}) is not a level of Topology "
+                f"{placement.topologyName!r} for team {team.team!r}; allowed: {', '.join(placement.levels)}"
+            )
+    unconstrained = annotations.get(UNCONSTRAINED)
+    if unconstrained is not None and unconstrained not in ("true", "false"):
+        sink.append(f"topology: {UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}")
+    if placement.mode not in ("required", "preferred") or placement.level is None:
+        return
+    wanted = (
+        _STRENGTH[REQUIRED if placement.mode == "required" else PREFERRED],
+        placement.levels.index(placement.level),
+    )
+    asked = _user_request(annotations, placement.levels)
+    if asked[0] < wanted[0] or (asked[0] == wanted[0] and asked[1] < wanted[1]):
+        sink.append(
+            f"topology: {where} asks for less locality than team {team.team!r} allows: the policy is "
+            f"{placement.mode} at {placement.level}"
+        )
 
 
 def _plan_topology(
     draft: _Draft,
-    ref: PodTemplateRef,
+    refs: list[PodTemplateRef],
     placement: TopologyPlacement,
     inventory: NodeInventory | None,
     plan: Plan,
     team: TeamPolicyCompiled,
 ) -> None:
-    annotations_path = (*ref.path, "metadata", "annotations")
-    annotations = _string_map(draft, annotations_path)
-    present = [key for key in TAS_ANNOTATIONS if key in annotations]
-    if present:
-        if placement.enforcement == "default":
-            return
-        for key in _LEVEL_ANNOTATIONS:
-            level = annotations.get(key)
-            if level is not None and level not in placement.levels:
-                message = (
-                    f"topology: {key} {level!r} (podset {ref.podset!r}) is not a level of Topology "
-                    f"{placement.topologyName!r} for team {team.team!r}; allowed: {', '.join(placement.levels)}"
-                )
-                (plan.denials if placement.enforcement == "enforce" else plan.warnings).append(message)
-        return
-    wanted = _topology_annotations(ref, placement, inventory)
-    for key, (value, reason) in wanted.items():
-        draft.set((*annotations_path, key), value, "topology", f"podset {ref.podset!r}: {reason}")
+    """One TAS annotation set per podset; podsets sharing ``podset-group-name`` are planned as one
+    (Kueue requires the members of a group to ask for the same topology)."""
+    groups: dict[str, list[PodTemplateRef]] = {}
+    for index, ref in enumerate(refs):
+        name = _annotations(ref.template).get(GROUP_NAME)
+        groups.setdefault(f"group:{name}" if isinstance(name, str) else f"podset:{index}", []).append(ref)
+    for members in groups.values():
+        if any(key in _annotations(ref.template) for ref in members for key in TAS_ANNOTATIONS):
+            continue  # the user placed this podset (or a member of its group): never add one
+        wanted = _topology_annotations(members, placement, inventory)
+        for ref in members:
+            for key, (value, reason) in wanted.items():
+                path = (*ref.path, "metadata", "annotations", key)
+                draft.set(path, value, "topology", f"podset {ref.podset!r}: {reason}")
 
 
 def _topology_annotations(
-    ref: PodTemplateRef, placement: TopologyPlacement, inventory: NodeInventory | None
+    members: list[PodTemplateRef], placement: TopologyPlacement, inventory: NodeInventory | None
 ) -> dict[str, tuple[str, str]]:
-    """The TAS annotations for one podset (key → (value, reason))."""
-    out: dict[str, tuple[str, str]] = {}
+    """The TAS annotations for one podset or podset group (key → (value, reason))."""
     mode = placement.mode
     if mode == "unconstrained":
         return {UNCONSTRAINED: ("true", "team policy: unconstrained")}
     if mode == "auto":
-        return _auto(ref, placement, inventory)
+        return _auto(members, placement, inventory)
     assert placement.level is not None
-    key = REQUIRED if mode == "required" else PREFERRED
-    out[key] = (placement.level, f"team policy: {mode} at {placement.level}")
-    slice_ = _slice(ref, placement)
-    if slice_:
-        out.update(slice_)
+    out = {
+        REQUIRED if mode == "required" else PREFERRED: (placement.level, f"team policy: {mode} at {placement.level}")
+    }
+    if len(members) == 1:
+        out.update(_slice(members[0].count, placement))
     return out
 
 
-def _slice(ref: PodTemplateRef, placement: TopologyPlacement) -> dict[str, tuple[str, str]]:
+def _slice(count: int, placement: TopologyPlacement) -> dict[str, tuple[str, str]]:
     """Slice annotations when the podset divides into whole slices (Kueue rejects partial slices)."""
     size = placement.sliceSize
-    if placement.sliceLevel is None or size is None or ref.count < size or ref.count % size:
+    if placement.sliceLevel is None or size is None or count < size or count % size:
         return {}
-    reason = f"{ref.count} pods in slices of {size} at {placement.sliceLevel}"
+    reason = f"{count} pods in slices of {size} at {placement.sliceLevel}"
     return {SLICE_REQUIRED: (placement.sliceLevel, reason), SLICE_SIZE: (str(size), reason)}
 
 
 def _auto(
-    ref: PodTemplateRef, placement: TopologyPlacement, inventory: NodeInventory | None
+    members: list[PodTemplateRef], placement: TopologyPlacement, inventory: NodeInventory | None
 ) -> dict[str, tuple[str, str]]:
+    """Topology mode ``auto`` (SPEC §3): the narrowest level at which one domain holds the whole
+    podset (or group) gets ``required``, never broader than ``placement.level`` when set; too large
+    for that, a slice rule if one fits, else ``preferred`` at that broadest level. Without an
+    inventory, or for a podset whose size is unknown (one Pod of a pod group), ``preferred``."""
     levels = placement.levels
-    spec = ref.template.get("spec")
-    requests = pod_requests(spec if isinstance(spec, Mapping) else {})
+    top = levels.index(placement.level) if placement.level in levels else 0
     if inventory is None or not len(inventory):
         level = placement.level or levels[-1]
         return {PREFERRED: (level, "auto: no node inventory, so preferred (never blocks admission)")}
+    if any(ref.partial for ref in members):
+        level = placement.level or levels[-1]
+        return {PREFERRED: (level, "auto: one member of a pod group, its size unknown, so preferred")}
+    count = sum(ref.count for ref in members)
+    requests: dict[str, Decimal] = {}
+    for ref in members:  # a group is sized by its largest pod: never too optimistic
+        spec = ref.template.get("spec")
+        for resource, amount in pod_requests(spec if isinstance(spec, Mapping) else {}).items():
+            requests[resource] = max(requests.get(resource, Decimal(0)), amount)
     capacity = inventory.largest_domain(levels, placement.nodeLabels, requests)
-    for depth in range(len(levels) - 1, -1, -1):
-        if capacity[depth] >= ref.count:
+    pods = "pod" if count == 1 else "pods"
+    for depth in range(len(levels) - 1, top - 1, -1):
+        if capacity[depth] >= count:
             return {
                 REQUIRED: (
                     levels[depth],
-                    f"auto: {ref.count} pods fit in one {levels[depth]} domain (largest holds {capacity[depth]})",
+                    f"auto: {count} {pods} fit in one {levels[depth]} domain (the largest holds {capacity[depth]})",
                 )
             }
-    sliced = _slice(ref, placement)
-    if sliced:
-        return sliced
+    if len(members) == 1:
+        sliced = _slice(count, placement)
+        if sliced:
+            return sliced
     return {
         PREFERRED: (
-            levels[0],
-            f"auto: {ref.count} pods exceed the largest {levels[0]} domain ({capacity[0]}), so preferred",
+            levels[top],
+            f"auto: {count} {pods} exceed the largest {levels[top]} domain ({capacity[top]}), so preferred",
         )
     }
 
 
 def _plan_node_affinity(
-    draft: _Draft, spec_path: tuple[Key, ...], expressions: list[dict[str, Any]], where: str
+    draft: _Draft, spec_path: tuple[Key, ...], expressions: list[dict[str, Any]], where: str, plan: Plan
 ) -> None:
-    """AND ``expressions`` into every nodeSelectorTerm (terms are ORed), or add one term."""
+    """AND ``expressions`` into every nodeSelectorTerm (terms are ORed), or add one term.
+
+    A term whose own ``In`` expression on the same key shares no value with the team's can then
+    match no node: admitted, with a warning naming the term.
+    """
     required_path = (*spec_path, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     terms_path = (*required_path, "nodeSelectorTerms")
     for key_path in (
@@ -469,10 +628,26 @@ def _plan_node_affinity(
         if not isinstance(existing, list):
             raise _Shape((*term_path, "matchExpressions"), existing, "array")
         for expression in expressions:
+            _warn_disjoint(existing, expression, f"{where}: nodeSelectorTerms[{index}]", plan)
             normalized = _normalize(expression)
             if not any(_normalize(e) == normalized for e in existing if isinstance(e, Mapping)):
                 draft.append((*term_path, "matchExpressions"), normalized, "nodeAffinity", reason)
                 existing = draft.get((*term_path, "matchExpressions"))
+
+
+def _warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: str, plan: Plan) -> None:
+    if expression.get("operator") != "In":
+        return
+    wanted = set(expression.get("values") or [])
+    for own in existing:
+        if not isinstance(own, Mapping) or own.get("key") != expression.get("key") or own.get("operator") != "In":
+            continue
+        values = own.get("values")
+        if isinstance(values, list) and not wanted.intersection(values):
+            plan.warnings.append(
+                f"nodeAffinity: {where} asks for {own.get('key')} in {values}, but team nodes have "
+                f"{sorted(wanted)}: pods of this term can match no node"
+            )
 
 
 def _normalize(expression: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""Arbitrary JSON where a workload's fields should be: the review answers, it never raises.
+
+The API server does not type-check custom-resource bodies before mutating webhooks, so any JSON
+value may sit where a map, a list or a quantity belongs. Whatever is there, the answer is an
+AdmissionReview (allowed, patched or denied with the path), and a patch always applies.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import aws_nodes, platform_with, review_body, teams_from
+from test_properties import BASES
+
+from webhook.core.admission import MalformedReview, decode_body
+from webhook.core.inventory import NodeInventory
+from webhook.core.patch import apply_patch
+from webhook.core.review import review
+from webhook.sources import load_nodes
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+POLICY = {
+    "queue": {"enforcement": "enforce"},
+    "kueuePriority": {"default": "low", "allowed": ["low"]},
+    "podPriority": {"default": "low", "allowed": ["low"], "enforcement": "warn"},
+    "topology": {"mode": "auto", "enforcement": "enforce"},
+    "nodeAffinity": [{"key": "zone", "operator": "In", "values": ["a"]}],
+}
+TEAMS = teams_from(platform_with(POLICY))
+NODES = aws_nodes()
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out.extend(_paths(value, (*prefix, key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out.extend(_paths(value, (*prefix, index)))
+    return out
+
+
+@st.composite
+def corrupted(draw: st.DrawFn) -> dict[str, Any]:
+    obj = copy.deepcopy(draw(st.sampled_from(BASES)))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _paths(obj) if p and p[0] not in ("apiVersion", "kind")]
+        path = draw(st.sampled_from(paths))
+        parent: Any = obj
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = draw(JSON)
+    return obj
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=corrupted(), operation=st.sampled_from(["CREATE", "UPDATE"]))
+def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: str) -> None:
+    old = copy.deepcopy(BASES[0]) if operation == "UPDATE" else None
+    try:
+        outcome = review(review_body(obj, "ml", operation=operation, old=old), TEAMS, inventory=NODES)
+    except MalformedReview as exc:  # the server's HTTP 400, with its reason
+        assert str(exc).startswith("request.")
+        return
+    response = outcome.response["response"]
+    assert isinstance(response["allowed"], bool)
+    if response["allowed"] and outcome.patch:
+        apply_patch(obj, outcome.patch)
+    if not response["allowed"]:
+        assert response["status"]["message"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(node=st.dictionaries(st.sampled_from(["metadata", "spec", "status"]), JSON, max_size=3))
+def test_any_json_in_a_node_dump_counts_as_an_unusable_node(node: dict[str, Any]) -> None:
+    inventory = NodeInventory.from_objects([node])
+    assert len(inventory) == 1
+    inventory.largest_domain(["kubernetes.io/hostname"], {}, {"nvidia.com/gpu": 1})
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"a": NaN}', "NaN is not a JSON value"),
+        (b'{"a": Infinity}', "Infinity is not a JSON value"),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b"\xff", "not UTF-8"),
+    ],
+)
+def test_bodies_json_forbids_are_refused(raw: bytes, message: str) -> None:
+    with pytest.raises(MalformedReview, match=message):
+        decode_body(raw)
+
+
+def test_real_node_dump_loads(tmp_path: Any) -> None:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"items": [{"metadata": {"name": "n", "labels": ["not", "a", "map"]}, "status": "x"}]}))
+    inventory = load_nodes(path)
+    assert [n.schedulable for n in inventory.nodes] == [False]
