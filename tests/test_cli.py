@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -38,7 +39,8 @@ def test_review_answers_like_the_server() -> None:
 @pytest.mark.parametrize(
     ("stdin", "message"),
     [
-        ("not json", "stdin is not valid JSON"),
+        ("not json", "malformed AdmissionReview: body is not valid JSON"),
+        ('{"apiVersion": NaN}', "NaN is not a JSON value"),
         ("[]", "body must be a JSON object (an AdmissionReview), got array"),
         ('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request is missing"),
         (
@@ -204,3 +206,116 @@ def test_schema_is_a_json_schema_of_the_platform_file() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) >= {"teams", "flavors", "topologies", "priorities", "cohorts", "naming"}
+
+
+# -- regressions from trying kgov as a new user --------------------------------------------------
+def _mutate(tmp_path: Path, content: str | bytes, *extra: str) -> Any:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return invoke("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest), *extra)
+
+
+def test_mutate_non_utf8_manifest_is_an_input_error(tmp_path: Path) -> None:
+    result = _mutate(tmp_path, "metadata: {name: caf\u00e9}\n".encode("latin-1"))
+    assert result.exit_code == 2 and "m.yaml: not UTF-8 text" in result.stderr
+
+
+@pytest.mark.parametrize("metadata", ["[a, b]", "x", "null"])
+def test_mutate_metadata_of_the_wrong_type(tmp_path: Path, metadata: str) -> None:
+    result = _mutate(tmp_path, f"apiVersion: batch/v1\nkind: Job\nmetadata: {metadata}\nspec: {{}}\n")
+    if metadata == "null":
+        assert result.exit_code == 0, result.stderr  # no metadata: the labels map is added whole
+        assert yaml.safe_load(result.stdout)["metadata"]["labels"]
+    else:
+        assert result.exit_code == 2
+        assert "request.object.metadata must be an object" in result.stderr
+
+
+def test_mutate_yaml_aliases_do_not_share_mutations(tmp_path: Path) -> None:
+    manifest = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: alias}
+spec:
+  pytorchReplicaSpecs:
+    Master: {replicas: 1, template: &t {spec: {containers: [{name: c, image: x,
+      resources: {limits: {nvidia.com/gpu: 8}}}]}}}
+    Worker: {replicas: 8, template: *t}
+"""
+    result = _mutate(tmp_path, manifest, "--nodes", str(EXAMPLES / "nodes.json"))
+    assert "&id" not in result.stdout and "*id" not in result.stdout
+    specs = yaml.safe_load(result.stdout)["spec"]["pytorchReplicaSpecs"]
+    master = specs["Master"]["template"]["metadata"]["annotations"]
+    worker = specs["Worker"]["template"]["metadata"]["annotations"]
+    assert master == {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}
+    # 8 workers exceed a rack (4 hosts); research caps required placement at the rack level.
+    assert worker == {"kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-3"}
+
+
+def test_mutate_reviews_the_items_of_a_list(tmp_path: Path) -> None:
+    listing = {"apiVersion": "v1", "kind": "List", "items": [job(), {"apiVersion": "v1", "kind": "ConfigMap"}]}
+    result = _mutate(tmp_path, yaml.safe_dump(listing))
+    assert result.exit_code == 0, result.stderr
+    out = yaml.safe_load(result.stdout)
+    assert out["kind"] == "List"
+    assert out["items"][0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-research-localqueue"
+    assert out["items"][1] == {"apiVersion": "v1", "kind": "ConfigMap"}
+
+
+def test_mutate_empty_file_says_so(tmp_path: Path) -> None:
+    result = _mutate(tmp_path, "")
+    assert result.exit_code == 0 and "no documents" in result.stderr
+
+
+def test_mutate_patch_keeps_document_positions_for_denied_ones(tmp_path: Path) -> None:
+    stolen = job(metadata={"name": "s", "labels": {"kueue.x-k8s.io/queue-name": "other"}})
+    result = _mutate(tmp_path, yaml.safe_dump_all([stolen, job()]), "--patch")
+    assert result.exit_code == 1
+    patches = json.loads(result.stdout)
+    assert patches[0] is None and patches[1][0]["path"] == "/metadata/labels"
+
+
+@pytest.mark.parametrize("namespace", ["", "Bad NS!"])
+def test_mutate_refuses_a_namespace_that_cannot_exist(tmp_path: Path, namespace: str) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(yaml.safe_dump(job()))
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", namespace, "-f", str(manifest))
+    assert result.exit_code == 2 and "is not a DNS-1123 label" in result.stderr
+
+
+def test_policy_can_exclude_the_webhooks_own_namespace() -> None:
+    result = invoke("policy", "--platform", str(PLATFORM), "--exclude-namespace", "kueue-governor-system")
+    assert json.loads(result.stdout)["excludedNamespaces"][-1] == "kueue-governor-system"
+
+
+def test_serve_refuses_label_selected_teams_without_a_label_source(tmp_path: Path) -> None:
+    platform = yaml.safe_load(PLATFORM.read_text())
+    platform["teams"][0]["namespaceSelector"] = {"matchLabels": {"org/team": "research"}}
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(platform))
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_text("unused: the check comes first")
+    result = invoke(
+        "serve",
+        "--platform",
+        str(path),
+        "--tls-cert-file",
+        str(tmp_path / "tls.crt"),
+        "--tls-private-key-file",
+        str(tmp_path / "tls.key"),
+    )
+    assert result.exit_code == 2
+    assert "give --watch-cluster (or --namespaces FILE)" in result.stderr
+
+
+def test_serve_names_a_missing_certificate_file(tmp_path: Path) -> None:
+    result = invoke(
+        "serve",
+        "--platform",
+        str(PLATFORM),
+        "--tls-cert-file",
+        str(tmp_path / "no.crt"),
+        "--tls-private-key-file",
+        str(tmp_path / "no.key"),
+    )
+    assert result.exit_code == 2 and f"--tls-cert-file {tmp_path / 'no.crt'}: no such file" in result.stderr

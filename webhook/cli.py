@@ -7,6 +7,7 @@ AdmissionReview); 2 usage error or an input file that cannot be used (bad platfo
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections.abc import Mapping
@@ -16,10 +17,10 @@ from typing import Any, NoReturn
 import click
 import yaml
 
-from webhook.core.admission import MalformedReview
+from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory
 from webhook.core.patch import apply_patch
-from webhook.core.platform import PlatformError, platform_json_schema
+from webhook.core.platform import PlatformError, dns1123_label_error, platform_json_schema
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
 from webhook.logs import configure_logging
@@ -95,7 +96,21 @@ def main() -> None:
     """kueue-governor: team policies and topology-aware placement for Kueue clusters."""
 
 
-@main.command("review", epilog=_EXIT_CODES)
+_REVIEW_EXIT_CODES = """\b
+Exit codes:
+  0  answered (allowed, patched or denied: read response.allowed)
+  1  the AdmissionReview is malformed (the server's HTTP 400; reason on stderr)
+  2  usage error, or an input file that cannot be used
+"""
+
+_FILE_EXIT_CODES = """\b
+Exit codes:
+  0  success
+  2  usage error, or an input file that cannot be used
+"""
+
+
+@main.command("review", epilog=_REVIEW_EXIT_CODES)
 @platform_option
 @policy_option
 @namespaces_option
@@ -111,13 +126,9 @@ def review_command(
     """
     teams = _teams(platform, policy)
     labels, nodes = _inputs(namespaces_file, nodes_file)
-    raw = sys.stdin.read()
+    raw = sys.stdin.buffer.read()
     try:
-        body = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        _fail(f"stdin is not valid JSON: {exc}", EXIT_DENIED)
-    try:
-        outcome = review(body, teams, labels.get, nodes)
+        outcome = review(decode_body(raw), teams, labels.get, nodes)
     except MalformedReview as exc:
         _fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED)
     click.echo(json.dumps(outcome.response, indent=2))
@@ -126,7 +137,7 @@ def review_command(
 def _admission_review(document: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     api_version = str(document.get("apiVersion", ""))
     group, _, version = api_version.rpartition("/")
-    metadata = document.get("metadata") or {}
+    metadata = document.get("metadata")
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -136,17 +147,18 @@ def _admission_review(document: Mapping[str, Any], namespace: str) -> dict[str, 
             "resource": {"group": group, "version": version, "resource": str(document.get("kind", "")).lower() + "s"},
             "operation": "CREATE",
             "namespace": namespace,
-            "name": str(metadata.get("name", "")) if isinstance(metadata, Mapping) else "",
+            "name": str(metadata.get("name") or "") if isinstance(metadata, Mapping) else "",
             "object": document,
             "dryRun": True,
         },
     }
 
 
-def _explain(index: int, document: Mapping[str, Any], outcome: ReviewOutcome) -> None:
-    metadata = document.get("metadata") or {}
+def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) -> None:
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
     name = metadata.get("name") or metadata.get("generateName") or "?"
-    click.echo(f"# document {index}: {document.get('kind')} {name}", err=True)
+    click.echo(f"# {where}: {document.get('kind')} {name}", err=True)
     team = outcome.resolution.team
     click.echo(f"#   team: {team.team if team else '-'} ({outcome.resolution.reason})", err=True)
     if outcome.plan.skipped:
@@ -169,8 +181,8 @@ def _explain(index: int, document: Mapping[str, Any], outcome: ReviewOutcome) ->
     "--filename",
     "manifest",
     required=True,
-    type=click.File("r"),
-    help="Manifest file (YAML or JSON, multi-document allowed); - for stdin.",
+    type=click.File("rb"),
+    help="Manifest file (YAML or JSON, multi-document and kind: List allowed); - for stdin.",
 )
 @click.option("--patch", "show_patch", is_flag=True, help="Print the JSON Patch of each document instead.")
 @click.option("--explain", is_flag=True, help="Say on stderr which rule made which change.")
@@ -189,44 +201,100 @@ def mutate_command(
     """Show what admission would make of manifests created in NAMESPACE.
 
     Prints the mutated manifests as YAML (or, with --patch, a JSON array holding one RFC 6902
-    JSON Patch per admitted document, in file order).
-    Denied documents are reported on stderr with the policy's message; the exit code is 1 if any
-    document was denied. A document whose own metadata.namespace differs from -n is reviewed in
-    -n, with a note on stderr.
+    JSON Patch per document, in file order; null for a denied document). The items of a
+    `kind: List` are reviewed one by one. Denied documents are reported on stderr with the policy's
+    message; the exit code is 1 if any document was denied. A document whose own
+    metadata.namespace differs from -n is reviewed in -n, with a note on stderr.
     """
+    if dns1123_label_error(namespace):
+        _fail(f"-n {namespace!r}: {dns1123_label_error(namespace)}")
     teams = _teams(platform, policy)
     labels, nodes = _inputs(namespaces_file, nodes_file)
+    source = manifest.name
     try:
-        documents = [d for d in yaml.safe_load_all(manifest) if d is not None]
+        text = manifest.read().decode("utf-8")
+        # A JSON round trip drops YAML anchors: an alias must not share one map between two places.
+        documents = [json.loads(json.dumps(d)) for d in yaml.safe_load_all(text) if d is not None]
+    except UnicodeDecodeError as exc:
+        _fail(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     except yaml.YAMLError as exc:
-        _fail(f"{manifest.name}: not valid YAML: {exc}")
-    denied = False
+        _fail(f"{source}: not valid YAML: {exc}")
+    except ValueError as exc:  # NaN/inf floats, which JSON and Kubernetes do not have
+        _fail(f"{source}: {exc}")
+    if not documents:
+        click.echo(f"kgov: {source}: no documents", err=True)
+    if teams.needs_namespace_labels and namespace not in labels and teams.resolve(namespace, None).team is None:
+        click.echo(
+            f"kgov: some teams select namespaces by labels; without --namespaces the labels of "
+            f"{namespace!r} are unknown, so only teams that list it by name apply",
+            err=True,
+        )
+    reviewer = _Reviewer(teams, labels, nodes, namespace, explain)
     outputs: list[Any] = []
     for index, document in enumerate(documents, start=1):
-        if not isinstance(document, dict) or not document.get("kind") or not document.get("apiVersion"):
-            _fail(f"{manifest.name}: document {index} is not a Kubernetes object (needs apiVersion and kind)")
-        own = (document.get("metadata") or {}).get("namespace")
-        if own and own != namespace:
-            click.echo(f"kgov: document {index} says namespace {own!r}; reviewed in {namespace!r} (-n)", err=True)
-        try:
-            outcome = review(_admission_review(document, namespace), teams, labels.get, nodes)
-        except MalformedReview as exc:
-            _fail(f"{manifest.name}: document {index}: {exc}")
-        if explain:
-            _explain(index, document, outcome)
-        if not outcome.plan.allowed:
-            denied = True
-            for message in outcome.response["response"]["status"]["message"].split("; kueue-governor: "):
-                click.echo(f"kgov: document {index} denied: {message.removeprefix('kueue-governor: ')}", err=True)
+        where = f"document {index}"
+        if not _is_object(document):
+            _fail(f"{source}: {where} is not a Kubernetes object (needs apiVersion and kind)")
+        if document.get("kind") == "List" and isinstance(document.get("items"), list):
+            results = [reviewer.run(item, f"{where} item {i}") for i, item in enumerate(document["items"])]
+            if show_patch:
+                outputs.append([r[1] for r in results])
+            else:
+                outputs.append({**document, "items": [r[0] for r in results if r[0] is not None]})
             continue
-        for warning in outcome.plan.warnings:
-            click.echo(f"Warning: document {index}: {warning}", err=True)
-        outputs.append(outcome.patch if show_patch else apply_patch(document, outcome.patch))
+        result, patch = reviewer.run(document, where)
+        if show_patch:
+            outputs.append(patch)
+        elif result is not None:
+            outputs.append(result)
     if show_patch:
         click.echo(json.dumps(outputs, indent=2))
     elif outputs:
         click.echo(yaml.safe_dump_all(outputs, sort_keys=False), nl=False)
-    sys.exit(EXIT_DENIED if denied else 0)
+    sys.exit(EXIT_DENIED if reviewer.denied else 0)
+
+
+def _is_object(document: Any) -> bool:
+    return isinstance(document, dict) and bool(document.get("kind")) and bool(document.get("apiVersion"))
+
+
+class _Reviewer:
+    """Reviews documents of one ``kgov mutate`` run and reports on stderr."""
+
+    def __init__(
+        self,
+        teams: TeamIndex,
+        labels: dict[str, dict[str, str]],
+        nodes: NodeInventory | None,
+        namespace: str,
+        explain: bool,
+    ) -> None:
+        self.teams, self.labels, self.nodes = teams, labels, nodes
+        self.namespace, self.explain = namespace, explain
+        self.denied = False
+
+    def run(self, document: Any, where: str) -> tuple[Any, list[dict[str, Any]] | None]:
+        """(mutated document or None when denied, its patch or None when denied)."""
+        if not _is_object(document):
+            _fail(f"{where} is not a Kubernetes object (needs apiVersion and kind)")
+        metadata = document.get("metadata")
+        own = metadata.get("namespace") if isinstance(metadata, dict) else None
+        if own and own != self.namespace:
+            click.echo(f"kgov: {where} says namespace {own!r}; reviewed in {self.namespace!r} (-n)", err=True)
+        try:
+            outcome = review(_admission_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
+        except MalformedReview as exc:
+            _fail(f"{where}: {exc}")
+        if self.explain:
+            _explain(where, document, outcome)
+        if not outcome.plan.allowed:
+            self.denied = True
+            for message in outcome.plan.denials:
+                click.echo(f"kgov: {where} denied: {message}", err=True)
+            return None, None
+        for warning in outcome.plan.warnings:
+            click.echo(f"Warning: {where}: {warning}", err=True)
+        return apply_patch(document, outcome.patch), outcome.patch
 
 
 @main.command("serve")
@@ -244,7 +312,11 @@ def mutate_command(
     help="Keep namespaces and nodes cached from the API server (list + watch).",
 )
 @click.option("--kubeconfig", help="Kubeconfig for --watch-cluster (default: in-cluster service account).")
-@click.option("--exclude-namespace", multiple=True, help="Namespace never mutated (repeatable); add your own.")
+@click.option(
+    "--exclude-namespace",
+    multiple=True,
+    help="Namespace never mutated (repeatable). The server's own namespace (env POD_NAMESPACE) always is.",
+)
 @click.option(
     "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
@@ -265,10 +337,15 @@ def serve_command(
     shutdown_timeout: float,
 ) -> None:
     """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz, /metrics)."""
-    from webhook.server import ServerConfig, serve
+    from webhook.server import ConfigurationError, ServerConfig, serve
 
     if (platform is None) == (policy is None):
         _fail("give exactly one of --platform or --policy")
+    for option, path in (("--tls-cert-file", tls_cert_file), ("--tls-private-key-file", tls_private_key_file)):
+        if not path.is_file():
+            _fail(f"{option} {path}: no such file")
+    own_namespace = os.environ.get("POD_NAMESPACE")
+    excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
     config = ServerConfig(
         cert_file=tls_cert_file,
@@ -281,15 +358,15 @@ def serve_command(
         nodes_file=nodes_file,
         kubeconfig=kubeconfig,
         watch_cluster=watch_cluster,
-        extra_excluded=list(exclude_namespace),
+        extra_excluded=excluded,
         shutdown_timeout=shutdown_timeout,
     )
     try:
         serve(config)
-    except (PlatformError, InputError) as exc:
+    except (PlatformError, InputError, ConfigurationError) as exc:
         _fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot serve: {exc}")
+        _fail(f"cannot serve on {host}:{port}: {exc}")
 
 
 @main.command("schema")
@@ -298,12 +375,22 @@ def schema_command() -> None:
     click.echo(json.dumps(platform_json_schema(), indent=2))
 
 
-@main.command("policy", epilog=_EXIT_CODES)
+@main.command("policy", epilog=_FILE_EXIT_CODES)
 @platform_option
-def policy_command(platform: Path | None) -> None:
+@click.option(
+    "--exclude-namespace",
+    multiple=True,
+    help="Namespace never mutated (repeatable), e.g. the webhook's own, as the generated ConfigMap has it.",
+)
+def policy_command(platform: Path | None, exclude_namespace: tuple[str, ...]) -> None:
     """Print the compiled policy JSON the webhook would use for a platform file."""
-    teams = _teams(platform, None)
-    click.echo(teams.policies.model_dump_json(indent=2))
+    if platform is None:
+        _fail("give --platform FILE")
+    try:
+        policies = load_policies(platform, None, list(exclude_namespace))
+    except (PlatformError, InputError) as exc:
+        _fail(str(exc))
+    click.echo(policies.model_dump_json(indent=2))
 
 
 def _register_generator() -> None:

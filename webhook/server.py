@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from kubernetes_asyncio.config import ConfigException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.core.admission import MalformedReview, decode_body
@@ -32,12 +33,25 @@ from webhook.core.review import ReviewOutcome, review
 from webhook.metrics import Metrics
 from webhook.sources import InputError, load_namespace_labels, load_nodes, load_policies
 
-__all__ = ["MAX_BODY_BYTES", "GovernorState", "ServerConfig", "make_app", "make_ssl_context", "run_server", "serve"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "ConfigurationError",
+    "GovernorState",
+    "ServerConfig",
+    "make_app",
+    "make_ssl_context",
+    "run_server",
+    "serve",
+]
 
 log = structlog.get_logger("kgov.server")
 
 #: SPEC §5: bodies up to at least 3 MiB (an object and its oldObject near etcd's 1.5 MiB limit).
 MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class ConfigurationError(ValueError):
+    """The server cannot start with these options; the message says what to change."""
 
 
 @dataclass
@@ -304,15 +318,25 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
 
     Raises:
         PlatformError / InputError: the policy or an input file is invalid at start-up.
+        ConfigurationError: options that cannot work together, or no usable kubeconfig.
         ssl.SSLError / OSError: the certificate pair cannot be loaded or the port is taken.
     """
     metrics = Metrics()
     state = GovernorState(config, metrics)
     state.load_policies()
     state.load_static_inputs()
+    assert state.teams is not None
+    if state.teams.needs_namespace_labels and not (config.watch_cluster or config.namespaces_file):
+        raise ConfigurationError(
+            "some teams select namespaces by labels: give --watch-cluster (or --namespaces FILE) so the "
+            "server knows namespace labels; without them those namespaces would pass unmutated"
+        )
     context = make_ssl_context(config.cert_file, config.key_file)
     state.certificate_loaded = True
-    api = await _start_caches(state) if config.watch_cluster else None
+    try:
+        api = await _start_caches(state) if config.watch_cluster else None
+    except ConfigException as exc:
+        raise ConfigurationError(f"cannot reach the API server for --watch-cluster: {exc}") from None
     runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=config.shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, ssl_context=context)
