@@ -319,3 +319,22 @@ def test_serve_names_a_missing_certificate_file(tmp_path: Path) -> None:
         str(tmp_path / "no.key"),
     )
     assert result.exit_code == 2 and f"--tls-cert-file {tmp_path / 'no.crt'}: no such file" in result.stderr
+
+
+def test_review_with_the_generated_policy_configmap_answers_like_the_platform_file() -> None:
+    configmap = REPO / "kueue-config" / "generated" / "policy-configmap.yaml"
+    body = json.dumps(review_body(job(), "hyperpod-ns-research"))
+    from_configmap = json.loads(invoke("review", "--policy", str(configmap), stdin=body).stdout)
+    from_platform = json.loads(invoke("review", "--platform", str(PLATFORM), stdin=body).stdout)
+    assert from_configmap["response"]["patch"] == from_platform["response"]["patch"]
+
+
+def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text('{"kind": "PolicySet", "teams": [{"team": 1}]}')
+    result = invoke("review", "--policy", str(path), stdin="{}")
+    assert result.exit_code == 2
+    assert (
+        f"{path}: invalid policy file" in result.stderr
+        and "teams.0.team: Input should be a valid string" in result.stderr
+    )

@@ -16,10 +16,13 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.core.inventory import NodeInventory
-from webhook.core.platform import PlatformError, Problem, load_platform
+from webhook.core.platform import PlatformError, load_platform
 from webhook.core.policy import PolicySet, compile_policies
 
-__all__ = ["InputError", "load_namespace_labels", "load_nodes", "load_policies"]
+#: The key of the generated policy ConfigMap that holds the PolicySet JSON.
+POLICY_KEY = "policy.json"
+
+__all__ = ["POLICY_KEY", "InputError", "load_namespace_labels", "load_nodes", "load_policies"]
 
 
 class InputError(ValueError):
@@ -42,11 +45,12 @@ def _read_document(path: str | Path) -> Any:
 def load_policies(
     platform: str | Path | None = None, policy: str | Path | None = None, extra_excluded: list[str] | None = None
 ) -> PolicySet:
-    """A PolicySet from a platform file, or from a PolicySet JSON file.
+    """A PolicySet from a platform file, or from a policy file: the PolicySet JSON, or the
+    generated ``kgov-policy`` ConfigMap (YAML or JSON) whose ``data["policy.json"]`` holds it.
 
     Raises:
-        PlatformError: invalid platform or policy document (every problem with its path).
-        InputError: neither or both sources given, or an unreadable file.
+        PlatformError: invalid platform file (every problem with its path).
+        InputError: neither or both sources given, an unreadable file, or an invalid policy file.
     """
     if (platform is None) == (policy is None):
         raise InputError("give exactly one of a platform file or a policy file")
@@ -54,11 +58,21 @@ def load_policies(
         return compile_policies(load_platform(platform), extra_excluded)
     assert policy is not None
     data = _read_document(policy)
+    if isinstance(data, dict) and data.get("kind") == "ConfigMap":
+        text = (data.get("data") or {}).get(POLICY_KEY) if isinstance(data.get("data"), dict) else None
+        if not isinstance(text, str):
+            raise InputError(f"{policy}: the ConfigMap has no data[{POLICY_KEY!r}]")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{policy}: data[{POLICY_KEY!r}] is not JSON: {exc}") from None
     try:
         policies = PolicySet.model_validate(data)
     except ValidationError as exc:
-        problems = [Problem(path=".".join(str(p) for p in err["loc"]), message=err["msg"]) for err in exc.errors()]
-        raise PlatformError(str(policy), problems) from None
+        lines = "\n".join(
+            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise InputError(f"{policy}: invalid policy file\n{lines}") from None
     if extra_excluded:
         merged = list(dict.fromkeys([*policies.excludedNamespaces, *extra_excluded]))
         policies = policies.model_copy(update={"excludedNamespaces": merged})
