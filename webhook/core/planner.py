@@ -569,13 +569,13 @@ def _auto(
         for resource, amount in pod_requests(spec if isinstance(spec, Mapping) else {}).items():
             requests[resource] = max(requests.get(resource, Decimal(0)), amount)
     capacity = inventory.largest_domain(levels, placement.nodeLabels, requests)
-    pods = "pod" if count == 1 else "pods"
+    pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
     for depth in range(len(levels) - 1, top - 1, -1):
         if capacity[depth] >= count:
             return {
                 REQUIRED: (
                     levels[depth],
-                    f"auto: {count} {pods} fit in one {levels[depth]} domain (the largest holds {capacity[depth]})",
+                    f"auto: {count} {pods} {fit} in one {levels[depth]} domain (the largest holds {capacity[depth]})",
                 )
             }
     if len(members) == 1:
