@@ -216,19 +216,28 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], list[Finding]]] = [
             (
                 "error",
                 "teams[0].name",
-                f"generated ClusterQueue name: 'hyperpod-ns-{LONG_TEAM}-clusterqueue' {DNS_REASON}",
+                f"ClusterQueue name 'hyperpod-ns-{LONG_TEAM}-clusterqueue' would be 70 characters; a label value "
+                "has at most 63",
             ),
             (
                 "error",
                 "teams[0].name",
-                f"generated LocalQueue name: 'hyperpod-ns-{LONG_TEAM}-localqueue' {DNS_REASON}",
+                f"LocalQueue name 'hyperpod-ns-{LONG_TEAM}-localqueue' would be 68 characters; a label value has at "
+                "most 63",
             ),
         ],
     ),
     (
         "generated-priority-name-too-long",
         _all(_set("naming", "hyperpod"), _set("priorities|0|name", "p" * 60)),
-        [("error", "priorities[0].name", f"generated WorkloadPriorityClass name: '{'p' * 60}-priority' {DNS_REASON}")],
+        [
+            (
+                "error",
+                "priorities[0].name",
+                f"WorkloadPriorityClass name '{'p' * 60}-priority' would be 69 characters; a label value has at "
+                "most 63",
+            )
+        ],
     ),
     (
         "unknown-field",
@@ -327,9 +336,20 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], list[Finding]]] = [
         _set("teams|0|namespaces", ["kube-system"]),
         [
             (
+                "error",
+                "teams[0].namespaces[0]",
+                "namespace 'kube-system' is a system namespace, which the webhook never touches",
+            )
+        ],
+    ),
+    (
+        "team-in-webhook-namespace",
+        _set("teams|0|namespaces", ["kueue-governor-system"]),
+        [
+            (
                 "warning",
                 "teams[0].namespaces",
-                "namespace 'kube-system' is never mutated by the webhook (system or its own namespace)",
+                "namespace 'kueue-governor-system' is never mutated by the webhook (its own namespace)",
             )
         ],
     ),

@@ -24,13 +24,31 @@ runs both steps and raises :class:`PlatformError`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from webhook.core.naming import (
+    SYSTEM_NAMESPACES,
+    cluster_queue_name,
+    local_queue_name,
+    priority_class_name,
+    team_namespaces,
+)
 from webhook.core.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -64,14 +82,15 @@ __all__ = [
 API_VERSION = "kueue-governor.io/v1alpha1"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# Used with fullmatch: "$" would also accept a trailing newline ("alpha\n"), which the API server refuses.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 def _dns1123_label(value: str) -> str:
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters)"
@@ -92,39 +111,54 @@ def dns1123_label_error(value: str) -> str | None:
     return None
 
 
-def _dns1123_subdomain(value: str) -> str:
-    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+def _label_key(value: str) -> str:
+    """Validate a Kubernetes label key ``[prefix/]name``; raise ValueError with the reason."""
+    prefix, _, name = value.rpartition("/")
+    if (
+        (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)))
+        or len(name) > 63
+        or not _LABEL_NAME.fullmatch(name)
+    ):
         raise ValueError(
-            f"{value!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters)"
+            f"{value!r} is not a valid label key ([prefix/]name; name: at most 63 of [A-Za-z0-9-_.], starting and "
+            "ending with a letter or digit; prefix: a DNS-1123 subdomain)"
         )
     return value
 
 
-def _label_key(value: str) -> str:
-    """Validate a Kubernetes label key ``[prefix/]name``; raise ValueError with the reason."""
-    prefix, _, name = value.rpartition("/")
-    if prefix:
-        _dns1123_subdomain(prefix)
-    if len(name) > 63 or not _LABEL_NAME.match(name):
-        raise ValueError(f"{value!r} is not a valid label key (name part: at most 63 of [A-Za-z0-9-_.])")
-    return value
-
-
 def _label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(f"{value!r} is not a valid label value (at most 63 of [A-Za-z0-9-_.])")
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a valid label value (at most 63 of [A-Za-z0-9-_.], starting and ending with a "
+            "letter or digit)"
+        )
     return value
 
 
-def _quantity(value: Any) -> str:
+def _quantity(value: Any) -> Any:
+    """Check a quantity as written, before pydantic coerces it (YAML ``true`` would become 1)."""
     try:
         parse_quantity(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from exc
-    return str(value)
+    return value
 
 
-Quantity = Annotated[str | int | float, Field(description="Kubernetes quantity, e.g. 8, 500m, 64Gi")]
+def _never_negative(what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if parse_quantity(value) < 0:
+            raise ValueError(f"{what} is never negative")
+        return value
+
+    return check
+
+
+DNSLabel = Annotated[str, AfterValidator(_dns1123_label)]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+Quantity = Annotated[
+    str | int | float, BeforeValidator(_quantity), Field(description="Kubernetes quantity, e.g. 8, 500m, 64Gi")
+]
 Enforcement = Literal["default", "enforce", "warn"]
 TopologyMode = Literal["required", "preferred", "unconstrained", "auto", "none"]
 
@@ -145,7 +179,7 @@ class _Named(_Model):
 class TopologySpec(_Named):
     """A Kueue Topology: node labels from the broadest domain (spine, block) to the narrowest."""
 
-    levels: list[str] = Field(description="node label keys, broadest first; 1 to 16, unique")
+    levels: list[LabelKey] = Field(description="node label keys, broadest first; 1 to 16, unique")
 
     @field_validator("levels")
     @classmethod
@@ -155,7 +189,6 @@ class TopologySpec(_Named):
             raise ValueError(f"a Topology has 1 to 16 levels, got {len(levels)}")
         seen: set[str] = set()
         for level in levels:
-            _label_key(level)
             if level in seen:
                 raise ValueError(f"level {level!r} appears twice")
             seen.add(level)
@@ -165,44 +198,34 @@ class TopologySpec(_Named):
 
 
 class Taint(_Model):
-    key: str
-    value: str | None = None
+    key: LabelKey
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class Toleration(_Model):
-    key: str | None = None
+    key: str | None = Field(None, description="a label key; empty or absent: every key (operator Exists)")
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     tolerationSeconds: int | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        return _label_key(value) if value else value
 
 
 class FlavorSpec(_Named):
     """A Kueue ResourceFlavor plus what one of its nodes offers (for capacity checks)."""
 
-    nodeLabels: dict[str, str] = Field(default_factory=dict)
+    nodeLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     nodeTaints: list[Taint] = Field(default_factory=list)
     tolerations: list[Toleration] = Field(default_factory=list)
     topologyName: str | None = None
-    nodeResources: dict[str, Quantity] = Field(
+    nodeResources: dict[str, Annotated[Quantity, AfterValidator(_never_negative("a node resource"))]] = Field(
         default_factory=dict, description="allocatable resources of one node of this flavor"
     )
-
-    @field_validator("nodeLabels")
-    @classmethod
-    def _check_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            _label_key(key)
-            _label_value(value)
-        return labels
-
-    @field_validator("nodeResources")
-    @classmethod
-    def _check_resources(cls, resources: dict[str, Any]) -> dict[str, Any]:
-        for value in resources.values():
-            _quantity(value)
-        return resources
 
     @model_validator(mode="after")
     def _topology_needs_labels(self) -> FlavorSpec:
@@ -213,13 +236,7 @@ class FlavorSpec(_Named):
 
 
 class FairSharing(_Model):
-    weight: Quantity = 1
-
-    @field_validator("weight")
-    @classmethod
-    def _check_weight(cls, value: Any) -> Any:
-        _quantity(value)
-        return value
+    weight: Annotated[Quantity, AfterValidator(_never_negative("a fair-sharing weight"))] = 1
 
 
 class CohortSpec(_Named):
@@ -235,19 +252,13 @@ class PrioritySpec(_Named):
     podPriorityClass: bool = False
 
 
-class ResourceQuota(_Model):
-    nominalQuota: Quantity
-    borrowingLimit: Quantity | None = None
-    lendingLimit: Quantity | None = None
+QuotaAmount = Annotated[Quantity, AfterValidator(_never_negative("a quota"))]
 
-    @field_validator("nominalQuota", "borrowingLimit", "lendingLimit")
-    @classmethod
-    def _check_quantity(cls, value: Any) -> Any:
-        if value is None:
-            return value
-        if parse_quantity(_quantity(value)) < 0:
-            raise ValueError("a quota is never negative")
-        return value
+
+class ResourceQuota(_Model):
+    nominalQuota: QuotaAmount
+    borrowingLimit: QuotaAmount | None = None
+    lendingLimit: QuotaAmount | None = None
 
 
 class FlavorQuota(_Model):
@@ -266,40 +277,70 @@ class Preemption(_Model):
     borrowWithinCohort: BorrowWithinCohort | None = None
 
 
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def _requirement_value(value: str, info: ValidationInfo) -> str:
+    """One entry of ``values``: a label value for ``In``/``NotIn``, an integer for ``Gt``/``Lt``."""
+    operator = info.data.get("operator")
+    if operator in ("In", "NotIn"):
+        _label_value(value)
+    elif operator in ("Gt", "Lt") and not (_INT64.fullmatch(value) and -(2**63) <= int(value) < 2**63):
+        raise ValueError(f"operator {operator} needs an integer value, got {value!r}")
+    return value
+
+
+def _requirement_values(values: list[str], info: ValidationInfo) -> list[str]:
+    """How many ``values`` an operator takes (Kubernetes' label-selector and node-selector rules)."""
+    operator = info.data.get("operator")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ValueError(f"operator {operator} takes no values")
+    if operator in ("In", "NotIn") and not values:
+        raise ValueError(f"operator {operator} needs at least one value")
+    if operator in ("Gt", "Lt") and len(values) != 1:
+        raise ValueError(f"operator {operator} needs exactly one integer value")
+    return values
+
+
+RequirementValue = Annotated[str, AfterValidator(_requirement_value)]
+
+
 class LabelSelectorRequirement(_Model):
-    key: str
+    """One ``matchExpressions[]`` entry of a label selector (meta/v1 LabelSelectorRequirement)."""
+
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[RequirementValue] = Field(default_factory=list, validate_default=True)
+
+    _check_values = field_validator("values")(_requirement_values)
 
 
 class LabelSelector(_Model):
-    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
 
 class NodeSelectorRequirement(_Model):
     """One ``nodeSelectorTerms[].matchExpressions[]`` entry (core/v1 NodeSelectorRequirement)."""
 
-    key: str
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[str] = Field(default_factory=list)
+    values: list[RequirementValue] = Field(default_factory=list, validate_default=True)
 
-    @model_validator(mode="after")
-    def _values_match_operator(self) -> NodeSelectorRequirement:
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Gt", "Lt") and len(self.values) != 1:
-            raise ValueError(f"operator {self.operator} needs exactly one integer value")
-        return self
+    _check_values = field_validator("values")(_requirement_values)
 
 
 class QueueRule(_Model):
-    """Which LocalQueue a workload lands in (label ``kueue.x-k8s.io/queue-name``)."""
+    """Which LocalQueue a workload lands in (label ``kueue.x-k8s.io/queue-name``).
 
-    default: str | None = Field(default=None, description="LocalQueue name; default: the team's LocalQueue")
-    allowed: list[str] = Field(default_factory=list, description="further LocalQueues of this team a user may name")
+    Every name is a LocalQueue of this team: a DNS-1123 label (it is a label value too), never
+    the LocalQueue generated for another team.
+    """
+
+    default: DNSLabel | None = Field(default=None, description="LocalQueue name; default: the team's LocalQueue")
+    allowed: list[DNSLabel] = Field(
+        default_factory=list, description="further LocalQueues of this team a user may name"
+    )
     enforcement: Enforcement = "enforce"
 
 
@@ -317,10 +358,23 @@ class TopologyRule(_Model):
     ``mode``: ``required``/``preferred``/``unconstrained`` write the matching
     ``kueue.x-k8s.io/podset-<mode>-topology`` annotation; ``auto`` picks the level from the podset
     size and the node inventory; ``none`` writes nothing.
+
+    ``level`` must be a level of the Topology (checked by :func:`check_platform`). With
+    ``required``/``preferred`` it is the level written. With ``auto`` it is optional and is the
+    broadest level at which the webhook may *require* placement: ``auto`` requires the narrowest
+    level where one domain of the node inventory holds the whole podset, never a level broader than
+    ``level`` (unset: the Topology's broadest level). A podset larger than every ``level`` domain
+    gets ``preferred`` at ``level`` instead, and so does every podset when there is no inventory
+    (unset: at the narrowest level); ``preferred`` never blocks admission.
     """
 
     mode: TopologyMode = "preferred"
-    level: str | None = Field(None, description="a level of the team flavor's Topology")
+    level: str | None = Field(
+        None,
+        description="a level of the team flavor's Topology; required/preferred: the level written; auto: the "
+        "broadest level at which the webhook may require placement (a podset larger than its domains gets "
+        "preferred at this level)",
+    )
     topologyName: str | None = Field(None, description="default: the Topology of the team's flavors")
     sliceLevel: str | None = None
     sliceSize: int | None = Field(None, ge=1)
@@ -346,7 +400,9 @@ class TeamPolicy(_Model):
 
 
 class TeamSpec(_Named):
-    namespaces: list[str] = Field(default_factory=list, description="namespace names; default from the naming preset")
+    namespaces: list[DNSLabel] = Field(
+        default_factory=list, description="namespace names; default from the naming preset"
+    )
     namespaceSelector: LabelSelector | None = None
     cohort: str | None = None
     quotas: list[FlavorQuota] = Field(default_factory=list)
@@ -354,13 +410,6 @@ class TeamSpec(_Named):
     fairSharing: FairSharing | None = None
     queueingStrategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     policy: TeamPolicy = Field(default_factory=TeamPolicy)
-
-    @field_validator("namespaces")
-    @classmethod
-    def _check_namespaces(cls, namespaces: list[str]) -> list[str]:
-        for namespace in namespaces:
-            _dns1123_label(namespace)
-        return namespaces
 
 
 class Platform(_Model):
@@ -400,6 +449,8 @@ class PlatformError(ValueError):
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a mapping key (the key itself precedes it)
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -422,7 +473,10 @@ def check_platform(platform: Platform) -> list[Problem]:
     Checked (SPEC §2, §6): unique names; flavor → topology, team → flavor/cohort/priority,
     cohort → parent (no cycles); topology levels named in a team policy exist in the team
     flavor's Topology; ``borrowingLimit``/``lendingLimit`` only with a cohort; ``lendingLimit``
-    not above ``nominalQuota``; a namespace belongs to one team only.
+    not above ``nominalQuota``; every name the naming preset derives fits where it lands (label
+    values, namespace names); each effective namespace belongs to one team, none is a system
+    namespace, no two teams share a ``namespaceSelector``; ``policy.queue`` names no other team's
+    LocalQueue.
     """
     problems: list[Problem] = []
     topologies = {t.name: t for t in platform.topologies}
@@ -462,7 +516,6 @@ def check_platform(platform: Platform) -> list[Problem]:
             seen.add(parent)
             parent = parents[parent]
 
-    owner_of_namespace: dict[str, str] = {}
     for index, team in enumerate(platform.teams):
         base = f"teams[{index}]"
         if team.cohort is not None and team.cohort not in cohort_names:
@@ -471,15 +524,6 @@ def check_platform(platform: Platform) -> list[Problem]:
                     path=f"{base}.cohort", message=f"unknown cohort {team.cohort!r} (known: {sorted(cohort_names)})"
                 )
             )
-        for namespace in team.namespaces:
-            other = owner_of_namespace.setdefault(namespace, team.name)
-            if other != team.name:
-                problems.append(
-                    Problem(
-                        path=f"{base}.namespaces",
-                        message=f"namespace {namespace!r} already belongs to team {other!r}",
-                    )
-                )
         for qindex, quota in enumerate(team.quotas):
             qpath = f"{base}.quotas[{qindex}]"
             if quota.flavor not in flavor_names:
@@ -542,6 +586,128 @@ def check_platform(platform: Platform) -> list[Problem]:
                         )
         if policy.topology is not None and policy.topology.mode != "none":
             problems.extend(_check_topology_rule(base, team, flavors, topologies))
+    problems.extend(_check_derived_names(platform))
+    problems.extend(_check_namespaces(platform))
+    problems.extend(_check_queues(platform))
+    return problems
+
+
+#: Kubernetes label values and namespace names have at most 63 characters.
+_NAME_LIMIT = 63
+
+
+def _check_derived_names(platform: Platform) -> list[Problem]:
+    """Every name the naming preset derives is valid where it lands (SPEC §2).
+
+    The LocalQueue, ClusterQueue and WorkloadPriorityClass names are label values too
+    (``kueue.x-k8s.io/queue-name``, ``kueue.x-k8s.io/cluster-queue-name`` on the pods Kueue
+    admits, ``kueue.x-k8s.io/priority-class``); a namespace name is a DNS-1123 label. The platform
+    names are DNS-1123 labels already and the presets only add lower-case affixes, so only the
+    length can go wrong.
+    """
+    problems: list[Problem] = []
+
+    def check(path: str, kind: str, name: str, limited: str) -> None:
+        if len(name) > _NAME_LIMIT:
+            problems.append(
+                Problem(
+                    path=path,
+                    message=f"{kind} name {name!r} would be {len(name)} characters; {limited} has at most "
+                    f"{_NAME_LIMIT}",
+                )
+            )
+
+    for index, team in enumerate(platform.teams):
+        path = f"teams[{index}].name"
+        if not team.namespaces:
+            for namespace in team_namespaces(platform, team):
+                check(path, "Namespace", namespace, "a namespace name")
+        check(path, "ClusterQueue", cluster_queue_name(platform, team), "a label value")
+        check(path, "LocalQueue", local_queue_name(platform, team), "a label value")
+    for index, priority in enumerate(platform.priorities):
+        check(
+            f"priorities[{index}].name",
+            "WorkloadPriorityClass",
+            priority_class_name(platform, priority.name),
+            "a label value",
+        )
+    return problems
+
+
+def _selector_key(selector: LabelSelector) -> frozenset[tuple[str, str, frozenset[str]]]:
+    """A label selector as a set of requirements (``matchLabels`` entries as ``In`` with one value)."""
+    requirements = {(key, "In", frozenset([value])) for key, value in selector.matchLabels.items()}
+    requirements |= {(e.key, e.operator, frozenset(e.values)) for e in selector.matchExpressions}
+    return frozenset(requirements)
+
+
+def _check_namespaces(platform: Platform) -> list[Problem]:
+    """Each effective namespace (listed, else from the naming preset) belongs to one team; no team
+    claims a system namespace; no two teams have the same ``namespaceSelector``."""
+    problems: list[Problem] = []
+    owner: dict[str, int] = {}
+    for index, team in enumerate(platform.teams):
+        seen: set[str] = set()
+        for nindex, namespace in enumerate(team_namespaces(platform, team)):
+            if team.namespaces:
+                path, what = f"teams[{index}].namespaces[{nindex}]", f"namespace {namespace!r}"
+            else:
+                path, what = f"teams[{index}].name", f"namespace {namespace!r} (the team's default namespace)"
+            if namespace in seen:
+                problems.append(Problem(path=path, message=f"{what} is listed twice"))
+                continue
+            seen.add(namespace)
+            if namespace in SYSTEM_NAMESPACES:
+                problems.append(
+                    Problem(path=path, message=f"{what} is a system namespace, which the webhook never touches")
+                )
+                continue
+            first = owner.setdefault(namespace, index)
+            if first != index:
+                problems.append(
+                    Problem(
+                        path=path,
+                        message=f"{what} is claimed by team {platform.teams[first].name!r} (teams[{first}]) and "
+                        f"team {team.name!r}; a namespace belongs to one team",
+                    )
+                )
+    selectors: dict[frozenset[tuple[str, str, frozenset[str]]], int] = {}
+    for index, team in enumerate(platform.teams):
+        if team.namespaceSelector is None:
+            continue
+        first = selectors.setdefault(_selector_key(team.namespaceSelector), index)
+        if first != index:
+            problems.append(
+                Problem(
+                    path=f"teams[{index}].namespaceSelector",
+                    message=f"same namespaceSelector as team {platform.teams[first].name!r} (teams[{first}]): "
+                    "every namespace it selects would belong to both teams",
+                )
+            )
+    return problems
+
+
+def _check_queues(platform: Platform) -> list[Problem]:
+    """``policy.queue`` names no LocalQueue generated for another team (SPEC §3: a queue of another
+    team is denied, so defaulting or allowing one would hand out that team's quota)."""
+    problems: list[Problem] = []
+    queue_owner: dict[str, int] = {}
+    for index, team in enumerate(platform.teams):
+        queue_owner.setdefault(local_queue_name(platform, team), index)
+    for index, team in enumerate(platform.teams):
+        rule = team.policy.queue
+        named = [("default", rule.default)] if rule.default is not None else []
+        named += [(f"allowed[{qindex}]", name) for qindex, name in enumerate(rule.allowed)]
+        for field, name in named:
+            other = queue_owner.get(name, index)
+            if other != index:
+                problems.append(
+                    Problem(
+                        path=f"teams[{index}].policy.queue.{field}",
+                        message=f"{name!r} is the LocalQueue of team {platform.teams[other].name!r} "
+                        f"(teams[{other}]); a team may name only its own queues",
+                    )
+                )
     return problems
 
 
@@ -605,8 +771,21 @@ def parse_platform(data: Any, source: str = "<platform>") -> Platform:
     return platform
 
 
+def _safe_load(text: str, source: str) -> Any:
+    """``yaml.safe_load`` whose error marks name ``source`` (not ``<unicode string>``) and keep the
+    line snippet that PyYAML shows for text."""
+    loader = yaml.SafeLoader(text)
+    loader.name = source
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_platform(path: str | Path) -> Platform:
     """Read and validate a platform YAML file.
+
+    Every file-level message names the file, since some callers print only the problems.
 
     Raises:
         PlatformError: unreadable file, YAML syntax error, schema or reference problems.
@@ -615,15 +794,18 @@ def load_platform(path: str | Path) -> Platform:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise PlatformError(source, [Problem(path="", message=f"cannot read: {exc.strerror}")]) from None
+        reason = exc.strerror or str(exc)
+        raise PlatformError(source, [Problem(path="", message=f"cannot read {source}: {reason}")]) from None
     except UnicodeDecodeError as exc:
         raise PlatformError(
-            source, [Problem(path="", message=f"not UTF-8 text: {exc.reason} at byte {exc.start}")]
+            source, [Problem(path="", message=f"{source} is not UTF-8 text: {exc.reason} at byte {exc.start}")]
         ) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        data = _safe_load(text, source)
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: e.g. an integer of over 4300 digits
         raise PlatformError(source, [Problem(path="", message=f"not valid YAML: {exc}")]) from None
+    except RecursionError:
+        raise PlatformError(source, [Problem(path="", message="not valid YAML: nested too deeply")]) from None
     return parse_platform(data, source)
 
 

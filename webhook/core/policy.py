@@ -4,7 +4,8 @@ The platform file speaks of teams, priorities and topologies; the webhook needs,
 exact LocalQueue names, WorkloadPriorityClass names, PriorityClass names and Topology levels.
 :func:`compile_policies` resolves the naming preset once (SPEC §2) and yields a
 :class:`PolicySet`, a plain JSON document that the generator also ships as the webhook's
-ConfigMap, so the server never needs the platform file itself.
+ConfigMap, so the server never needs the platform file itself. The preset's functions live in
+:mod:`webhook.core.naming` and stay importable from here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from webhook.core.naming import (
+    SYSTEM_NAMESPACES,
+    cluster_queue_name,
+    local_queue_name,
+    priority_class_name,
+    team_namespaces,
+)
 from webhook.core.platform import (
     Enforcement,
     LabelSelector,
@@ -39,35 +47,7 @@ __all__ = [
 
 POLICY_API_VERSION = "kueue-governor.io/v1alpha1"
 #: SPEC §3: never touched, whatever the platform file says.
-ALWAYS_EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
-
-
-def team_namespaces(platform: Platform, team: TeamSpec) -> list[str]:
-    """Namespace names of a team: as listed, else by the naming preset.
-
-    ``hyperpod`` → ``hyperpod-ns-<team>``; ``default`` → ``<team>``. A team selected only by a
-    ``namespaceSelector`` has none listed and gets none by default.
-    """
-    if team.namespaces:
-        return list(team.namespaces)
-    if team.namespaceSelector is not None:
-        return []
-    return [f"hyperpod-ns-{team.name}" if platform.naming == "hyperpod" else team.name]
-
-
-def local_queue_name(platform: Platform, team: TeamSpec) -> str:
-    """LocalQueue of a team (one per team namespace, same name in each)."""
-    return f"hyperpod-ns-{team.name}-localqueue" if platform.naming == "hyperpod" else f"{team.name}-queue"
-
-
-def cluster_queue_name(platform: Platform, team: TeamSpec) -> str:
-    """ClusterQueue of a team."""
-    return f"hyperpod-ns-{team.name}-clusterqueue" if platform.naming == "hyperpod" else team.name
-
-
-def priority_class_name(platform: Platform, priority: str) -> str:
-    """WorkloadPriorityClass (and PriorityClass) object name of a platform priority."""
-    return f"{priority}-priority" if platform.naming == "hyperpod" else priority
+ALWAYS_EXCLUDED_NAMESPACES = SYSTEM_NAMESPACES
 
 
 class _Frozen(BaseModel):

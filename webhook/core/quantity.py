@@ -8,8 +8,9 @@ suffix ``Ki Mi Gi Ti Pi Ei``, a decimal SI suffix ``n u m "" k M G T P E`` or a 
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
@@ -26,7 +27,9 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))((?:[eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
+# ASCII digits only (``\d`` would also take other scripts' digits) and no surrounding space: Kueue's
+# CRDs check quantity strings against the same grammar.
+_PATTERN = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))((?:[eE][+-]?[0-9]+)|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?")
 
 
 class QuantityError(ValueError):
@@ -39,25 +42,31 @@ def parse_quantity(value: str | int | float) -> Decimal:
     ``"8"`` → 8 (GPUs), ``"500m"`` → 0.5 (CPUs), ``"2Ti"`` → 2199023255552 (bytes).
 
     Raises:
-        QuantityError: the value is not a quantity (``"8 GPUs"``, ``"1.5.2"``, ``""``, booleans).
+        QuantityError: the value is not a quantity (``"8 GPUs"``, ``"1.5.2"``, ``""``, booleans,
+            NaN and infinities, an exponent too large to compute with).
     """
     if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
+        # YAML's true/false; without this check they would count as 1 and 0.
+        raise QuantityError(f"{str(value).lower()} (a boolean) is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QuantityError(f"{value!r} is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)")
         return Decimal(str(value))
-    match = _PATTERN.match(value.strip())
+    if not isinstance(value, str):
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
+    match = _PATTERN.fullmatch(value)
     if not match:
         raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     number, suffix = match.group(1), match.group(2) or ""
     try:
         base = Decimal(number)
-    except InvalidOperation as exc:  # pragma: no cover - the pattern already guards this
-        raise QuantityError(f"{value!r} is not a Kubernetes quantity") from exc
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return base * _DECIMAL[suffix]
-    return base * (Decimal(10) ** int(suffix[1:]))
+        if suffix in _BINARY:
+            return base * _BINARY[suffix]
+        if suffix in _DECIMAL:
+            return base * _DECIMAL[suffix]
+        return base * (Decimal(10) ** int(suffix[1:]))
+    except (DecimalException, ValueError) as exc:  # e.g. an exponent of 10 digits overflows
+        raise QuantityError(f"{value!r} is out of the range of a Kubernetes quantity") from exc
 
 
 def format_quantity(value: Decimal) -> str:

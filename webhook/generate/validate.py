@@ -11,10 +11,8 @@ platform-file path and the reason. Rules and where they come from:
 - preemption (``ClusterQueuePreemption``): ``borrowWithinCohort.policy`` other than ``Never``
   needs ``reclaimWithinCohort`` other than ``Never``;
 - fair sharing (``FairSharing.weight``): zero or above 10^-9;
-- names: every generated name is a DNS-1123 label (at most 63 characters), because Namespace
-  names are, and LocalQueue and WorkloadPriorityClass names are also written as label values
-  (``kueue.x-k8s.io/queue-name``, ``kueue.x-k8s.io/priority-class``); ClusterQueue names are held
-  to the same limit; resource names are qualified names;
+- names: resource names are qualified names (the names the naming preset derives are checked by
+  ``check_platform``);
 - ``WorkloadPriorityClass.description``: at most 2048 characters;
 - with a node inventory (``kubectl get nodes -o json``): the sum of ``nominalQuota`` of each
   (flavor, resource) over all teams is not above the sum of ``status.allocatable`` of the nodes
@@ -35,14 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from webhook.core.inventory import Node
-from webhook.core.platform import Platform, Problem, dns1123_label_error, quota_total
-from webhook.core.policy import (
-    ALWAYS_EXCLUDED_NAMESPACES,
-    cluster_queue_name,
-    local_queue_name,
-    priority_class_name,
-    team_namespaces,
-)
+from webhook.core.platform import Platform, Problem, quota_total
+from webhook.core.policy import local_queue_name, team_namespaces
 from webhook.core.quantity import format_quantity, parse_quantity
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, Manifest, plan_resource_groups
 
@@ -156,7 +148,6 @@ def _check_flavors(platform: Platform) -> list[Problem]:
 def _check_teams(platform: Platform, policy_namespace: str) -> list[Problem]:
     problems = []
     total_flavors = 0
-    reserved = {*ALWAYS_EXCLUDED_NAMESPACES, policy_namespace}
     for index, team in enumerate(platform.teams):
         base = f"teams[{index}]"
         groups, group_problems = plan_resource_groups(team, base)
@@ -249,35 +240,20 @@ def _check_teams(platform: Platform, policy_namespace: str) -> list[Problem]:
                         "warning",
                     )
                 )
-        for namespace in team_namespaces(platform, team):
-            if namespace in reserved:
-                problems.append(
-                    _problem(
-                        f"{base}.namespaces",
-                        f"namespace {namespace!r} is never mutated by the webhook (system or its own namespace)",
-                        "warning",
-                    )
+        if policy_namespace in team_namespaces(platform, team):
+            problems.append(
+                _problem(
+                    f"{base}.namespaces",
+                    f"namespace {policy_namespace!r} is never mutated by the webhook (its own namespace)",
+                    "warning",
                 )
+            )
     return problems
 
 
-def _check_names(platform: Platform) -> list[Problem]:
+def _check_descriptions(platform: Platform) -> list[Problem]:
     problems = []
-
-    def check(path: str, what: str, name: str) -> None:
-        reason = dns1123_label_error(name)
-        if reason is not None:
-            problems.append(_problem(path, f"generated {what} name: {reason}"))
-
-    for index, team in enumerate(platform.teams):
-        path = f"teams[{index}].name"
-        check(path, "ClusterQueue", cluster_queue_name(platform, team))
-        check(path, "LocalQueue", local_queue_name(platform, team))
-        if not team.namespaces and team.namespaceSelector is None:
-            for namespace in team_namespaces(platform, team):
-                check(path, "Namespace", namespace)
     for index, priority in enumerate(platform.priorities):
-        check(f"priorities[{index}].name", "WorkloadPriorityClass", priority_class_name(platform, priority.name))
         if len(priority.description) > MAX_DESCRIPTION:
             problems.append(
                 _problem(
@@ -375,7 +351,7 @@ def validate_platform(
     webhook's namespace (a team namespace there is never mutated). Returns findings in platform
     file order; an empty list means nothing to report.
     """
-    problems = [*_check_flavors(platform), *_check_teams(platform, policy_namespace), *_check_names(platform)]
+    problems = [*_check_flavors(platform), *_check_teams(platform, policy_namespace), *_check_descriptions(platform)]
     if nodes is not None:
         problems.extend(_check_inventory(platform, nodes, strict))
     return problems
