@@ -11,14 +11,22 @@ Which cluster:
 
 ``KGOV_E2E_SHAPE`` (e.g. ``1x2x2x2``) sets the fake node tree of a local cluster. When a test
 fails, the tail of each control-plane log is added to its report.
+
+The governor tests share, per session, the bundled platform's generated objects
+(``bundled_config``) and a governor enforcing that platform (``bundled_governor``): ``kgov serve``
+next to a local control plane, or whatever is installed as ``kgov-governor`` on an external
+cluster (the tests skip, saying why, when there is none).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +35,13 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from e2e import devcluster, manifests
+from e2e import devcluster, manifests, support
 
 KUBECONFIG_VARIABLES = ("KGOV_E2E_KUBECONFIG", "KUBECONFIG_E2E")
 E2E_NAMESPACE_LABEL = "kueue-governor.io/e2e"
 _STATE_KEY = pytest.StashKey[Path]()
+# Set while the session's bundled governor runs, so that the per-test `governor` fixture puts it back.
+_BUNDLED_GOVERNOR_KEY = pytest.StashKey[bool]()
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,7 @@ async def api(e2e_cluster: E2ECluster) -> AsyncIterator[k8s.ApiClient]:
 async def dynamic(api: k8s.ApiClient, e2e_cluster: E2ECluster) -> AsyncIterator[DynamicClient]:
     """A dynamic client on the same connection: any kind, CRDs included (see e2e.support)."""
     cache = Path(e2e_cluster.local.state_dir) / "discovery" if e2e_cluster.local else None
-    async with DynamicClient(api, cache_file=str(cache) if cache else None) as client:
+    async with devcluster.CheckedDynamicClient(api, cache_file=str(cache) if cache else None) as client:
         yield client
 
 
@@ -133,12 +143,13 @@ async def namespace(request: pytest.FixtureRequest, api: k8s.ApiClient) -> Async
 
 
 @pytest.fixture
-def governor(e2e_cluster: E2ECluster) -> Iterator[Callable[[Path], str]]:
+def governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterator[Callable[[Path], str]]:
     """Start ``kgov serve`` with a platform file and register ``kgov-governor``: ``governor(path)``.
 
     Returns the server URL. At the end of the test the webhook configuration is removed first
-    (so admission does not fail closed) and the server stopped. On an external cluster the
-    governor is whatever is installed there (e.g. the Helm chart), so tests that call this skip.
+    (so admission does not fail closed) and the server stopped; if the session's
+    ``bundled_governor`` was running, it is started again. On an external cluster the governor
+    is whatever is installed there (e.g. the Helm chart), so tests that call this skip.
     """
     started = False
 
@@ -154,6 +165,116 @@ def governor(e2e_cluster: E2ECluster) -> Iterator[Callable[[Path], str]]:
     yield start
     if started and e2e_cluster.local is not None:
         devcluster.stop_governor(Path(e2e_cluster.local.state_dir))
+        if request.config.stash.get(_BUNDLED_GOVERNOR_KEY, False):
+            devcluster.start_governor(Path(e2e_cluster.local.state_dir), support.BUNDLED_PLATFORM)
+            time.sleep(devcluster.GOVERNOR_INVENTORY_DELAY)
+
+
+@pytest.fixture
+async def cleanup(dynamic: DynamicClient) -> AsyncIterator[support.Cleanup]:
+    """Workload objects registered with ``cleanup.add(body)`` are deleted after the test, with
+    their Kueue Workloads (waited for, so their quota and topology capacity are free again)."""
+    tracker = support.Cleanup(dynamic)
+    yield tracker
+    await tracker.run()
+
+
+def _session_dynamic(e2e_cluster: E2ECluster) -> contextlib.AbstractAsyncContextManager[DynamicClient]:
+    cache = Path(e2e_cluster.local.state_dir) / "discovery" if e2e_cluster.local else None
+    return devcluster.dynamic_client(e2e_cluster.kubeconfig, cache)
+
+
+@pytest.fixture(scope="session")
+def bundled_config(e2e_cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> support.Generated:
+    """``kgov generate kueue-config/platform.yaml --namespaces``, applied once for the session.
+
+    Topology, ResourceFlavor, Cohort, ClusterQueues (waited for until Active), LocalQueues,
+    priority classes, the team namespaces (each with a ``default`` ServiceAccount) and the policy
+    ConfigMap. Team namespaces cannot be deleted on a local control plane (they would stay
+    Terminating), so they stay; tests name their objects uniquely and delete them.
+    """
+    generated = support.generate(support.BUNDLED_PLATFORM, tmp_path_factory.mktemp("bundled-generated"))
+
+    async def apply() -> None:
+        async with _session_dynamic(e2e_cluster) as dynamic:
+            await support.apply_generated(dynamic, generated)
+            queues = [queue["metadata"]["name"] for queue in generated.of_kind("ClusterQueue")]
+            await support.wait_cluster_queues_active(dynamic, queues)
+
+    asyncio.run(apply())
+    return generated
+
+
+@dataclass(frozen=True)
+class GovernorInfo:
+    """The governor the session's tests run against.
+
+    ``state_dir`` is set for a ``kgov serve`` started next to the local control plane (its
+    ``/metrics`` can be read); None for a governor installed in an external cluster.
+    """
+
+    platform: Path
+    state_dir: Path | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.state_dir is not None
+
+    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+        """The governor's Prometheus samples, or None when it cannot be reached from here."""
+        info = devcluster.load_info(self.state_dir) if self.state_dir is not None else None
+        if info is None or info.governor_url is None:
+            return None
+        return support.read_metrics(info.governor_url, info.ca_file)
+
+
+async def _installed_governor(e2e_cluster: E2ECluster) -> bool:
+    async with devcluster.api_client(e2e_cluster.kubeconfig) as api:
+        try:
+            await k8s.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+                manifests.GOVERNOR_WEBHOOK_CONFIGURATION
+            )
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+    return True
+
+
+@pytest.fixture(scope="session")
+def bundled_governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterator[GovernorInfo]:
+    """The governor enforcing ``kueue-config/platform.yaml``, once per session, after
+    ``bundled_config`` is applied.
+
+    Local control plane: ``kgov serve --watch-cluster`` started next to it and registered as the
+    ``kgov-governor`` MutatingWebhookConfiguration (stopped at the end). External cluster: the
+    governor installed there (``e2e/kind/install.sh`` installs one with this platform); when
+    there is no ``kgov-governor`` configuration, every test that needs it is skipped.
+    """
+    if e2e_cluster.local is None:
+        if not asyncio.run(_installed_governor(e2e_cluster)):
+            pytest.skip(
+                f"no governor: {e2e_cluster.kubeconfig} is an external cluster (so no local kgov serve can "
+                f"be registered for it) and it has no {manifests.GOVERNOR_WEBHOOK_CONFIGURATION!r} "
+                "MutatingWebhookConfiguration; install one (e2e/kind/install.sh) or run without "
+                "KGOV_E2E_KUBECONFIG"
+            )
+        request.getfixturevalue("bundled_config")
+        yield GovernorInfo(platform=support.BUNDLED_PLATFORM)
+        return
+    request.getfixturevalue("bundled_config")
+    state = Path(e2e_cluster.local.state_dir)
+    info = devcluster.start_governor(state, support.BUNDLED_PLATFORM)
+    assert info.governor_url is not None
+    # kgov serve answers /readyz once its node cache is listed but builds the node inventory
+    # `topology: auto` reads 0.5 s later (a debounce): until then auto podsets get `preferred`.
+    time.sleep(devcluster.GOVERNOR_INVENTORY_DELAY)
+    request.config.stash[_BUNDLED_GOVERNOR_KEY] = True
+    try:
+        yield GovernorInfo(platform=support.BUNDLED_PLATFORM, state_dir=state)
+    finally:
+        request.config.stash[_BUNDLED_GOVERNOR_KEY] = False
+        devcluster.stop_governor(state)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -54,6 +54,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import api_exception
+from kubernetes_asyncio.dynamic.resource import ResourceInstance
 
 from e2e import build
 from e2e.manifests import (
@@ -456,6 +458,37 @@ async def api_client(kubeconfig: str | os.PathLike[str]) -> AsyncIterator[k8s.Ap
         yield api
 
 
+class CheckedDynamicClient(DynamicClient):
+    """A ``DynamicClient`` whose calls raise on an error status, as documented.
+
+    kubernetes-asyncio's dynamic client always asks for the raw response (``_preload_content=False``)
+    and its REST layer checks the status only for preloaded ones, so a refused request returns the
+    ``Status`` body as if it were the object (fixed upstream in kubernetes_asyncio PR #402). Here
+    every non-2xx answer raises the matching ``DynamicApiError`` (``NotFoundError``,
+    ``ConflictError``, ``ForbiddenError`` …); ``serialize=False`` still returns the raw response
+    of a successful call.
+    """
+
+    async def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        serialize = params.pop("serialize", True)
+        serializer = params.pop("serializer", ResourceInstance)
+        response = await super().request(method, path, body=body, serialize=False, **params)
+        status = getattr(response, "status", 200)
+        if not 200 <= status <= 299:
+            error = ApiException(status=status, reason=response.reason)
+            error.body = await response.read()
+            error.headers = response.headers
+            response.release()
+            raise api_exception(error)
+        if not serialize:
+            return response
+        try:
+            data = await response.json()
+        finally:
+            response.release()
+        return serializer(self, data) if isinstance(data, dict) else data
+
+
 @contextlib.asynccontextmanager
 async def dynamic_client(
     kubeconfig: str | os.PathLike[str], discovery_cache: Path | None = None
@@ -467,7 +500,7 @@ async def dynamic_client(
     """
     async with api_client(kubeconfig) as api:
         cache = str(discovery_cache) if discovery_cache is not None else None
-        async with DynamicClient(api, cache_file=cache) as dynamic:
+        async with CheckedDynamicClient(api, cache_file=cache) as dynamic:
             yield dynamic
 
 
@@ -720,10 +753,16 @@ def _save(paths: Paths, info: ClusterInfo) -> None:
     paths.cluster_json.write_text(json.dumps(asdict(info), indent=2) + "\n")
 
 
+# kgov serve reports ready when its node cache is listed but builds the node inventory of
+# `topology: auto` only after a 0.5 s debounce; callers that need auto placement wait this long.
+GOVERNOR_INVENTORY_DELAY = 1.0
+
+
 def _governor_command() -> list[str]:
-    kgov = shutil.which("kgov")
-    if kgov:
-        return [kgov]
+    """``kgov`` of this interpreter's environment first (a ``kgov`` on PATH may be another install)."""
+    for candidate in (Path(sys.executable).parent / "kgov", shutil.which("kgov")):
+        if candidate and Path(candidate).is_file():
+            return [str(candidate)]
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 

@@ -288,6 +288,13 @@ def governor_webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
 
     Its name sorts before Kueue's (``kueue-…``) so the API server calls it first.
     """
+    client_config = {"url": f"https://127.0.0.1:{port}/mutate", "caBundle": base64.b64encode(ca_pem).decode()}
+    return governor_webhook_configuration_for(client_config, SYSTEM_NAMESPACES)
+
+
+def governor_webhook_configuration_for(client_config: dict[str, Any], excluded: list[str]) -> dict[str, Any]:
+    """``kgov-governor`` calling ``client_config`` (a URL or an in-cluster Service, and the
+    caBundle), for the workload kinds of ``webhook.core.kinds``, in every namespace but ``excluded``."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -295,14 +302,11 @@ def governor_webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
         "webhooks": [
             {
                 "name": GOVERNOR_WEBHOOK_NAME,
-                "clientConfig": {
-                    "url": f"https://127.0.0.1:{port}/mutate",
-                    "caBundle": base64.b64encode(ca_pem).decode(),
-                },
+                "clientConfig": client_config,
                 "rules": webhook_rules(),
                 "namespaceSelector": {
                     "matchExpressions": [
-                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": SYSTEM_NAMESPACES}
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(excluded)}
                     ]
                 },
                 "sideEffects": "None",

@@ -1,16 +1,27 @@
-"""Helpers for e2e tests: polling, Kueue objects, and reading Kueue's topology assignments."""
+"""Helpers for e2e tests: polling, Kueue objects, Kueue's topology assignments, admission outcomes
+(warnings, denials, an object's history), cleanup of workloads, and reading the node shape."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
+import shutil
+import ssl
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+from kubernetes_asyncio import watch
 from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import NotFoundError
+from kubernetes_asyncio.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError
 
 T = TypeVar("T")
 
@@ -137,3 +148,359 @@ def decode_topology_assignment(assignment: dict[str, Any]) -> tuple[list[str], l
         for index in range(count):
             domains.append(Domain(tuple(column[index] for column in columns), int(pods[index])))
     return levels, domains
+
+
+# --------------------------------------------------------------------------- admission outcomes
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a create call returned: the object as stored (or as dry-run would store it) and the
+    API server's ``Warning`` headers (admission webhook warnings arrive there)."""
+
+    obj: dict[str, Any]
+    warnings: list[str]
+
+
+def _warning_text(header: str) -> str:
+    """The text of one RFC 7234 ``Warning`` header as the API server sends it: ``299 - "text"``."""
+    code, _, rest = header.partition(" ")
+    _agent, _, quoted = rest.partition(" ")
+    if code.isdigit() and quoted.startswith('"') and quoted.endswith('"'):
+        return quoted[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return header
+
+
+class Refused(Exception):
+    """The API server refused a request; ``status`` is its ``Status`` object (code, reason, message)."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        super().__init__(f"{status.get('code')} {status.get('reason')}: {status.get('message')}")
+        self.status = status
+
+
+async def create_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry_run: bool = False) -> Created:
+    """Create ``body`` (``dryRun=All`` with ``dry_run``); return the stored object and the warnings.
+
+    Raises:
+        Refused: the API server refused it (a webhook denial is a 403 whose message names the webhook).
+    """
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    namespace = body["metadata"].get("namespace") if resource.namespaced else None
+    # serialize=False: the raw response, whose headers carry the warnings (and which does not
+    # raise on an error status).
+    try:
+        response = await dynamic.create(
+            resource, body=body, namespace=namespace, dry_run="All" if dry_run else None, serialize=False
+        )
+    except DynamicApiError as error:  # a client that raises on an error status
+        raise Refused(json.loads(error.body or "{}")) from None
+    try:
+        headers = response.headers.getall("Warning", [])
+        obj = await response.json()
+    finally:
+        response.release()
+    if response.status >= 400:
+        raise Refused(dict(obj))
+    return Created(obj=dict(obj), warnings=[_warning_text(header) for header in headers])
+
+
+async def resource_version(dynamic: DynamicClient, api_version: str, kind: str, namespace: str | None) -> str:
+    """The list resourceVersion of a kind now: a watch from it replays every later change."""
+    resource = await dynamic.resources.get(api_version=api_version, kind=kind)
+    listed = await dynamic.get(resource, namespace=namespace, limit=1)
+    return str(listed.to_dict()["metadata"]["resourceVersion"])
+
+
+async def history(
+    dynamic: DynamicClient,
+    body: dict[str, Any],
+    since: str,
+    until: Callable[[dict[str, Any]], bool],
+    timeout: float = 30.0,
+) -> list[dict[str, Any]]:
+    """Every version of the object ``body`` names, from resourceVersion ``since`` on, as a watch
+    delivers them, up to and including the first for which ``until`` holds.
+
+    The watch replays changes made before it was opened, so no version in between is missed.
+    """
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    versions: list[dict[str, Any]] = []
+    watcher = watch.Watch()
+
+    async def collect() -> None:
+        async for event in dynamic.watch(
+            resource,
+            namespace=body["metadata"].get("namespace"),
+            name=body["metadata"]["name"],
+            resource_version=since,  # type: ignore[arg-type]  # typed int; the API takes the string
+            timeout=int(timeout) + 5,
+            watcher=watcher,
+        ):
+            if event["type"] in ("ADDED", "MODIFIED"):
+                versions.append(dict(event["raw_object"]))
+                if until(versions[-1]):
+                    return
+
+    try:
+        await asyncio.wait_for(collect(), timeout)
+    except TimeoutError:
+        raise WaitTimeout(
+            f"timed out after {timeout:.0f}s watching {body['kind']} {body['metadata']['name']} "
+            f"({len(versions)} versions seen)"
+        ) from None
+    finally:
+        watcher.stop()
+        await watcher.close()
+    return versions
+
+
+async def delete_workload_object(dynamic: DynamicClient, body: dict[str, Any], timeout: float = 30.0) -> None:
+    """Delete a workload object and the Kueue Workloads it owns, and wait until they are gone.
+
+    Without a garbage collector (the local control plane has no kube-controller-manager) a
+    Workload outlives its owner and keeps its quota and topology capacity; deleting both frees
+    them for the next test. On a real cluster the explicit delete only races the collector.
+    """
+    namespace = body["metadata"].get("namespace")
+    current = await get(dynamic, body["apiVersion"], body["kind"], body["metadata"]["name"], namespace)
+    if current is None:
+        return
+    uid = current["metadata"]["uid"]
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    with contextlib.suppress(NotFoundError):
+        await dynamic.delete(
+            resource, name=body["metadata"]["name"], namespace=namespace, propagation_policy="Background"
+        )
+    workloads = await dynamic.resources.get(api_version=KUEUE_API, kind="Workload")
+
+    async def owned_workloads_gone() -> bool:
+        owned = [
+            workload
+            for workload in await list_objects(dynamic, KUEUE_API, "Workload", namespace)
+            if any(owner.get("uid") == uid for owner in workload["metadata"].get("ownerReferences", []))
+        ]
+        for workload in owned:
+            if not workload["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(NotFoundError):
+                    await dynamic.delete(workloads, name=workload["metadata"]["name"], namespace=namespace)
+        return not owned
+
+    await wait_for(owned_workloads_gone, f"the Workloads of {body['kind']} {body['metadata']['name']} to go", timeout)
+
+
+class Cleanup:
+    """Workload objects a test created; :meth:`run` deletes them with their Workloads."""
+
+    def __init__(self, dynamic: DynamicClient) -> None:
+        self.dynamic = dynamic
+        self.objects: list[dict[str, Any]] = []
+
+    def add(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Remember ``body`` (apiVersion, kind, metadata.name/namespace suffice); returns it."""
+        self.objects.append(body)
+        return body
+
+    async def run(self) -> None:
+        objects, self.objects = self.objects, []
+        await asyncio.gather(*(delete_workload_object(self.dynamic, body) for body in objects))
+
+
+# --------------------------------------------------------------------------- manifests and nodes
+
+
+def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
+    """The non-empty documents of a YAML file that are maps."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)]
+
+
+def strip_kueue(obj: Any) -> Any:
+    """A deep copy with every ``kueue.x-k8s.io/*`` label and annotation removed, at any depth."""
+    out = copy.deepcopy(obj)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("labels", "annotations"):
+                value = node.get(key)
+                if isinstance(value, dict):
+                    for name in [name for name in value if str(name).startswith("kueue.x-k8s.io/")]:
+                        del value[name]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(out)
+    return out
+
+
+def is_ready_schedulable(node: dict[str, Any]) -> bool:
+    """Ready=True, not cordoned, no NoSchedule/NoExecute taint: a node Kueue's TAS counts."""
+    conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+    spec = node.get("spec") or {}
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    return conditions.get("Ready") == "True" and not spec.get("unschedulable") and not tainted
+
+
+def narrowest_level_holding(
+    nodes: list[dict[str, Any]],
+    levels: list[str],
+    node_labels: dict[str, str],
+    pods: int,
+    resource: str,
+    per_pod: int,
+    broadest: str | None = None,
+) -> str | None:
+    """The narrowest of ``levels`` (broadest first; none broader than ``broadest`` when given) with
+    one domain whose nodes hold ``pods`` pods of ``per_pod`` ``resource`` each, counting the
+    allocatable of Ready nodes carrying ``node_labels``.
+
+    None when no domain of those levels holds them. An independent reading of the node shape, to
+    check the level ``topology: auto`` picked.
+    """
+    top = levels.index(broadest) if broadest in levels else 0
+    eligible = [
+        node
+        for node in nodes
+        if is_ready_schedulable(node)
+        and all((node["metadata"].get("labels") or {}).get(key) == value for key, value in node_labels.items())
+    ]
+    for depth in range(len(levels) - 1, top - 1, -1):
+        capacity: dict[tuple[str, ...], int] = {}
+        for node in eligible:
+            labels = node["metadata"].get("labels") or {}
+            domain = tuple(labels.get(level, "") for level in levels[: depth + 1])
+            if all(domain):
+                allocatable = int(str((node.get("status") or {}).get("allocatable", {}).get(resource, "0")))
+                capacity[domain] = capacity.get(domain, 0) + allocatable // per_pod
+        if capacity and max(capacity.values()) >= pods:
+            return levels[depth]
+    return None
+
+
+# --------------------------------------------------------------------------- the governor's metrics
+
+
+def read_metrics(url: str, ca_file: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """``GET <url>/metrics`` of ``kgov serve`` over TLS: (sample name, labels) → value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    context = ssl.create_default_context(cafile=ca_file)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    with opener.open(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def admission_count(
+    metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], kind: str, operation: str, result: str | None = None
+) -> int:
+    """``kgov_admission_requests_total`` for one kind and operation (one result, or all)."""
+    total = 0.0
+    for (name, labels), value in metrics.items():
+        found = dict(labels)
+        if (
+            name == "kgov_admission_requests_total"
+            and found.get("kind") == kind
+            and found.get("operation") == operation
+            and (result is None or found.get("result") == result)
+        ):
+            total += value
+    return int(total)
+
+
+# --------------------------------------------------------------------------- kgov generate
+
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED_PLATFORM = REPO / "kueue-config" / "platform.yaml"
+FIELD_MANAGER = "kgov-e2e"
+
+
+def kgov_command() -> list[str]:
+    """How to run ``kgov``: the script next to this interpreter, on PATH, or the module."""
+    for candidate in (Path(sys.executable).parent / "kgov", shutil.which("kgov")):
+        if candidate and Path(candidate).is_file():
+            return [str(candidate)]
+    return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What ``kgov generate --namespaces`` wrote: its directory and objects in kustomization order."""
+
+    directory: Path
+    objects: list[dict[str, Any]]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [obj for obj in self.objects if obj["kind"] == kind]
+
+    @property
+    def team_namespaces(self) -> list[str]:
+        return [obj["metadata"]["name"] for obj in self.of_kind("Namespace")]
+
+    def local_queue(self, namespace: str) -> dict[str, Any]:
+        """The one generated LocalQueue of a team namespace."""
+        (queue,) = [q for q in self.of_kind("LocalQueue") if q["metadata"]["namespace"] == namespace]
+        return queue
+
+
+def generate(platform: Path, output: Path, *options: str) -> Generated:
+    """Run ``kgov generate PLATFORM --namespaces -o OUTPUT [options]`` (the real command line).
+
+    Raises:
+        AssertionError: the command failed (its stderr is in the message).
+    """
+    result = subprocess.run(
+        [*kgov_command(), "generate", str(platform), "--namespaces", "-o", str(output), *options],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, f"kgov generate {platform} failed ({result.returncode}):\n{result.stderr}"
+    kustomization = yaml.safe_load((output / "kustomization.yaml").read_text())
+    objects = [doc for name in kustomization["resources"] for doc in load_yaml_documents(output / name)]
+    return Generated(directory=output, objects=objects)
+
+
+async def apply_generated(dynamic: DynamicClient, generated: Generated) -> None:
+    """Server-side apply every generated object, as ``kubectl apply --server-side -k`` would.
+
+    The namespace of the policy ConfigMap (the webhook's own, not generated) is created first
+    when missing; each team namespace gets a ``default`` ServiceAccount (a local control plane has
+    no controller that makes it, and Pods need it).
+    """
+    for namespace in sorted(
+        {obj["metadata"]["namespace"] for obj in generated.objects if obj["kind"] == "ConfigMap"}
+        - set(generated.team_namespaces)
+    ):
+        await _apply(dynamic, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for obj in generated.objects:
+        await _apply(dynamic, obj)
+    for namespace in generated.team_namespaces:
+        if await get(dynamic, "v1", "ServiceAccount", "default", namespace) is None:
+            with contextlib.suppress(ConflictError):  # a real cluster's controller was first
+                account = {"name": "default", "namespace": namespace}
+                await create(dynamic, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": account})
+
+
+async def _apply(dynamic: DynamicClient, body: dict[str, Any]) -> None:
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    await dynamic.server_side_apply(resource, body, field_manager=FIELD_MANAGER, force_conflicts=True)
+
+
+async def wait_cluster_queues_active(dynamic: DynamicClient, names: list[str], timeout: float = 60.0) -> None:
+    """Wait until every named ClusterQueue reports ``Active=True``."""
+    wanted = set(names)
+
+    async def all_active() -> bool:
+        queues = await list_objects(dynamic, KUEUE_API, "ClusterQueue")
+        active = {q["metadata"]["name"] for q in queues if is_true(q, "Active")}
+        return wanted <= active
+
+    await wait_for(all_active, f"{len(wanted)} ClusterQueues to become Active", timeout)

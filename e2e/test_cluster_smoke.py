@@ -22,6 +22,7 @@ from e2e.support import (
     create,
     decode_topology_assignment,
     delete,
+    delete_workload_object,
     get,
     is_true,
     list_objects,
@@ -96,6 +97,10 @@ async def gpu_queue(dynamic: DynamicClient, namespace: str) -> AsyncIterator[str
 
     await wait_for(cluster_queue_active, f"ClusterQueue cq-{namespace} to become Active")
     yield "gpus"
+    # The Jobs first, with their Workloads: without a garbage collector an admitted Workload
+    # would keep its topology capacity (two GPU hosts) for the rest of the session.
+    for job in await list_objects(dynamic, "batch/v1", "Job", namespace):
+        await delete_workload_object(dynamic, {**job, "apiVersion": "batch/v1", "kind": "Job"})
     for obj in reversed(objects):
         await delete(dynamic, obj)
 

@@ -103,7 +103,28 @@ def test_governor_webhook_configuration() -> None:
     resources = {
         (group, resource) for rule in hook["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
     }
-    assert {("batch", "jobs"), ("", "pods"), ("jobset.x-k8s.io", "*"), ("kubeflow.org", "*")} <= resources
+    # One resource per workload kind (no wildcards: a webhook on "kubeflow.org/*" would also be
+    # called for kinds it does not govern), covering every kind Kueue integrates here.
+    assert {
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "pods"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("jobset.x-k8s.io", "jobsets"),
+        ("kubeflow.org", "pytorchjobs"),
+        ("kubeflow.org", "tfjobs"),
+        ("kubeflow.org", "xgboostjobs"),
+        ("kubeflow.org", "paddlejobs"),
+        ("kubeflow.org", "jaxjobs"),
+        ("kubeflow.org", "mpijobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("ray.io", "rayjobs"),
+        ("ray.io", "rayclusters"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("workload.codeflare.dev", "appwrappers"),
+    } <= resources
+    assert not [resource for _, resource in resources if resource == "*"]
     assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in hook["rules"])
     (expression,) = hook["namespaceSelector"]["matchExpressions"]
     assert set(expression["values"]) == {"kube-system", "kube-node-lease", "kube-public", "kueue-system"}
