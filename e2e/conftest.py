@@ -26,7 +26,6 @@ import os
 import re
 import secrets
 import tempfile
-import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +166,6 @@ def governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterato
         devcluster.stop_governor(Path(e2e_cluster.local.state_dir))
         if request.config.stash.get(_BUNDLED_GOVERNOR_KEY, False):
             devcluster.start_governor(Path(e2e_cluster.local.state_dir), support.BUNDLED_PLATFORM)
-            time.sleep(devcluster.GOVERNOR_INVENTORY_DELAY)
 
 
 @pytest.fixture
@@ -266,9 +264,8 @@ def bundled_governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) ->
     state = Path(e2e_cluster.local.state_dir)
     info = devcluster.start_governor(state, support.BUNDLED_PLATFORM)
     assert info.governor_url is not None
-    # kgov serve answers /readyz once its node cache is listed but builds the node inventory
-    # `topology: auto` reads 0.5 s later (a debounce): until then auto podsets get `preferred`.
-    time.sleep(devcluster.GOVERNOR_INVENTORY_DELAY)
+    # kgov serve answers /readyz only once its node inventory is built, so `topology: auto` placement
+    # is right from the first request (start_governor waits for /readyz).
     request.config.stash[_BUNDLED_GOVERNOR_KEY] = True
     try:
         yield GovernorInfo(platform=support.BUNDLED_PLATFORM, state_dir=state)

@@ -753,10 +753,6 @@ def _save(paths: Paths, info: ClusterInfo) -> None:
     paths.cluster_json.write_text(json.dumps(asdict(info), indent=2) + "\n")
 
 
-# kgov serve reports ready when its node cache is listed but builds the node inventory of
-# `topology: auto` only after a 0.5 s debounce; callers that need auto placement wait this long.
-GOVERNOR_INVENTORY_DELAY = 1.0
-
 
 def _governor_command() -> list[str]:
     """``kgov`` of this interpreter's environment first (a ``kgov`` on PATH may be another install)."""

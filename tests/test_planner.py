@@ -633,8 +633,18 @@ def test_rayjob_gets_what_kueue_requires_or_a_clear_denial() -> None:
     rayjob["spec"]["shutdownAfterJobFinishes"] = False
     outcome = run(rayjob, {"queue": {}})
     assert outcome.plan.denials == [
-        "queue: Kueue manages a RayJob only with spec.shutdownAfterJobFinishes: true, got false"
+        "queue: Kueue manages a RayJob only with spec.shutdownAfterJobFinishes: true, got false "
+        "(a kueue managed job should delete the cluster after finishing)"
     ]
+    rayjob["spec"]["shutdownAfterJobFinishes"] = True
+    rayjob["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    denial = run(rayjob, {"queue": {}}).plan.denials[0]
+    assert denial.startswith(
+        "queue: Kueue refuses a RayJob with spec.rayClusterSpec.enableInTreeAutoscaling: true (a kueue managed job "
+        "should only use autoscaling when workload slicing is enabled"
+    )
+    rayjob["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true"}
+    assert run(rayjob, {"queue": {}}).plan.allowed
 
 
 def test_node_affinity_term_that_can_match_no_node_is_warned() -> None:

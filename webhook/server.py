@@ -122,6 +122,8 @@ class GovernorState:
         if not self.certificate_loaded:
             reasons.append("serving certificate not loaded")
         reasons.extend(f"{cache.name} cache not synced" for cache in self.caches if not cache.synced.is_set())
+        if self.config.watch_cluster and self.inventory is None:
+            reasons.append("node inventory not built")
         return reasons
 
     def changed(self, *paths: Path) -> bool:
@@ -303,8 +305,11 @@ async def _start_caches(state: GovernorState) -> Any:
         state.inventory = inventory_of(nodes)
 
     def nodes_changed() -> None:
-        # Debounced: a burst of node events rebuilds the inventory once, off the request path.
-        if not pending:
+        # The first list builds the inventory at once (readiness waits for it); later bursts of
+        # node events rebuild it once, debounced, off the request path.
+        if state.inventory is None:
+            rebuild()
+        elif not pending:
             pending.append(loop.call_later(0.5, rebuild))
 
     nodes.on_change = nodes_changed

@@ -20,6 +20,7 @@ __all__ = [
     "Key",
     "PodSetRule",
     "PodTemplateRef",
+    "Requirement",
     "WorkloadKind",
     "child",
     "find_kind",
@@ -54,6 +55,22 @@ class PodSetRule:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A field Kueue's own webhook insists on for a workload it manages.
+
+    ``forbid`` False: ``path`` must equal ``value`` (added when missing, the request denied when
+    the user set another value). ``forbid`` True: ``path`` must not equal ``value`` (denied). Not
+    applied when ``unless`` is set on the object. ``why`` quotes Kueue's reason.
+    """
+
+    path: PathPattern
+    value: Any
+    forbid: bool = False
+    unless: PathPattern | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class WorkloadKind:
     """One workload kind Kueue manages.
 
@@ -62,9 +79,9 @@ class WorkloadKind:
     gates such kinds' pods instead). ``skip_if``: a workload with any of these paths set is left
     alone (a RayJob with ``clusterSelector`` runs on an existing cluster). ``embedded``: pattern of
     whole objects of other kinds inside this one (AppWrapper components), planned by their own
-    rows. ``requires``: (path, value) pairs Kueue insists on for a workload it manages: added when
-    missing, the request denied when the user set another value. ``owns_workloads``: objects this
-    kind controls are Kueue children and get nothing.
+    rows. ``requires``: what Kueue's webhook insists on for a workload it manages (see
+    :class:`Requirement`). ``owns_workloads``: objects this kind controls are Kueue children and
+    get nothing.
     """
 
     group: str
@@ -76,7 +93,7 @@ class WorkloadKind:
     suspend: PathPattern | None = None
     skip_if: tuple[PathPattern, ...] = ()
     embedded: PathPattern | None = None
-    requires: tuple[tuple[PathPattern, Any], ...] = ()
+    requires: tuple[Requirement, ...] = ()
     owns_workloads: bool = True
     notes: str = field(default="", compare=False)
 
@@ -98,7 +115,7 @@ def _ray(
     cluster: PathPattern,
     suspend: PathPattern | None,
     skip_if: tuple[PathPattern, ...] = (),
-    requires: tuple[tuple[PathPattern, Any], ...] = (),
+    requires: tuple[Requirement, ...] = (),
 ) -> WorkloadKind:
     return WorkloadKind(
         group="ray.io",
@@ -177,13 +194,26 @@ KINDS: tuple[WorkloadKind, ...] = (
         notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
     ),
     # A RayJob with clusterSelector runs on an existing RayCluster: Kueue does not manage it.
-    # Kueue's RayJob webhook: "a kueue managed job should delete the cluster after finishing".
     _ray(
         "RayJob",
         ("spec", "rayClusterSpec"),
         ("spec", "suspend"),
         skip_if=(("spec", "clusterSelector"),),
-        requires=((("spec", "shutdownAfterJobFinishes"), True),),
+        requires=(
+            Requirement(
+                ("spec", "shutdownAfterJobFinishes"),
+                True,
+                why="a kueue managed job should delete the cluster after finishing",
+            ),
+            Requirement(
+                ("spec", "rayClusterSpec", "enableInTreeAutoscaling"),
+                True,
+                forbid=True,
+                unless=("metadata", "annotations", "kueue.x-k8s.io/elastic-job"),
+                why="a kueue managed job should only use autoscaling when workload slicing is enabled "
+                '(annotation kueue.x-k8s.io/elastic-job: "true" and Kueue\'s ElasticJobsViaWorkloadSlices)',
+            ),
+        ),
     ),
     _ray("RayCluster", ("spec",), ("spec", "suspend")),
     _ray("RayService", ("spec", "rayClusterConfig"), None),

@@ -375,14 +375,22 @@ def _plan_labels(
     elif queue is not None:
         _check_value(plan, "queue", team.queue, str(queue), f"{where}.{QUEUE_LABEL}", team, "LocalQueue")
     if managed:
-        for path, value in row.requires:
-            current = draft.get(path)
-            if current is None:
-                draft.set(path, value, "queue", f"Kueue manages a {row.kind} only with {_dotted(path)}: {value}")
-            elif current != value:
+        for need in row.requires:
+            if need.unless is not None and lookup(draft.doc, need.unless) is not None:
+                continue
+            current = draft.get(need.path)
+            if need.forbid:
+                if current == need.value:
+                    plan.denials.append(
+                        f"queue: Kueue refuses a {row.kind} with {_dotted(need.path)}: {json_value(need.value)} "
+                        f"({need.why})"
+                    )
+            elif current is None:
+                draft.set(need.path, need.value, "queue", f"Kueue requires it of a {row.kind}: {need.why}")
+            elif current != need.value:
                 plan.denials.append(
-                    f"queue: Kueue manages a {row.kind} only with {_dotted(path)}: {json_value(value)}, "
-                    f"got {json_value(current)}"
+                    f"queue: Kueue manages a {row.kind} only with {_dotted(need.path)}: {json_value(need.value)}, "
+                    f"got {json_value(current)} ({need.why})"
                 )
     rule = team.kueuePriority
     if rule is None:
