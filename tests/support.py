@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from e2e.support import strip_kueue as strip_kueue  # one definition for the unit and e2e suites
 from webhook.core.inventory import NodeInventory
 from webhook.core.platform import load_platform, parse_platform
 from webhook.core.policy import compile_policies
@@ -134,27 +134,6 @@ def aws_nodes(blocks: int = 2, racks: int = 2, hosts: int = 2, gpus: int = 8) ->
                     }
                 )
     return NodeInventory.from_objects(items)
-
-
-def strip_kueue(obj: Any) -> Any:
-    """A copy without any kueue.x-k8s.io/* label or annotation (the 'unlabelled' variant of a case)."""
-    out = copy.deepcopy(obj)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key in ("labels", "annotations"):
-                value = node.get(key)
-                if isinstance(value, dict):
-                    for k in [k for k in value if str(k).startswith("kueue.x-k8s.io/")]:
-                        del value[k]
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(out)
-    return out
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
