@@ -88,12 +88,12 @@ def _items(path: str | Path, kind: str) -> list[dict[str, Any]]:
     elif isinstance(data, list):
         items = data
     else:
-        raise InputError(f"{path}: expected a {kind} list (kubectl get {kind.lower()}s -o json)")
-    bad = [
-        i for i, item in enumerate(items) if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict)
-    ]
-    if bad:
-        raise InputError(f"{path}: items[{bad[0]}] is not a {kind} object with metadata")
+        raise InputError(f"{path}: expected `kubectl get {kind.lower()}s -o json` output (an object with items)")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("kind", kind) != kind:
+            raise InputError(f"{path}: items[{index}] is not a {kind}")
+        if not isinstance(item.get("metadata"), dict):
+            raise InputError(f"{path}: items[{index}] has no metadata object")
     return list(items)
 
 
@@ -106,7 +106,8 @@ def load_namespace_labels(path: str | Path) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for item in _items(path, "Namespace"):
         metadata = item["metadata"]
-        labels = metadata.get("labels") or {}
+        labels = metadata.get("labels")
+        labels = labels if isinstance(labels, dict) else {}
         out[str(metadata.get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
     return out
 

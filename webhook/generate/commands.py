@@ -27,7 +27,8 @@ from webhook.generate.hyperpod import (
 from webhook.generate.live import LiveError, diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
-from webhook.generate.validate import InventoryError, load_nodes, recreate_warnings, validate_platform
+from webhook.generate.validate import recreate_warnings, validate_platform
+from webhook.sources import InputError, load_nodes
 
 __all__ = ["diff_command", "generate_command", "import_hyperpod_command"]
 
@@ -57,8 +58,8 @@ def _load_and_validate(
     nodes = None
     if nodes_path is not None:
         try:
-            nodes = load_nodes(nodes_path)
-        except InventoryError as exc:
+            nodes = load_nodes(nodes_path).nodes
+        except InputError as exc:
             raise click.BadParameter(str(exc), param_hint="'--nodes'") from None
     problems = [p for p in check_platform(platform) if p.severity == "warning"]
     problems += validate_platform(platform, nodes, strict=strict, policy_namespace=policy_namespace)

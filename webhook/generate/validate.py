@@ -25,11 +25,9 @@ cluster) and warns about changes Kueue refuses in place.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, Literal
 
 from webhook.core.inventory import Node
@@ -39,12 +37,9 @@ from webhook.core.quantity import format_quantity, parse_quantity
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, Manifest, plan_resource_groups
 
 __all__ = [
-    "InventoryError",
     "Recreate",
     "canonical",
-    "load_nodes",
     "needs_recreate",
-    "parse_nodes",
     "recreate_warnings",
     "validate_platform",
 ]
@@ -62,47 +57,6 @@ _QUALIFIED_NAME = re.compile(
     r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-
-
-class InventoryError(ValueError):
-    """A node inventory file that cannot be read as ``kubectl get nodes -o json`` output."""
-
-
-def parse_nodes(data: Any, source: str = "<nodes>") -> list[Node]:
-    """Nodes from decoded ``kubectl get nodes -o json`` output (a List of Node) or a single Node.
-
-    Raises:
-        InventoryError: not a Node list.
-    """
-    if isinstance(data, dict) and data.get("kind") == "Node":
-        items: Any = [data]
-    elif isinstance(data, dict) and isinstance(data.get("items"), list):
-        items = data["items"]
-    else:
-        raise InventoryError(f"{source}: expected `kubectl get nodes -o json` output (an object with items)")
-    nodes = []
-    for index, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
-            raise InventoryError(f"{source}: items[{index}] is not a Node")
-        nodes.append(Node.from_object(item))
-    return nodes
-
-
-def load_nodes(path: str | Path) -> list[Node]:
-    """Read a ``kubectl get nodes -o json`` file.
-
-    Raises:
-        InventoryError: unreadable file, invalid JSON, or not a Node list.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InventoryError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InventoryError(f"{path}: not valid JSON: {exc}") from None
-    return parse_nodes(data, str(path))
 
 
 def _problem(path: str, message: str, severity: Literal["error", "warning"] = "error") -> Problem:
