@@ -119,7 +119,11 @@ def test_invalid_platform_exits_1_with_paths(workdir: Path) -> None:
     [
         pytest.param(["missing.yaml"], "File 'missing.yaml' does not exist", id="missing-platform"),
         pytest.param(["{platform}", "--bogus"], "No such option '--bogus'", id="unknown-option"),
-        pytest.param(["{platform}", "--nodes", "{platform}"], "expected `kubectl get nodes -o json` output", id="nodes-not-a-node-list"),
+        pytest.param(
+            ["{platform}", "--nodes", "{platform}"],
+            "expected `kubectl get nodes -o json` output",
+            id="nodes-not-a-node-list",
+        ),
     ],
 )
 def test_usage_errors_exit_2(workdir: Path, args: list[str], message: str) -> None:
