@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from webhook.core.platform import PlatformError, load_platform, parse_platform
-from webhook.generate.validate import (
-    validate_platform,
-)
+from webhook.generate.manifests import build_manifests
+from webhook.generate.validate import needs_recreate, recreate_warnings, validate_platform
 from webhook.sources import InputError, load_nodes
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
@@ -442,3 +441,109 @@ def test_single_node_object_is_an_inventory(tmp_path: Path) -> None:
     path = tmp_path / "node.yaml"
     path.write_text("kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '4'}}\n")
     assert [(n.name, dict(n.allocatable)) for n in load_nodes(path).nodes] == [("n1", {"cpu": 4})]
+
+
+FLAVOR = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "gpu"},
+    "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+}
+
+
+@pytest.mark.parametrize(
+    ("desired_spec", "current_spec", "reason"),
+    [
+        pytest.param(
+            {"nodeLabels": {"pool": "gpu2"}, "topologyName": "net"},
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            f"changes nodeLabels of a ResourceFlavor with topologyName 'net'; {REFUSED}",
+            id="tas-flavor-labels",
+        ),
+        pytest.param(
+            {"nodeLabels": {"pool": "gpu"}},
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            f"changes topologyName of a ResourceFlavor with topologyName 'net'; {REFUSED}",
+            id="tas-flavor-drops-topology",
+        ),
+        pytest.param(
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net", "tolerations": [{"key": "k", "operator": "Exists"}]},
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            f"changes tolerations of a ResourceFlavor with topologyName 'net'; {REFUSED}",
+            id="tas-flavor-tolerations",
+        ),
+        pytest.param(
+            {
+                "nodeLabels": {"pool": "gpu"},
+                "topologyName": "net",
+                "nodeTaints": [{"key": "k", "effect": "NoSchedule"}],
+            },
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            "changes nodeTaints of a ResourceFlavor with topologyName 'net'; newer Kueue releases keep the whole spec "
+            "immutable once topologyName is set",
+            id="tas-flavor-taints",
+        ),
+        pytest.param(
+            {"nodeLabels": {"pool": "gpu2"}, "topologyName": "net"},
+            {"nodeLabels": {"pool": "gpu"}},
+            None,
+            id="adding-topology-is-allowed",
+        ),
+        pytest.param(
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            {"nodeLabels": {"pool": "gpu"}, "topologyName": "net"},
+            None,
+            id="unchanged",
+        ),
+    ],
+)
+def test_resource_flavor_recreate(
+    desired_spec: dict[str, Any], current_spec: dict[str, Any], reason: str | None
+) -> None:
+    assert needs_recreate({**FLAVOR, "spec": desired_spec}, {**FLAVOR, "spec": current_spec}) == reason
+
+
+def test_local_queue_and_topology_recreate() -> None:
+    queue = {"kind": "LocalQueue", "metadata": {"name": "q", "namespace": "ns"}, "spec": {"clusterQueue": "a"}}
+    moved = {**queue, "spec": {"clusterQueue": "b"}}
+    assert needs_recreate(moved, queue) == (
+        "moves the LocalQueue from ClusterQueue 'a' to 'b'; Kueue keeps spec.clusterQueue immutable"
+    )
+    topology = {"kind": "Topology", "metadata": {"name": "t"}, "spec": {"levels": [{"nodeLabel": "a"}]}}
+    grown = {**topology, "spec": {"levels": [{"nodeLabel": "a"}, {"nodeLabel": "b"}]}}
+    assert needs_recreate(grown, topology) == "changes spec.levels; Kueue keeps a Topology's levels immutable"
+    cluster_queue = {"kind": "ClusterQueue", "metadata": {"name": "c"}, "spec": {"cohortName": "x"}}
+    assert needs_recreate({**cluster_queue, "spec": {"cohortName": "y"}}, cluster_queue) is None
+
+
+def test_recreate_warnings_point_into_the_platform() -> None:
+    platform = load_platform(EXAMPLE)
+    desired = [obj for objects in build_manifests(platform).values() for obj in objects]
+    current = copy.deepcopy(desired)
+    for obj in current:
+        if obj["kind"] == "ResourceFlavor":
+            obj["spec"]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+        if obj["kind"] == "Topology":
+            obj["spec"]["levels"] = obj["spec"]["levels"][1:]
+        if obj["kind"] == "ClusterQueue":
+            obj["spec"]["queueingStrategy"] = "StrictFIFO"
+    warnings = recreate_warnings(desired, current, platform)
+    assert [(w.severity, w.path, w.kind, w.name, w.message) for w in warnings] == [
+        (
+            "warning",
+            "topologies[0].levels",
+            "Topology",
+            "aws-network",
+            "Topology 'aws-network' needs a recreate: this changes spec.levels; Kueue keeps a Topology's levels "
+            "immutable; delete and re-create it together with the ResourceFlavors that name it",
+        ),
+        (
+            "warning",
+            "flavors[0]",
+            "ResourceFlavor",
+            "p5-48xlarge",
+            "ResourceFlavor 'p5-48xlarge' needs a recreate: this changes nodeLabels of a ResourceFlavor with "
+            f"topologyName 'aws-network'; {REFUSED}; delete and "
+            "re-create it; workloads admitted on it are evicted and requeued",
+        ),
+    ]
