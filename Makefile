@@ -5,8 +5,9 @@ PYTHON ?= $(VENV)/bin/python
 KGOV := $(VENV)/bin/kgov
 # Fake node tree for e2e-up: SxBxRxH (spines x blocks x racks x hosts) or BxRxH.
 SHAPE ?= 1x2x2x2
-# Set to a platform file to also run `kgov serve` and register the kgov-governor webhook.
-PLATFORM ?=
+# The platform whose generated Kueue objects and namespaces e2e-up applies, with `kgov serve`
+# registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
+PLATFORM ?= kueue-config/platform.yaml
 
 .PHONY: install example test test-unit lint generate-check bench e2e-build e2e-up e2e-down e2e-status e2e-test
 

@@ -884,13 +884,39 @@ def running_cluster(
         down(root)
 
 
+def apply_platform(root: Path, platform: Path) -> None:
+    """``kgov generate PLATFORM --namespaces`` into the state directory, applied to the cluster
+    (team namespaces with a ``default`` ServiceAccount), ClusterQueues waited for until Active: a
+    person can then ``kubectl create`` a plain Job in a team namespace and watch Kueue admit it."""
+    from e2e import support  # support builds on this module
+
+    info = load_info(root)
+    if info is None:
+        raise DevClusterError("no cluster is running")
+    generated = support.generate(platform, Paths(root).root / "generated")
+
+    async def apply() -> None:
+        async with dynamic_client(info.kubeconfig) as dynamic:
+            await support.apply_generated(dynamic, generated)
+            queues = [queue["metadata"]["name"] for queue in generated.of_kind("ClusterQueue")]
+            await support.wait_cluster_queues_active(dynamic, queues)
+
+    asyncio.run(apply())
+    print(f"applied {len(generated.objects)} generated objects from {platform}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.devcluster", description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", help="default: $KGOV_E2E_STATE or e2e/.state")
     commands = parser.add_subparsers(dest="command", required=True)
     up_parser = commands.add_parser("up", help="start (or report) the local control plane")
     up_parser.add_argument("--shape", default=str(TopologyShape()), help="fake nodes: SxBxRxH or BxRxH")
-    up_parser.add_argument("--with-governor", metavar="PLATFORM", type=Path, help="also run kgov serve")
+    up_parser.add_argument(
+        "--with-governor",
+        metavar="PLATFORM",
+        type=Path,
+        help="also apply the platform's generated Kueue objects and namespaces, and run kgov serve",
+    )
     down_parser = commands.add_parser("down", help="stop every process up started")
     down_parser.add_argument("--purge", action="store_true", help="also delete the state directory")
     commands.add_parser("status", help="processes and readiness, as JSON")
@@ -903,6 +929,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             started = time.monotonic()
             info = up(root, TopologyShape.parse(args.shape), args.with_governor)
+            if args.with_governor is not None:
+                apply_platform(root, args.with_governor)
             print(f"control plane up in {time.monotonic() - started:.0f}s ({info.shape} nodes)", file=sys.stderr)
             print(info.kubeconfig)
         elif args.command == "down":
