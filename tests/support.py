@@ -93,7 +93,6 @@ def job(**extra: Any) -> dict[str, Any]:
         "metadata": {"name": "train"},
         "spec": {
             "parallelism": 2,
-            "completions": 2,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",

@@ -226,9 +226,9 @@ def test_mutate_metadata_of_the_wrong_type(tmp_path: Path, metadata: str) -> Non
     if metadata == "null":
         assert result.exit_code == 0, result.stderr  # no metadata: the labels map is added whole
         assert yaml.safe_load(result.stdout)["metadata"]["labels"]
-    else:
-        assert result.exit_code == 2
-        assert "request.object.metadata must be an object" in result.stderr
+    else:  # refused like the server's 400, and the other documents are still reviewed
+        assert result.exit_code == 1
+        assert "document 1 refused: metadata must be an object" in result.stderr
 
 
 def test_mutate_yaml_aliases_do_not_share_mutations(tmp_path: Path) -> None:
@@ -337,4 +337,45 @@ def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
     assert (
         f"{path}: invalid policy file" in result.stderr
         and "teams.0.team: Input should be a valid string" in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .nan}\n", "Out of range float values"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "a value JSON cannot carry"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!set {a}}\n", "a value JSON cannot carry"),
+        ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+    ],
+)
+def test_mutate_refuses_yaml_that_json_cannot_carry(tmp_path: Path, content: str, message: str) -> None:
+    result = _mutate(tmp_path, content)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_mutate_keeps_yaml_timestamps_as_strings_like_kubernetes(tmp_path: Path) -> None:
+    obj = job()
+    obj["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "DAY", "value": "2024-01-01"}]
+    text = yaml.safe_dump(obj).replace("'2024-01-01'", "2024-01-01")
+    result = _mutate(tmp_path, text)
+    assert result.exit_code == 0, result.stderr
+    env = yaml.safe_load(result.stdout)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "DAY", "value": "2024-01-01"}]
+
+
+def test_mutate_refuses_alias_bombs_quickly(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    result = _mutate(tmp_path, "\n".join(lines) + "\n")
+    assert result.exit_code == 2 and "expands to more than 8 MiB of JSON" in result.stderr
+
+
+def test_mutate_flattens_nested_and_typed_lists(tmp_path: Path) -> None:
+    inner = {"apiVersion": "batch/v1", "kind": "JobList", "items": [job()]}
+    outer = {"apiVersion": "v1", "kind": "List", "items": [inner]}
+    result = _mutate(tmp_path, yaml.safe_dump(outer))
+    out = yaml.safe_load(result.stdout)
+    assert out["items"][0]["items"][0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == (
+        "hyperpod-ns-research-localqueue"
     )

@@ -23,8 +23,10 @@ from webhook.core.patch import apply_patch
 from webhook.core.review import review
 from webhook.sources import load_nodes
 
+# Quantity-like strings that are valid or nearly so: extremes, exponents, non-ASCII digits.
+ODD_NUMBERS = st.sampled_from(["1e-30", "1e400", "1E+9999", "\u00b2", "-1", "0", "8Gi", "0.0000001m", "99999999999999"])
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5) | ODD_NUMBERS,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=8,
 )
@@ -86,6 +88,16 @@ def test_any_json_in_a_node_dump_counts_as_an_unusable_node(node: dict[str, Any]
     inventory = NodeInventory.from_objects([node])
     assert len(inventory) == 1
     inventory.largest_domain(["kubernetes.io/hostname"], {}, {"nvidia.com/gpu": 1})
+
+
+@pytest.mark.parametrize("amount", ["1e-30", "\u00b2", "1E+9999", 1e-300])
+def test_extreme_requests_are_answered(amount: Any) -> None:
+    """Regression: a request of 1e-30 GPUs overflowed Decimal division (HTTP 500)."""
+    obj = copy.deepcopy(BASES[0])
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = amount
+    obj["spec"]["parallelism"] = "\u00b2" if amount == "\u00b2" else 2
+    outcome = review(review_body(obj, "ml"), TEAMS, inventory=NODES)
+    assert outcome.response["response"]["allowed"] is True
 
 
 @pytest.mark.parametrize(

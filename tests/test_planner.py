@@ -668,3 +668,60 @@ def test_node_affinity_term_that_can_match_no_node_is_warned() -> None:
         "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in ['g5'], "
         "but team nodes have ['p5.48xlarge']: pods of this term can match no node"
     ]
+
+
+def test_job_podset_is_min_of_parallelism_and_completions() -> None:
+    """Kueue sizes a Job's podset at parallelism, capped by completions."""
+    obj = job()
+    obj["spec"].update(parallelism=8, completions=2)  # 2 pods: one rack holds them
+    annotations = apply_patch(obj, run(obj, AUTO, inventory=aws_nodes()).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"
+    }
+
+
+def test_ray_multi_host_groups_count_every_host() -> None:
+    from webhook.core.kinds import find_kind, iter_pod_templates
+
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "r"},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {}}},
+            "workerGroupSpecs": [{"groupName": "tpu", "replicas": 2, "numOfHosts": 3, "template": {"spec": {}}}],
+        },
+    }
+    row = find_kind("ray.io/v1", "RayCluster")
+    assert row is not None
+    assert [(r.podset, r.count) for r in iter_pod_templates(cluster, row)] == [("head", 1), ("tpu", 6)]
+
+
+def test_bare_replicaset_is_governed_through_its_pod_template() -> None:
+    replicaset = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "rs"},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}}},
+    }
+    patched = apply_patch(replicaset, run(replicaset).patch)
+    assert patched["spec"]["template"]["metadata"]["labels"] == {
+        "app": "x",
+        "kueue.x-k8s.io/queue-name": "ml-queue",
+        "kueue.x-k8s.io/priority-class": "low",
+    }
+    owned = copy.deepcopy(replicaset)
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "controller": True}
+    ]
+    assert run(owned).patch == []
+
+
+def test_non_ascii_digits_are_not_counts() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"kueue.x-k8s.io/pod-group-total-count": "\u00b2"}},
+        "spec": {"containers": []},
+    }
+    assert run(pod, AUTO, inventory=aws_nodes()).plan.allowed

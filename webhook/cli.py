@@ -24,7 +24,7 @@ from webhook.core.platform import PlatformError, dns1123_label_error, platform_j
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
 from webhook.logs import configure_logging
-from webhook.sources import InputError, load_namespace_labels, load_nodes, load_policies
+from webhook.sources import InputError, load_manifests, load_namespace_labels, load_nodes, load_policies
 
 __all__ = ["main"]
 
@@ -212,15 +212,11 @@ def mutate_command(
     labels, nodes = _inputs(namespaces_file, nodes_file)
     source = manifest.name
     try:
-        text = manifest.read().decode("utf-8")
-        # A JSON round trip drops YAML anchors: an alias must not share one map between two places.
-        documents = [json.loads(json.dumps(d)) for d in yaml.safe_load_all(text) if d is not None]
+        documents = load_manifests(manifest.read().decode("utf-8"), source)
     except UnicodeDecodeError as exc:
         _fail(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})")
-    except yaml.YAMLError as exc:
-        _fail(f"{source}: not valid YAML: {exc}")
-    except ValueError as exc:  # NaN/inf floats, which JSON and Kubernetes do not have
-        _fail(f"{source}: {exc}")
+    except InputError as exc:
+        _fail(str(exc))
     if not documents:
         click.echo(f"kgov: {source}: no documents", err=True)
     if teams.needs_namespace_labels and namespace not in labels and teams.resolve(namespace, None).team is None:
@@ -235,14 +231,7 @@ def mutate_command(
         where = f"document {index}"
         if not _is_object(document):
             _fail(f"{source}: {where} is not a Kubernetes object (needs apiVersion and kind)")
-        if document.get("kind") == "List" and isinstance(document.get("items"), list):
-            results = [reviewer.run(item, f"{where} item {i}") for i, item in enumerate(document["items"])]
-            if show_patch:
-                outputs.append([r[1] for r in results])
-            else:
-                outputs.append({**document, "items": [r[0] for r in results if r[0] is not None]})
-            continue
-        result, patch = reviewer.run(document, where)
+        result, patch = reviewer.review_any(document, where)
         if show_patch:
             outputs.append(patch)
         elif result is not None:
@@ -273,6 +262,15 @@ class _Reviewer:
         self.namespace, self.explain = namespace, explain
         self.denied = False
 
+    def review_any(self, document: Any, where: str) -> tuple[Any, Any]:
+        """A document, or each item of a list (``kind: List``, ``JobList``…, nested too), as
+        kubectl flattens them; a list comes back as a list of its admitted items / their patches."""
+        items = document.get("items") if isinstance(document, dict) else None
+        if str(document.get("kind", "")).endswith("List") and isinstance(items, list):
+            results = [self.review_any(item, f"{where} item {i}") for i, item in enumerate(items)]
+            return {**document, "items": [r[0] for r in results if r[0] is not None]}, [r[1] for r in results]
+        return self.run(document, where)
+
     def run(self, document: Any, where: str) -> tuple[Any, list[dict[str, Any]] | None]:
         """(mutated document or None when denied, its patch or None when denied)."""
         if not _is_object(document):
@@ -283,8 +281,10 @@ class _Reviewer:
             click.echo(f"kgov: {where} says namespace {own!r}; reviewed in {self.namespace!r} (-n)", err=True)
         try:
             outcome = review(_admission_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
-        except MalformedReview as exc:
-            _fail(f"{where}: {exc}")
+        except MalformedReview as exc:  # the server would answer 400: refused, like a denial
+            self.denied = True
+            click.echo(f"kgov: {where} refused: {str(exc).replace('request.object.', '')}", err=True)
+            return None, None
         if self.explain:
             _explain(where, document, outcome)
         if not outcome.plan.allowed:

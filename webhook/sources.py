@@ -22,7 +22,15 @@ from webhook.core.policy import PolicySet, compile_policies
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
 POLICY_KEY = "policy.json"
 
-__all__ = ["POLICY_KEY", "InputError", "load_namespace_labels", "load_nodes", "load_policies"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "POLICY_KEY",
+    "InputError",
+    "load_manifests",
+    "load_namespace_labels",
+    "load_nodes",
+    "load_policies",
+]
 
 
 class InputError(ValueError):
@@ -95,6 +103,57 @@ def _items(path: str | Path, kind: str) -> list[dict[str, Any]]:
         if not isinstance(item.get("metadata"), dict):
             raise InputError(f"{path}: items[{index}] has no metadata object")
     return list(items)
+
+
+#: Largest manifest document accepted, as JSON (kube-apiserver takes at most 3 MiB per request).
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+
+
+class _KubeYAMLLoader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it: a timestamp such as ``2024-01-01`` stays a string."""
+
+
+_KubeYAMLLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _as_json(document: Any, where: str) -> Any:
+    """A JSON copy (no shared maps from YAML anchors), refusing what JSON and Kubernetes lack."""
+    encoder = json.JSONEncoder(allow_nan=False)
+    chunks: list[str] = []
+    size = 0
+    try:
+        for chunk in encoder.iterencode(document):
+            size += len(chunk)
+            if size > MAX_DOCUMENT_BYTES:  # e.g. YAML aliases nested to expand exponentially
+                raise InputError(f"{where} expands to more than {MAX_DOCUMENT_BYTES // 2**20} MiB of JSON")
+            chunks.append(chunk)
+    except TypeError as exc:  # !!binary, !!set, …
+        raise InputError(f"{where} holds a value JSON cannot carry: {exc}") from None
+    except ValueError as exc:  # NaN, .inf
+        raise InputError(f"{where}: {exc}") from None
+    return json.loads("".join(chunks))
+
+
+def load_manifests(text: str, source: str) -> list[Any]:
+    """The documents of a YAML or JSON manifest stream (empty documents dropped), as JSON values.
+
+    Raises:
+        InputError: invalid YAML, nesting too deep, or a document JSON cannot carry (NaN,
+            binary, sets) or that expands past :data:`MAX_DOCUMENT_BYTES`.
+    """
+    documents = []
+    try:
+        for index, document in enumerate(yaml.load_all(text, Loader=_KubeYAMLLoader), start=1):
+            if document is not None:
+                documents.append(_as_json(document, f"{source}: document {index}"))
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply") from None
+    return documents
 
 
 def load_namespace_labels(path: str | Path) -> dict[str, dict[str, str]]:

@@ -70,7 +70,11 @@ class Node:
         for resource, amount in requests.items():
             if amount <= 0:
                 continue
-            limit = min(limit, int(self.allocatable.get(resource, Decimal(0)) // amount))
+            available = self.allocatable.get(resource, Decimal(0))
+            # Compare before dividing: a tiny request (1e-30) makes the quotient overflow Decimal.
+            if available >= amount * limit:
+                continue
+            limit = int(available // amount)
         return max(limit, 0)
 
 

@@ -41,7 +41,8 @@ class PodSetRule:
     ``template``: pattern of a ``PodTemplateSpec`` (a map with ``metadata`` and ``spec``); the empty
     tuple means the object itself (a bare Pod). ``count``: patterns whose values (integers or
     integer strings) multiply to the number of pods of one podset (a missing value counts as 1);
-    ``count_offset`` is added after (an LWS group has ``size - 1`` workers). ``name``: podset name,
+    ``count_cap``: the count is at most this value (a Job runs min(parallelism, completions) pods at
+    once); ``count_offset`` is added after (an LWS group has ``size - 1`` workers). ``name``: podset name,
     from the wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
     ``partial_if``: when this path is set the object is one member of a larger group whose other
     members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
@@ -49,6 +50,7 @@ class PodSetRule:
 
     template: PathPattern
     count: tuple[PathPattern, ...] = ()
+    count_cap: PathPattern | None = None
     count_offset: int = 0
     name: str = ""
     partial_if: PathPattern | None = None
@@ -60,13 +62,13 @@ class Requirement:
 
     ``forbid`` False: ``path`` must equal ``value`` (added when missing, the request denied when
     the user set another value). ``forbid`` True: ``path`` must not equal ``value`` (denied). Not
-    applied when ``unless`` is set on the object. ``why`` quotes Kueue's reason.
+    applied when the object has ``unless`` = (path, value). ``why`` quotes Kueue's reason.
     """
 
     path: PathPattern
     value: Any
     forbid: bool = False
-    unless: PathPattern | None = None
+    unless: tuple[PathPattern, Any] | None = None
     why: str = ""
 
 
@@ -110,6 +112,17 @@ def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> Worklo
     )
 
 
+def _no_autoscaling(cluster: PathPattern) -> Requirement:
+    return Requirement(
+        (*cluster, "enableInTreeAutoscaling"),
+        True,
+        forbid=True,
+        unless=(("metadata", "annotations", "kueue.x-k8s.io/elastic-job"), "true"),
+        why="a kueue managed job should only use autoscaling when workload slicing is enabled "
+        '(annotation kueue.x-k8s.io/elastic-job: "true" and Kueue\'s ElasticJobsViaWorkloadSlices)',
+    )
+
+
 def _ray(
     kind: str,
     cluster: PathPattern,
@@ -126,7 +139,11 @@ def _ray(
             PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
             PodSetRule(
                 template=(*cluster, "workerGroupSpecs", "*", "template"),
-                count=((*cluster, "workerGroupSpecs", "*", "replicas"),),
+                # KubeRay: each replica of a multi-host group is numOfHosts pods.
+                count=(
+                    (*cluster, "workerGroupSpecs", "*", "replicas"),
+                    (*cluster, "workerGroupSpecs", "*", "numOfHosts"),
+                ),
                 name="groupName",
             ),
         ),
@@ -142,7 +159,14 @@ KINDS: tuple[WorkloadKind, ...] = (
         kind="Job",
         resource="jobs",
         versions=("v1",),
-        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "parallelism"),), name="main"),),
+        podsets=(
+            PodSetRule(
+                template=("spec", "template"),
+                count=(("spec", "parallelism"),),
+                count_cap=("spec", "completions"),
+                name="main",
+            ),
+        ),
         suspend=("spec", "suspend"),
     ),
     WorkloadKind(
@@ -154,6 +178,7 @@ KINDS: tuple[WorkloadKind, ...] = (
             PodSetRule(
                 template=("spec", "jobTemplate", "spec", "template"),
                 count=(("spec", "jobTemplate", "spec", "parallelism"),),
+                count_cap=("spec", "jobTemplate", "spec", "completions"),
                 name="main",
             ),
         ),
@@ -174,6 +199,7 @@ KINDS: tuple[WorkloadKind, ...] = (
                     ("spec", "replicatedJobs", "*", "replicas"),
                     ("spec", "replicatedJobs", "*", "template", "spec", "parallelism"),
                 ),
+                count_cap=None,
                 name="name",
             ),
         ),
@@ -205,17 +231,10 @@ KINDS: tuple[WorkloadKind, ...] = (
                 True,
                 why="a kueue managed job should delete the cluster after finishing",
             ),
-            Requirement(
-                ("spec", "rayClusterSpec", "enableInTreeAutoscaling"),
-                True,
-                forbid=True,
-                unless=("metadata", "annotations", "kueue.x-k8s.io/elastic-job"),
-                why="a kueue managed job should only use autoscaling when workload slicing is enabled "
-                '(annotation kueue.x-k8s.io/elastic-job: "true" and Kueue\'s ElasticJobsViaWorkloadSlices)',
-            ),
+            _no_autoscaling(("spec", "rayClusterSpec")),
         ),
     ),
-    _ray("RayCluster", ("spec",), ("spec", "suspend")),
+    _ray("RayCluster", ("spec",), ("spec", "suspend"), requires=(_no_autoscaling(("spec",)),)),
     _ray("RayService", ("spec", "rayClusterConfig"), None),
     WorkloadKind(
         group="leaderworkerset.x-k8s.io",
@@ -254,6 +273,17 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="deployments",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+    ),
+    WorkloadKind(
+        group="apps",
+        kind="ReplicaSet",
+        resource="replicasets",
+        versions=("v1",),
+        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+        # No Kueue webhook copies the queue label of a bare ReplicaSet to its pods (Kueue manages
+        # them one by one as plain Pods), so it goes where the pods get it: the pod template.
+        labels_at=("spec", "template", "metadata"),
+        notes="A ReplicaSet of a Deployment is a child (the Deployment carries the policy).",
     ),
     WorkloadKind(
         group="apps",
@@ -299,10 +329,6 @@ KINDS: tuple[WorkloadKind, ...] = (
     ),
 )
 
-#: Owners whose children Kueue reaches through the owner, though the owner itself is no workload
-#: kind of ours (a Deployment's pods are owned by its ReplicaSet).
-_EXTRA_MANAGED_OWNERS = frozenset({("apps", "ReplicaSet")})
-
 _BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
 
 
@@ -338,8 +364,6 @@ def find_kind(api_version: str, kind: str) -> WorkloadKind | None:
 def is_managed_owner(owner_reference: Mapping[str, Any]) -> bool:
     """True when an ownerReference points to an owner Kueue manages as the workload."""
     key = (_group_of(str(owner_reference.get("apiVersion", ""))), str(owner_reference.get("kind", "")))
-    if key in _EXTRA_MANAGED_OWNERS:
-        return True
     row = _BY_GROUP_KIND.get(key)
     return row is not None and row.owns_workloads
 
@@ -407,14 +431,25 @@ def _bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
     return lookup(node, tuple(next(keys) if head == "*" else head for head in pattern))
 
 
+def _number(value: Any) -> int | None:
+    """A non-negative integer from an int or an ASCII-digit string (``"2"``), else None."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> int:
     total = 1
     for pattern in rule.count:
-        value = _bind(obj, pattern, bindings)
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = _number(_bind(obj, pattern, bindings))
+        if value is not None:
             total *= value
+    if rule.count_cap is not None:
+        cap = _number(_bind(obj, rule.count_cap, bindings))
+        if cap is not None:
+            total = min(total, cap)
     return max(total + rule.count_offset, 0)
 
 

@@ -376,7 +376,7 @@ def _plan_labels(
         _check_value(plan, "queue", team.queue, str(queue), f"{where}.{QUEUE_LABEL}", team, "LocalQueue")
     if managed:
         for need in row.requires:
-            if need.unless is not None and lookup(draft.doc, need.unless) is not None:
+            if need.unless is not None and lookup(draft.doc, need.unless[0]) == need.unless[1]:
                 continue
             current = draft.get(need.path)
             if need.forbid:
