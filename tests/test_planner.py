@@ -725,3 +725,35 @@ def test_non_ascii_digits_are_not_counts() -> None:
         "spec": {"containers": []},
     }
     assert run(pod, AUTO, inventory=aws_nodes()).plan.allowed
+
+
+def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None:
+    policy = {**FULL_POLICY, "topology": {**FULL_POLICY["topology"], "enforcement": "enforce"}}
+    created = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+    }
+    governed = apply_patch(created, run(created, policy).patch)
+    stripped = copy.deepcopy(governed)
+    template = stripped["spec"]["template"]
+    del template["metadata"]["annotations"]
+    del template["spec"]["affinity"]
+    del template["spec"]["priorityClassName"]
+    outcome = run(stripped, policy, operation="UPDATE", old=governed)
+    assert outcome.patch == []
+    assert outcome.plan.denials == [
+        "podPriority: this update removes from podset 'main' what team 'ml' requires there "
+        "(spec.template.spec.priorityClassName)",
+        "topology: this update removes from podset 'main' what team 'ml' requires there "
+        "(spec.template.metadata.annotations)",
+    ]
+    assert outcome.plan.warnings == [
+        "nodeAffinity: this update removes from podset 'main' what team 'ml' requires there "
+        "(spec.template.spec.affinity)"
+    ]
+    # A template that never had them (created before the policy) may still change: an image bump.
+    bumped = copy.deepcopy(created)
+    bumped["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
+    assert run(bumped, policy, operation="UPDATE", old=created).plan.allowed

@@ -292,16 +292,45 @@ def validate_update(
                 (plan.denials if rule.enforcement == "enforce" else plan.warnings).append(message)
             continue
         _check_value(plan, rule_name, rule, str(value), f"{where}.{label}", team, what)
+    changed = False
     for ref in iter_pod_templates(new, row):
         before_template = lookup(old, ref.path) if ref.path else old
         if ref.path and before_template == ref.template:
             continue
         if not ref.path and lookup(old, ("spec",)) == lookup(new, ("spec",)) and _annotations(old) == _annotations(new):
             continue
+        changed = True
         _validate_template(ref, team, plan)
+    if changed:
+        _check_removals(new, old, row, team, plan)
     if not plan.denials and not plan.warnings:
         plan.skipped = "UPDATE: nothing to validate changed"
     return plan
+
+
+def _check_removals(
+    new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan
+) -> None:
+    """An UPDATE may not take out of a pod template what the policy put there: whatever CREATE
+    would now add to the new object but not to the old one was removed by this update."""
+    levels = {
+        "podPriority": team.podPriority.enforcement if team.podPriority else "default",
+        "topology": team.topology.enforcement if team.topology else "default",
+        "nodeAffinity": "warn",  # no enforcement setting: always added, so its removal is warned
+    }
+    before = {(c.rule, c.path) for c in plan_object(old, row, team).changes}
+    reported: set[str] = set()
+    for change in plan_object(new, row, team).changes:
+        level = levels.get(change.rule, "default")
+        if level == "default" or (change.rule, change.path) in before or change.reason in reported:
+            continue
+        reported.add(change.reason)
+        podset = change.reason.split(":", 1)[0]
+        message = (
+            f"{change.rule}: this update removes from {podset} what team {team.team!r} requires there "
+            f"({_dotted(change.path)})"
+        )
+        (plan.denials if level == "enforce" else plan.warnings).append(message)
 
 
 def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
