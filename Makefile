@@ -40,7 +40,7 @@ lint: install
 
 ## The checked-in kueue-config/generated/ must match what the platform file generates.
 generate-check: install
-	$(KGOV) generate kueue-config/platform.yaml --check
+	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
 
 ## Benchmarks (figures printed next to a baseline measured in the same run).
 bench: install

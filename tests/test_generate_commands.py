@@ -47,6 +47,7 @@ def test_generate_writes_files_and_check_passes(workdir: Path) -> None:
         "cohorts.yaml",
         "kustomization.yaml",
         "localqueues.yaml",
+        "namespaces.yaml",
         "policy-configmap.yaml",
         "priorityclasses.yaml",
         "resourceflavors.yaml",
@@ -68,7 +69,8 @@ def test_generate_matches_the_committed_files(tmp_path: Path) -> None:
     out = tmp_path / "generated"
     shutil.copytree(ROOT / "kueue-config" / "generated", out)
     shutil.copy(EXAMPLE, tmp_path / "platform.yaml")
-    assert run(generate_command, tmp_path / "platform.yaml", "-o", out, "--check").exit_code == 0
+    # The committed files are generated with --namespaces, so `kubectl apply -k` works as is.
+    assert run(generate_command, tmp_path / "platform.yaml", "-o", out, "--namespaces", "--check").exit_code == 0
 
 
 def test_check_fails_with_a_unified_diff(workdir: Path) -> None:
@@ -93,6 +95,7 @@ def test_namespaces_and_policy_namespace_flags(workdir: Path) -> None:
     namespaces = list(yaml.safe_load_all((out / "namespaces.yaml").read_text()))
     assert [n["metadata"]["name"] for n in namespaces] == [
         "ds-sandbox",
+        "governor",
         "hyperpod-ns-data-science",
         "hyperpod-ns-inference",
         "hyperpod-ns-research",
@@ -371,7 +374,7 @@ def test_diff_command_unreachable_cluster_exits_2(tmp_path: Path) -> None:
     (tmp_path / "kubeconfig").write_text(json.dumps(config))
     result = run(diff_command, EXAMPLE, "--kubeconfig", tmp_path / "kubeconfig")
     assert result.exit_code == 2
-    assert result.stderr.startswith("Error: GET /apis/kueue.x-k8s.io/v1beta2/topologies/aws-network: ")
+    assert result.stderr.startswith("Error: GET /api/v1/namespaces/kueue-governor-system: ")
 
 
 def test_diff_command_bad_kubeconfig_exits_2(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def test_the_bundled_example_generates_every_kind() -> None:
     manifests = build_manifests(load_platform(EXAMPLE), GenerateOptions(namespaces=True))
     counts = {name: [obj["kind"] for obj in objects] for name, objects in manifests.items()}
     assert counts == {
-        "namespaces.yaml": ["Namespace"] * 4,
+        "namespaces.yaml": ["Namespace"] * 5,  # kueue-governor-system and the 4 team namespaces
         "topologies.yaml": ["Topology"],
         "resourceflavors.yaml": ["ResourceFlavor"],
         "cohorts.yaml": ["Cohort"],
@@ -114,7 +114,8 @@ def test_output_is_byte_identical_across_runs(tmp_path: Path) -> None:
 
 def test_committed_generated_files_match_the_example() -> None:
     platform = load_platform(EXAMPLE)
-    files = render_files(build_manifests(platform), source_reference(EXAMPLE, GENERATED))
+    options = GenerateOptions(namespaces=True)  # committed so that `kubectl apply -k` works as is
+    files = render_files(build_manifests(platform, options), source_reference(EXAMPLE, GENERATED))
     assert file_drift(files, GENERATED) == ""
     assert sorted(p.name for p in GENERATED.iterdir()) == sorted(files)
 
@@ -137,6 +138,7 @@ def test_every_file_has_the_header_and_kustomization_lists_the_files() -> None:
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [
+            "namespaces.yaml",
             "topologies.yaml",
             "resourceflavors.yaml",
             "cohorts.yaml",
@@ -332,15 +334,16 @@ def test_priority_classes() -> None:
     ]
 
 
-def test_namespaces_only_when_asked_and_only_known_names() -> None:
+def test_team_namespaces_only_when_asked_and_only_known_names() -> None:
     platform = platform_of()
-    assert "namespaces.yaml" not in build_manifests(platform)
+    assert [o["metadata"]["name"] for o in build_manifests(platform)["namespaces.yaml"]] == ["kueue-governor-system"]
     assert [
         o["metadata"]["name"] for o in build_manifests(platform, GenerateOptions(namespaces=True))["namespaces.yaml"]
     ] == [
         "alpha",
         "beta-dev",
         "beta-prod",
+        "kueue-governor-system",
     ]
     assert namespaces(platform)[0]["metadata"]["labels"] == {**MANAGED, "kueue-governor.io/team": "alpha"}
 
@@ -360,6 +363,7 @@ def test_policy_config_map_holds_the_compiled_policy() -> None:
 def test_empty_kinds_leave_no_file() -> None:
     doc = {"teams": [{"name": "solo"}]}
     assert list(build_manifests(platform_of(doc))) == [
+        "namespaces.yaml",
         "clusterqueues.yaml",
         "localqueues.yaml",
         "policy-configmap.yaml",
@@ -386,6 +390,7 @@ def test_write_removes_only_generated_files_no_longer_made(tmp_path: Path) -> No
     assert (tmp_path / "notes.yaml").read_text() == "mine\n"
     assert file_drift(files, tmp_path) == ""
     assert {o["kind"] for o in load_generated(tmp_path)} == {
+        "Namespace",
         "Topology",
         "ResourceFlavor",
         "ClusterQueue",
@@ -395,3 +400,21 @@ def test_write_removes_only_generated_files_no_longer_made(tmp_path: Path) -> No
         "ConfigMap",
     }
     assert sorted(p.name for p in written) == ["clusterqueues.yaml", "kustomization.yaml"]
+
+
+def test_every_queue_a_team_policy_names_gets_a_local_queue() -> None:
+    """Regression: a policy.queue.default of the team's own making was never generated, so every
+    workload was defaulted into a LocalQueue that did not exist."""
+    doc = copy.deepcopy(BASE)
+    doc["teams"][0]["policy"] = {"queue": {"default": "alpha-batch", "allowed": ["alpha-interactive"]}}
+    queues = [
+        (o["metadata"]["namespace"], o["metadata"]["name"], o["spec"]["clusterQueue"])
+        for o in local_queues(platform_of(doc))
+        if o["metadata"]["namespace"] == "alpha"
+    ]
+    assert [(ns, name) for ns, name, _ in queues] == [
+        ("alpha", "alpha-batch"),
+        ("alpha", "alpha-interactive"),
+        ("alpha", "alpha-queue"),
+    ]
+    assert {cq for _, _, cq in queues} == {"alpha"}

@@ -13,6 +13,7 @@ import pytest
 
 from webhook.core import naming, policy
 from webhook.core.platform import (
+    Platform,
     PlatformError,
     check_platform,
     load_platform,
@@ -530,3 +531,13 @@ def test_naming_preset_stays_importable_from_policy() -> None:
     assert policy.priority_class_name is naming.priority_class_name
     assert naming.SYSTEM_NAMESPACES == ("kube-system", "kube-node-lease", "kube-public")
     assert policy.ALWAYS_EXCLUDED_NAMESPACES == naming.SYSTEM_NAMESPACES
+
+
+def test_pod_priority_class_may_not_use_the_reserved_system_prefix() -> None:
+    doc = {
+        "priorities": [{"name": "system-urgent", "value": 10, "podPriorityClass": True}],
+    }
+    problems = [str(p) for p in check_platform(Platform.model_validate(doc))]
+    assert problems == [
+        "priorities[0].name: PriorityClass name 'system-urgent': the 'system-' prefix is reserved by Kubernetes"
+    ]

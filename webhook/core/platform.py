@@ -625,12 +625,16 @@ def _check_derived_names(platform: Platform) -> list[Problem]:
         check(path, "ClusterQueue", cluster_queue_name(platform, team), "a label value")
         check(path, "LocalQueue", local_queue_name(platform, team), "a label value")
     for index, priority in enumerate(platform.priorities):
-        check(
-            f"priorities[{index}].name",
-            "WorkloadPriorityClass",
-            priority_class_name(platform, priority.name),
-            "a label value",
-        )
+        name = priority_class_name(platform, priority.name)
+        check(f"priorities[{index}].name", "WorkloadPriorityClass", name, "a label value")
+        if priority.podPriorityClass and name.startswith("system-"):
+            # kube-apiserver: the 'system-' prefix of PriorityClass names is reserved.
+            problems.append(
+                Problem(
+                    path=f"priorities[{index}].name",
+                    message=f"PriorityClass name {name!r}: the 'system-' prefix is reserved by Kubernetes",
+                )
+            )
     return problems
 
 

@@ -305,16 +305,22 @@ def cluster_queues(platform: Platform) -> list[Manifest]:
 
 
 def local_queues(platform: Platform) -> list[Manifest]:
-    """A ``LocalQueue`` in every namespace of every team, pointing at the team's ClusterQueue.
+    """In every namespace of every team, a ``LocalQueue`` pointing at the team's ClusterQueue for
+    the team's own queue name and each further name its queue policy uses (``default``,
+    ``allowed``), so that no queue the webhook writes or admits is missing.
 
     Teams selected only by a ``namespaceSelector`` have no known namespaces and get none.
     """
     out = []
     for team in platform.teams:
-        name = local_queue_name(platform, team)
+        rule = team.policy.queue
+        names = dict.fromkeys(
+            [local_queue_name(platform, team), *([rule.default] if rule.default else []), *rule.allowed]
+        )
         target = cluster_queue_name(platform, team)
         for namespace in team_namespaces(platform, team):
-            out.append(_kueue("LocalQueue", _metadata(name, namespace, team.name), spec={"clusterQueue": target}))
+            for name in names:
+                out.append(_kueue("LocalQueue", _metadata(name, namespace, team.name), spec={"clusterQueue": target}))
     return _sorted(out)
 
 
@@ -351,8 +357,12 @@ def priority_classes(platform: Platform) -> list[Manifest]:
     return _sorted(out)
 
 
-def namespaces(platform: Platform) -> list[Manifest]:
-    """``v1`` Namespace per team namespace, labelled ``kueue-governor.io/team: <team>``.
+def namespaces(
+    platform: Platform, policy_namespace: str = DEFAULT_POLICY_NAMESPACE, teams: bool = True
+) -> list[Manifest]:
+    """The webhook's own namespace (where the policy ConfigMap lives, so ``kubectl apply -k``
+    works on a fresh cluster) and, with ``teams``, a ``v1`` Namespace per team namespace, labelled
+    ``kueue-governor.io/team: <team>``.
 
     With the ``hyperpod`` preset also ``sagemaker.amazonaws.com/quota-allocation-id: <team>`` and
     ``sagemaker.amazonaws.com/sagemaker-managed-queue: "true"``, the labels HyperPod task
@@ -360,8 +370,8 @@ def namespaces(platform: Platform) -> list[Manifest]:
     namespace). ``sagemaker.amazonaws.com/activate-quota`` is deliberately not set: it switches on
     HyperPod's own admission policy.
     """
-    out = []
-    for team in platform.teams:
+    out = [{"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(policy_namespace)}]
+    for team in platform.teams if teams else []:
         for namespace in team_namespaces(platform, team):
             metadata = _metadata(namespace, team=team.name)
             if platform.naming == "hyperpod":
@@ -409,7 +419,7 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
     """
     options = options or GenerateOptions()
     builders: dict[str, Callable[[], list[Manifest]]] = {
-        "namespaces.yaml": lambda: namespaces(platform) if options.namespaces else [],
+        "namespaces.yaml": lambda: namespaces(platform, options.policy_namespace, teams=options.namespaces),
         "topologies.yaml": lambda: topologies(platform),
         "resourceflavors.yaml": lambda: resource_flavors(platform),
         "cohorts.yaml": lambda: cohorts(platform),
