@@ -379,3 +379,28 @@ def test_mutate_flattens_nested_and_typed_lists(tmp_path: Path) -> None:
     assert out["items"][0]["items"][0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == (
         "hyperpod-ns-research-localqueue"
     )
+
+
+def test_serve_with_certificate_and_key_swapped_says_so(tmp_path: Path) -> None:
+    from webhook.certs import generate_ca, issue_serving_certificate
+
+    ca_cert, ca_key = generate_ca("test-ca", days=1)
+    cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], ["127.0.0.1"], days=1)
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    result = invoke(
+        "serve",
+        "--platform",
+        str(PLATFORM),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "1",
+        "--tls-cert-file",
+        str(tmp_path / "tls.key"),
+        "--tls-private-key-file",
+        str(tmp_path / "tls.crt"),
+    )
+    assert result.exit_code == 2
+    assert "cannot load the serving certificate pair" in result.stderr
+    assert "is it a certificate and its key?" in result.stderr

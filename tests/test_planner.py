@@ -575,6 +575,7 @@ def test_update_of_a_changed_pod_template_is_validated_but_not_mutated() -> None
         ({"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}, False),
         ({"kueue.x-k8s.io/podset-unconstrained-topology": "true"}, False),
         ({"kueue.x-k8s.io/podset-unconstrained-topology": "banana"}, False),
+        ({"kueue.x-k8s.io/podset-required-topology": "rack"}, False),
     ],
 )
 def test_topology_enforce_refuses_less_locality_than_the_policy(annotations: dict[str, str], allowed: bool) -> None:
@@ -584,6 +585,7 @@ def test_topology_enforce_refuses_less_locality_than_the_policy(annotations: dic
     outcome = run(obj, policy)
     assert outcome.plan.allowed is allowed, outcome.plan.denials
     if not allowed:
+        assert len(outcome.plan.denials) == 1, outcome.plan.denials  # one reason, not two
         assert outcome.plan.denials[0].startswith("topology: ")
 
 
@@ -665,8 +667,8 @@ def test_node_affinity_term_that_can_match_no_node_is_warned() -> None:
     outcome = run(obj)
     assert outcome.plan.allowed
     assert outcome.plan.warnings == [
-        "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in ['g5'], "
-        "but team nodes have ['p5.48xlarge']: pods of this term can match no node"
+        'nodeAffinity: podset \'main\': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in ["g5"], '
+        'but team nodes have ["p5.48xlarge"]: pods of this term can match no node'
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import uuid
 from collections.abc import Mapping
@@ -344,6 +345,10 @@ def serve_command(
     for option, path in (("--tls-cert-file", tls_cert_file), ("--tls-private-key-file", tls_private_key_file)):
         if not path.is_file():
             _fail(f"{option} {path}: no such file")
+    if kubeconfig is not None and not Path(kubeconfig).is_file():
+        _fail(f"--kubeconfig {kubeconfig}: no such file")
+    if kubeconfig is not None and not watch_cluster:
+        _fail("--kubeconfig is used by --watch-cluster only; add --watch-cluster")
     own_namespace = os.environ.get("POD_NAMESPACE")
     excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
@@ -365,6 +370,11 @@ def serve_command(
         serve(config)
     except (PlatformError, InputError, ConfigurationError) as exc:
         _fail(str(exc))
+    except ssl.SSLError as exc:
+        _fail(
+            f"cannot load the serving certificate pair (--tls-cert-file {tls_cert_file}, "
+            f"--tls-private-key-file {tls_private_key_file}): {exc.reason or exc}; is it a certificate and its key?"
+        )
     except OSError as exc:
         _fail(f"cannot serve on {host}:{port}: {exc}")
 

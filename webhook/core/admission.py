@@ -67,14 +67,22 @@ def _field(mapping: Mapping[str, Any], key: str, kind: type | tuple[type, ...], 
         return None
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise MalformedReview(f"{where}.{key} must be a {_json_type(names)}, got {_json_type(type(value).__name__)}")
+        wanted = _json_type(names)
+        article = "an" if wanted[0] in "aeiou" else "a"
+        raise MalformedReview(f"{where}.{key} must be {article} {wanted}, got {_json_type(type(value).__name__)}")
     return value
 
 
 def _json_type(python_name: str) -> str:
-    return {"dict": "object", "str": "string", "list": "array", "bool": "boolean", "int": "number"}.get(
-        python_name, python_name
-    )
+    return {
+        "dict": "object",
+        "str": "string",
+        "list": "array",
+        "bool": "boolean",
+        "int": "number",
+        "float": "number",
+        "NoneType": "null",
+    }.get(python_name, python_name)
 
 
 def _no_constant(name: str) -> Any:

@@ -23,6 +23,7 @@ change is an ``add`` of something missing, except setting a present ``suspend: f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -441,11 +442,9 @@ def _plan_labels(
 
 def json_value(value: Any) -> str:
     """``true``/``false``/``null`` and quoted strings, as a user wrote them in YAML or JSON."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return repr(value)
+    if isinstance(value, str):
+        return repr(value)
+    return json.dumps(value)
 
 
 def _validate_template(ref: PodTemplateRef, team: TeamPolicyCompiled, plan: Plan) -> None:
@@ -509,6 +508,7 @@ def _check_user_topology(
         return
     sink = plan.denials if placement.enforcement == "enforce" else plan.warnings
     where = f"podset {ref.podset!r}"
+    reported = len(sink)
     for key in _LEVEL_ANNOTATIONS:
         level = annotations.get(key)
         if level is not None and level not in placement.levels:
@@ -519,8 +519,8 @@ def _check_user_topology(
     unconstrained = annotations.get(UNCONSTRAINED)
     if unconstrained is not None and unconstrained not in ("true", "false"):
         sink.append(f"topology: {UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}")
-    if placement.mode not in ("required", "preferred") or placement.level is None:
-        return
+    if len(sink) > reported or placement.mode not in ("required", "preferred") or placement.level is None:
+        return  # malformed annotations are reported once, without a second reason
     wanted = (
         _STRENGTH[REQUIRED if placement.mode == "required" else PREFERRED],
         placement.levels.index(placement.level),
@@ -622,7 +622,8 @@ def _auto(
     return {
         PREFERRED: (
             levels[top],
-            f"auto: {count} {pods} exceed the largest {levels[top]} domain ({capacity[top]}), so preferred",
+            f"auto: {count} {pods} {'exceeds' if count == 1 else 'exceed'} the largest {levels[top]} domain "
+            f"({capacity[top]}), so preferred",
         )
     }
 
@@ -682,8 +683,8 @@ def _warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: st
         values = own.get("values")
         if isinstance(values, list) and not wanted.intersection(values):
             plan.warnings.append(
-                f"nodeAffinity: {where} asks for {own.get('key')} in {values}, but team nodes have "
-                f"{sorted(wanted)}: pods of this term can match no node"
+                f"nodeAffinity: {where} asks for {own.get('key')} in {json.dumps(values)}, but team nodes have "
+                f"{json.dumps(sorted(wanted))}: pods of this term can match no node"
             )
 
 
