@@ -442,7 +442,12 @@ class Generated:
 
     @property
     def team_namespaces(self) -> list[str]:
-        return [obj["metadata"]["name"] for obj in self.of_kind("Namespace")]
+        """Generated namespaces that belong to a team (not the webhook's own)."""
+        return [
+            obj["metadata"]["name"]
+            for obj in self.of_kind("Namespace")
+            if "kueue-governor.io/team" in (obj["metadata"].get("labels") or {})
+        ]
 
     def local_queue(self, namespace: str) -> dict[str, Any]:
         """The one generated LocalQueue of a team namespace."""
