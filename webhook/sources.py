@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.core.inventory import NodeInventory
-from webhook.core.platform import PlatformError, load_platform
+from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
@@ -179,9 +179,3 @@ def load_nodes(path: str | Path) -> NodeInventory:
     """
     return NodeInventory.from_objects(_items(path, "Node"))
 
-
-def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False)
-
-
-__all__ += ["PlatformError", "dump_json"]
