@@ -368,6 +368,7 @@ def test_wrongly_typed_field_on_our_path_is_refused_with_its_path() -> None:
     outcome = run(obj)
     assert outcome.plan.denials == ["malformed object: metadata.labels must be an object, got array"]
     assert outcome.response["response"]["status"]["code"] == 422
+    assert outcome.plan.denied_rules == ["malformed object"]
     obj = job()
     obj["spec"]["template"]["spec"]["affinity"] = "near"
     assert run(obj).plan.denials == ["malformed object: spec.template.spec.affinity must be an object, got string"]
@@ -385,6 +386,7 @@ def test_namespace_selected_by_labels_and_conflicts() -> None:
     both = review(review_body(job(), "research-x"), teams_from(platform), {"research-x": {"team": "ml"}}.get)
     assert not both.plan.allowed
     assert "selected by teams 'ml', 'ml2'" in both.plan.denials[0]
+    assert both.plan.denied_rules == ["namespace"]  # a bounded metrics label, not the message
 
 
 def test_v1beta1_review_is_answered_in_v1beta1() -> None:

@@ -165,10 +165,10 @@ def _count(metrics: Metrics, outcome: ReviewOutcome) -> None:
     metrics.requests.labels(request.kind, request.operation, _result(outcome)).inc()
     for change in outcome.plan.changes:
         metrics.changes.labels(change.rule).inc()
-    for message in outcome.plan.denials:
-        metrics.denials.labels(message.split(":", 1)[0]).inc()
-    for message in outcome.plan.warnings:
-        metrics.warnings.labels(message.split(":", 1)[0]).inc()
+    for rule in outcome.plan.denied_rules:
+        metrics.denials.labels(rule).inc()
+    for rule in outcome.plan.warned_rules:
+        metrics.warnings.labels(rule).inc()
 
 
 async def _admit(request: web.Request) -> web.Response:

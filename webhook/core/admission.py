@@ -21,6 +21,7 @@ __all__ = [
     "MalformedReview",
     "build_response",
     "decode_body",
+    "json_type",
     "parse_admission_review",
 ]
 
@@ -66,23 +67,26 @@ def _field(mapping: Mapping[str, Any], key: str, kind: type | tuple[type, ...], 
             raise MalformedReview(f"{where}.{key} is missing")
         return None
     if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        wanted = _json_type(names)
+        wanted = _JSON_TYPES[kind] if isinstance(kind, type) else " or ".join(_JSON_TYPES[k] for k in kind)
         article = "an" if wanted[0] in "aeiou" else "a"
-        raise MalformedReview(f"{where}.{key} must be {article} {wanted}, got {_json_type(type(value).__name__)}")
+        raise MalformedReview(f"{where}.{key} must be {article} {wanted}, got {json_type(value)}")
     return value
 
 
-def _json_type(python_name: str) -> str:
-    return {
-        "dict": "object",
-        "str": "string",
-        "list": "array",
-        "bool": "boolean",
-        "int": "number",
-        "float": "number",
-        "NoneType": "null",
-    }.get(python_name, python_name)
+_JSON_TYPES: dict[type, str] = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    type(None): "null",
+}
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (``object``, ``array``, ``string``, …)."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def _no_constant(name: str) -> Any:
@@ -116,7 +120,7 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
             ``uid``, ``operation`` or ``kind``, or a field of the wrong JSON type.
     """
     if not isinstance(body, dict):
-        raise MalformedReview(f"body must be a JSON object (an AdmissionReview), got {_json_type(type(body).__name__)}")
+        raise MalformedReview(f"body must be a JSON object (an AdmissionReview), got {json_type(body)}")
     api_version = body.get("apiVersion")
     if api_version not in SUPPORTED_VERSIONS:
         raise MalformedReview(f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got {api_version!r}")

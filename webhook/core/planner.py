@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from webhook.core.admission import AdmissionRequest
+from webhook.core.admission import AdmissionRequest, json_type
 from webhook.core.inventory import NodeInventory, pod_requests
 from webhook.core.kinds import (
     Key,
@@ -41,6 +41,7 @@ from webhook.core.kinds import (
     iter_pod_templates,
     lookup,
 )
+from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement, ValueRule
 
 __all__ = [
@@ -93,10 +94,23 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     skipped: str = ""
     invalid: bool = False
+    #: The rule of each denial and warning, in order (bounded values, for metrics).
+    denied_rules: list[str] = field(default_factory=list)
+    warned_rules: list[str] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
         return not self.denials
+
+    def report(self, enforcement: Enforcement, rule: str, message: str) -> None:
+        """Record ``rule: message`` as a denial (``enforce``) or a warning (``warn``); nothing for
+        ``default``, which only fills in what is missing."""
+        if enforcement == "enforce":
+            self.denials.append(f"{rule}: {message}")
+            self.denied_rules.append(rule)
+        elif enforcement == "warn":
+            self.warnings.append(f"{rule}: {message}")
+            self.warned_rules.append(rule)
 
 
 class _Draft:
@@ -199,25 +213,14 @@ def _dotted(path: tuple[Key, ...]) -> str:
     return out or "<object>"
 
 
-def _json_type(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )
-
-
 def _check_value(
     plan: Plan, rule_name: str, rule: ValueRule, value: str, where: str, team: TeamPolicyCompiled, what: str
 ) -> None:
-    if rule.allowed is None or value in rule.allowed or rule.enforcement == "default":
+    if rule.allowed is None or value in rule.allowed:
         return
-    message = (
-        f"{rule_name}: {what} {value!r} ({where}) is not allowed for team {team.team!r}; "
-        f"allowed: {', '.join(rule.allowed) or 'none'}"
-    )
-    if rule.enforcement == "enforce":
-        plan.denials.append(message)
-    else:
-        plan.warnings.append(message)
+    allowed = ", ".join(rule.allowed) or "none"
+    message = f"{what} {value!r} ({where}) is not allowed for team {team.team!r}; allowed: {allowed}"
+    plan.report(rule.enforcement, rule_name, message)
 
 
 def _string_map(draft: _Draft, path: tuple[Key, ...]) -> dict[str, Any]:
@@ -285,12 +288,8 @@ def validate_update(
         if rule is None or value == before:
             continue
         if value is None:
-            if rule.enforcement != "default":
-                message = (
-                    f"{rule_name}: the label {label} ({where}) may not be removed "
-                    f"from a {row.kind} of team {team.team!r}"
-                )
-                (plan.denials if rule.enforcement == "enforce" else plan.warnings).append(message)
+            message = f"the label {label} ({where}) may not be removed from a {row.kind} of team {team.team!r}"
+            plan.report(rule.enforcement, rule_name, message)
             continue
         _check_value(plan, rule_name, rule, str(value), f"{where}.{label}", team, what)
     changed = False
@@ -314,24 +313,27 @@ def _check_removals(
 ) -> None:
     """An UPDATE may not take out of a pod template what the policy put there: whatever CREATE
     would now add to the new object but not to the old one was removed by this update."""
-    levels = {
+    levels: dict[str, Enforcement] = {
         "podPriority": team.podPriority.enforcement if team.podPriority else "default",
         "topology": team.topology.enforcement if team.topology else "default",
         "nodeAffinity": "warn",  # no enforcement setting: always added, so its removal is warned
     }
+    refs = list(iter_pod_templates(new, row))
     before = {(c.rule, c.path) for c in plan_object(old, row, team).changes}
-    reported: set[str] = set()
+    reported: set[tuple[str, str]] = set()
     for change in plan_object(new, row, team).changes:
-        level = levels.get(change.rule, "default")
-        if level == "default" or (change.rule, change.path) in before or change.reason in reported:
+        if change.rule not in levels or (change.rule, change.path) in before:
             continue
-        reported.add(change.reason)
-        podset = change.reason.split(":", 1)[0]
+        # The podset whose template the change lands in: the longest template path it starts with.
+        owner = max((r for r in refs if change.path[: len(r.path)] == r.path), key=lambda r: len(r.path))
+        if (change.rule, owner.podset) in reported:
+            continue
+        reported.add((change.rule, owner.podset))
         message = (
-            f"{change.rule}: this update removes from {podset} what team {team.team!r} requires there "
+            f"this update removes from podset {owner.podset!r} what team {team.team!r} requires there "
             f"({_dotted(change.path)})"
         )
-        (plan.denials if level == "enforce" else plan.warnings).append(message)
+        plan.report(levels[change.rule], change.rule, message)
 
 
 def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -377,10 +379,13 @@ def plan_object(
 
 
 def _malformed(shape: _Shape) -> Plan:
-    return Plan(
-        denials=[f"malformed object: {_dotted(shape.path)} must be an {shape.expected}, got {_json_type(shape.found)}"],
-        invalid=True,
+    plan = Plan(invalid=True)
+    plan.report(
+        "enforce",
+        "malformed object",
+        f"{_dotted(shape.path)} must be an {shape.expected}, got {json_type(shape.found)}",
     )
+    return plan
 
 
 def _user_pod_priority(refs: list[PodTemplateRef]) -> str | None:
@@ -411,17 +416,13 @@ def _plan_labels(
             current = draft.get(need.path)
             if need.forbid:
                 if current == need.value:
-                    plan.denials.append(
-                        f"queue: Kueue refuses a {row.kind} with {_dotted(need.path)}: {json_value(need.value)} "
-                        f"({need.why})"
-                    )
+                    message = f"Kueue refuses a {row.kind} with {_dotted(need.path)}: {json_value(need.value)}"
+                    plan.report("enforce", "queue", f"{message} ({need.why})")
             elif current is None:
                 draft.set(need.path, need.value, "queue", f"Kueue requires it of a {row.kind}: {need.why}")
             elif current != need.value:
-                plan.denials.append(
-                    f"queue: Kueue manages a {row.kind} only with {_dotted(need.path)}: {json_value(need.value)}, "
-                    f"got {json_value(current)} ({need.why})"
-                )
+                message = f"Kueue manages a {row.kind} only with {_dotted(need.path)}: {json_value(need.value)}"
+                plan.report("enforce", "queue", f"{message}, got {json_value(current)} ({need.why})")
     rule = team.kueuePriority
     if rule is None:
         return
@@ -506,20 +507,25 @@ def _check_user_topology(
     Topology and may not ask for less locality than the policy (a weaker mode or a broader level)."""
     if placement.enforcement == "default" or not any(key in annotations for key in TAS_ANNOTATIONS):
         return
-    sink = plan.denials if placement.enforcement == "enforce" else plan.warnings
+    enforcement = placement.enforcement
     where = f"podset {ref.podset!r}"
-    reported = len(sink)
+    malformed = False
     for key in _LEVEL_ANNOTATIONS:
         level = annotations.get(key)
         if level is not None and level not in placement.levels:
-            sink.append(
-                f"topology: {key} {level!r} ({where}) is not a level of Topology "
-                f"{placement.topologyName!r} for team {team.team!r}; allowed: {', '.join(placement.levels)}"
+            malformed = True
+            message = (
+                f"{key} {level!r} ({where}) is not a level of Topology {placement.topologyName!r} "
+                f"for team {team.team!r}; allowed: {', '.join(placement.levels)}"
             )
+            plan.report(enforcement, "topology", message)
     unconstrained = annotations.get(UNCONSTRAINED)
     if unconstrained is not None and unconstrained not in ("true", "false"):
-        sink.append(f"topology: {UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}")
-    if len(sink) > reported or placement.mode not in ("required", "preferred") or placement.level is None:
+        malformed = True
+        plan.report(
+            enforcement, "topology", f"{UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}"
+        )
+    if malformed or placement.mode not in ("required", "preferred") or placement.level is None:
         return  # malformed annotations are reported once, without a second reason
     wanted = (
         _STRENGTH[REQUIRED if placement.mode == "required" else PREFERRED],
@@ -527,10 +533,11 @@ def _check_user_topology(
     )
     asked = _user_request(annotations, placement.levels)
     if asked[0] < wanted[0] or (asked[0] == wanted[0] and asked[1] < wanted[1]):
-        sink.append(
-            f"topology: {where} asks for less locality than team {team.team!r} allows: the policy is "
+        message = (
+            f"{where} asks for less locality than team {team.team!r} allows: the policy is "
             f"{placement.mode} at {placement.level}"
         )
+        plan.report(enforcement, "topology", message)
 
 
 def _plan_topology(
@@ -682,10 +689,11 @@ def _warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: st
             continue
         values = own.get("values")
         if isinstance(values, list) and not wanted.intersection(values):
-            plan.warnings.append(
-                f"nodeAffinity: {where} asks for {own.get('key')} in {json.dumps(values)}, but team nodes have "
+            message = (
+                f"{where} asks for {own.get('key')} in {json.dumps(values)}, but team nodes have "
                 f"{json.dumps(sorted(wanted))}: pods of this term can match no node"
             )
+            plan.report("warn", "nodeAffinity", message)
 
 
 def _normalize(expression: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,8 @@ def review_request(
     labels = namespace_labels(request.namespace) if teams.needs_namespace_labels else None
     resolution = teams.resolve(request.namespace, labels)
     if resolution.conflict:
-        plan = Plan(denials=[f"{resolution.reason}; fix the platform file so one team owns it"])
+        plan = Plan()
+        plan.report("enforce", "namespace", f"{resolution.reason}; fix the platform file so one team owns it")
     elif resolution.team is None:
         plan = Plan(skipped=resolution.reason)
     else:
