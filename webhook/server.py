@@ -98,7 +98,7 @@ class GovernorState:
         """(Re)load policies; on failure keep the previous ones and log every problem."""
         try:
             policies = load_policies(self.config.platform, self.config.policy, self.config.extra_excluded)
-        except (PlatformError, InputError, ValueError) as exc:  # ValueError: e.g. a file that is not UTF-8
+        except (PlatformError, InputError) as exc:
             self.metrics.policy_reloads.labels("error").inc()
             log.error("policy load failed; keeping the previous policies", error=str(exc))
             if self.teams is None:

@@ -178,4 +178,3 @@ def load_nodes(path: str | Path) -> NodeInventory:
         InputError: unreadable file or not a node list.
     """
     return NodeInventory.from_objects(_items(path, "Node"))
-

@@ -470,8 +470,9 @@ def _podset_name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, 
 def iter_pod_templates(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodTemplateRef]:
     """Every pod template of ``obj`` per ``row``, embedded objects (AppWrapper) included.
 
-    Only map-shaped templates are yielded; a template that is not a map is skipped here and
-    reported by the planner's validation.
+    Only map-shaped templates are yielded. A template of another JSON type gets no policy: the
+    API server refuses such an object anyway (typed decoding for built-in kinds, the CRD's schema
+    for the others).
     """
     for rule in row.podsets:
         for path, bindings, template in _expand(obj, rule.template):

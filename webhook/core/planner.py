@@ -15,10 +15,11 @@ suspend     ``true`` when the queue label is added (Kueue's own     —
             webhook only suspends jobs already labelled)
 ========== ======================================================= ==============================
 
-Nothing is planned on UPDATE (pod templates of Jobs are immutable); an UPDATE that changes the
-queue or priority label is validated. Children of a Kueue-managed owner get nothing. Every
-change is an ``add`` of something missing, except setting a present ``suspend: false`` to
-``true``. Paths are tuples; :mod:`webhook.core.patch` turns them into RFC 6902 operations.
+Nothing is planned on UPDATE (pod templates of Jobs are immutable): a changed or removed queue or
+priority label and a changed pod template are validated instead (:func:`validate_update`).
+Children of a Kueue-managed owner get nothing. Every change is an ``add`` of something missing,
+except setting a present ``suspend: false`` to ``true``. Paths are tuples;
+:mod:`webhook.core.patch` turns them into RFC 6902 operations.
 """
 
 from __future__ import annotations
@@ -176,7 +177,9 @@ class _Draft:
             parent.insert(key, _clone(value))
         else:
             parent[key] = _clone(value)
-        self.changes.append(Change(op, path, value, rule, reason))
+        # The change keeps its own copy: later edits of the draft, or another change made from the
+        # same policy value, must not show through it (nor make YAML anchors in `kgov mutate`).
+        self.changes.append(Change(op, path, _clone(value), rule, reason))
 
 
 def _expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:
@@ -366,7 +369,7 @@ def plan_object(
             for suffix in ((), ("spec",), ("metadata",), ("metadata", "annotations")):
                 _string_map(draft, (*ref.path, *suffix))
         _plan_labels(draft, row, team, refs, plan)
-        affinity = [e.model_dump() for e in team.nodeAffinity]
+        affinity = [_normalize(e.model_dump()) for e in team.nodeAffinity]
         user_priority = _labels(obj, row).get(PRIORITY_LABEL)
         for ref in refs:
             _plan_template(draft, ref, team, affinity, user_priority, plan)
@@ -638,7 +641,7 @@ def _auto(
 def _plan_node_affinity(
     draft: _Draft, spec_path: tuple[Key, ...], expressions: list[dict[str, Any]], where: str, plan: Plan
 ) -> None:
-    """AND ``expressions`` into every nodeSelectorTerm (terms are ORed), or add one term.
+    """AND ``expressions`` (normalized) into every nodeSelectorTerm (terms are ORed), or add one term.
 
     A term whose own ``In`` expression on the same key shares no value with the team's can then
     match no node: admitted, with a warning naming the term.
@@ -653,14 +656,14 @@ def _plan_node_affinity(
         _string_map(draft, key_path)
     terms = draft.get(terms_path)
     reason = f"{where}: team node affinity"
-    term = {"matchExpressions": [_normalize(e) for e in expressions]}
+    new_term = {"matchExpressions": expressions}
     if terms is None:
-        draft.set(terms_path, [term], "nodeAffinity", reason)
+        draft.set(terms_path, [new_term], "nodeAffinity", reason)
         return
     if not isinstance(terms, list):
         raise _Shape(terms_path, terms, "array")
     if not terms:
-        draft.append(terms_path, term, "nodeAffinity", reason)
+        draft.append(terms_path, new_term, "nodeAffinity", reason)
         return
     for index, term in enumerate(terms):
         term_path = (*terms_path, index)
@@ -668,15 +671,14 @@ def _plan_node_affinity(
             raise _Shape(term_path, term)
         existing = term.get("matchExpressions")
         if existing is None:
-            draft.set((*term_path, "matchExpressions"), [_normalize(e) for e in expressions], "nodeAffinity", reason)
+            draft.set((*term_path, "matchExpressions"), expressions, "nodeAffinity", reason)
             continue
         if not isinstance(existing, list):
             raise _Shape((*term_path, "matchExpressions"), existing, "array")
         for expression in expressions:
             _warn_disjoint(existing, expression, f"{where}: nodeSelectorTerms[{index}]", plan)
-            normalized = _normalize(expression)
-            if not any(_normalize(e) == normalized for e in existing if isinstance(e, Mapping)):
-                draft.append((*term_path, "matchExpressions"), normalized, "nodeAffinity", reason)
+            if not any(_normalize(e) == expression for e in existing if isinstance(e, Mapping)):
+                draft.append((*term_path, "matchExpressions"), expression, "nodeAffinity", reason)
                 existing = draft.get((*term_path, "matchExpressions"))
 
 
