@@ -404,3 +404,12 @@ def test_serve_with_certificate_and_key_swapped_says_so(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "cannot load the serving certificate pair" in result.stderr
     assert "is it a certificate and its key?" in result.stderr
+
+
+def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:
+    """Regression: a non-UTF-8 quota file raised UnicodeDecodeError (a traceback)."""
+    quota = tmp_path / "quota.json"
+    quota.write_bytes(b'{"Name": "\xe9quipe"}')
+    result = invoke("import-hyperpod", "--quota", str(quota), "--instance-resources", "ml.p5.48xlarge=nvidia.com/gpu=8")
+    assert result.exit_code == 2
+    assert f"{quota}: not UTF-8 text" in result.stderr

@@ -30,6 +30,7 @@ __all__ = [
     "load_namespace_labels",
     "load_nodes",
     "load_policies",
+    "read_document",
 ]
 
 
@@ -37,17 +38,22 @@ class InputError(ValueError):
     """A file given on the command line cannot be used; the message names it and says why."""
 
 
-def _read_document(path: str | Path) -> Any:
+def read_document(path: str | Path) -> Any:
+    """The one document of a YAML or JSON file (None when empty), read as :func:`load_manifests` does.
+
+    Raises:
+        InputError: unreadable, not UTF-8, not YAML/JSON, or more than one document.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    try:
-        return yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: neither JSON nor YAML: {exc}") from None
+    documents = load_manifests(text, str(path))
+    if len(documents) > 1:
+        raise InputError(f"{path}: expected one document, found {len(documents)}")
+    return documents[0] if documents else None
 
 
 def load_policies(
@@ -65,7 +71,7 @@ def load_policies(
     if platform is not None:
         return compile_policies(load_platform(platform), extra_excluded)
     assert policy is not None
-    data = _read_document(policy)
+    data = read_document(policy)
     if isinstance(data, dict) and data.get("kind") == "ConfigMap":
         text = (data.get("data") or {}).get(POLICY_KEY) if isinstance(data.get("data"), dict) else None
         if not isinstance(text, str):
@@ -88,7 +94,7 @@ def load_policies(
 
 
 def _items(path: str | Path, kind: str) -> list[dict[str, Any]]:
-    data = _read_document(path)
+    data = read_document(path)
     if isinstance(data, dict) and isinstance(data.get("items"), list):
         items = data["items"]
     elif isinstance(data, dict) and data.get("kind") == kind:

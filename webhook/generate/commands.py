@@ -7,7 +7,6 @@ Exit codes of all three: 0 success (no drift), 1 validation failure or drift, 2 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from webhook.generate.live import LiveError, diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
 from webhook.generate.validate import recreate_warnings, validate_platform
-from webhook.sources import InputError, load_nodes
+from webhook.sources import InputError, load_nodes, read_document
 
 __all__ = ["diff_command", "generate_command", "import_hyperpod_command"]
 
@@ -211,11 +210,9 @@ def diff_command(
 
 def _read_json(path: str) -> Any:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageFailure(f"{path}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageFailure(f"{path}: not valid JSON: {exc}") from None
+        return read_document(path)
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 @click.command(
