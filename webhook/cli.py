@@ -20,6 +20,7 @@ import yaml
 
 from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory
+from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch
 from webhook.core.platform import PlatformError, dns1123_label_error, platform_json_schema
 from webhook.core.resolve import TeamIndex
@@ -139,13 +140,14 @@ def _admission_review(document: Mapping[str, Any], namespace: str) -> dict[str, 
     api_version = str(document.get("apiVersion", ""))
     group, _, version = api_version.rpartition("/")
     metadata = document.get("metadata")
+    row = find_kind(api_version, str(document.get("kind", "")))
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": str(uuid.uuid4()),
             "kind": {"group": group, "version": version, "kind": str(document.get("kind", ""))},
-            "resource": {"group": group, "version": version, "resource": str(document.get("kind", "")).lower() + "s"},
+            "resource": {"group": group, "version": version, "resource": row.resource if row else ""},
             "operation": "CREATE",
             "namespace": namespace,
             "name": str(metadata.get("name") or "") if isinstance(metadata, Mapping) else "",
