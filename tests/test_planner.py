@@ -274,7 +274,15 @@ def test_child_of_a_managed_owner_is_untouched_but_a_cronjob_child_is_not() -> N
         },
         "spec": {"containers": [{"name": "c", "image": "nginx"}]},
     }
-    assert ops(run(pod_of_replicaset)) == []
+    # Kueue admits a ReplicaSet's pods one by one as Pods: they are no children, and a Pod that
+    # names a ReplicaSet as its owner (regression: to carry another team's priority) gets the policy.
+    planned = run(pod_of_replicaset)
+    assert planned.patch[0]["path"] == "/metadata/labels"
+    pod_of_replicaset["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": "high"}
+    assert not run(pod_of_replicaset).plan.allowed
+    pod_of_job = copy.deepcopy(pod_of_replicaset)
+    pod_of_job["metadata"]["ownerReferences"][0].update(apiVersion="batch/v1", kind="Job", name="train")
+    assert ops(run(pod_of_job)) == []
 
 
 def test_rayjob_on_an_existing_cluster_is_left_alone() -> None:
@@ -669,7 +677,7 @@ def test_node_affinity_term_that_can_match_no_node_is_warned() -> None:
     outcome = run(obj)
     assert outcome.plan.allowed
     assert outcome.plan.warnings == [
-        'nodeAffinity: podset \'main\': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in ["g5"], '
+        "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in [\"g5\"], "
         'but team nodes have ["p5.48xlarge"]: pods of this term can match no node'
     ]
 
@@ -761,3 +769,47 @@ def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None
     bumped = copy.deepcopy(created)
     bumped["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
     assert run(bumped, policy, operation="UPDATE", old=created).plan.allowed
+
+
+def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
+    """Kueue copies only the queue label of a Deployment into its pods (which it admits one by
+    one), so the priority label goes into the pod template as well."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}},
+    }
+    patched = apply_patch(deployment, run(deployment).patch)
+    assert patched["metadata"]["labels"] == {
+        "kueue.x-k8s.io/queue-name": "ml-queue",
+        "kueue.x-k8s.io/priority-class": "low",
+    }
+    assert patched["spec"]["template"]["metadata"]["labels"] == {
+        "app": "web",
+        "kueue.x-k8s.io/queue-name": "ml-queue",
+        "kueue.x-k8s.io/priority-class": "low",
+    }
+    deployment["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = ["not", "a", "string"]
+    assert run(deployment).plan.denials == [
+        'kueuePriority: WorkloadPriorityClass ["not", "a", "string"] '
+        "(spec.template.metadata.labels.kueue.x-k8s.io/priority-class) is not allowed for team 'ml'; allowed: low"
+    ]
+
+
+def test_jobset_podset_caps_parallelism_by_completions() -> None:
+    from webhook.core.kinds import find_kind, iter_pod_templates
+
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {
+            "replicatedJobs": [
+                {"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 8, "completions": 1, "template": {}}}}
+            ]
+        },
+    }
+    row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert row is not None
+    assert [(r.podset, r.count) for r in iter_pod_templates(jobset, row)] == [("w", 2)]

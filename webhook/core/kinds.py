@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "KINDS",
+    "Capped",
     "Key",
     "PodSetRule",
     "PodTemplateRef",
@@ -35,13 +36,26 @@ PathPattern = tuple[str, ...]
 
 
 @dataclass(frozen=True)
+class Capped:
+    """A pod-count factor read at ``path`` and capped by the value at ``cap`` when that is set."""
+
+    path: PathPattern
+    cap: PathPattern
+
+
+#: A Job runs min(parallelism, completions) pods at once; Kueue sizes its podset so (KEP-2724, Job).
+def _job_pods(spec: PathPattern) -> Capped:
+    return Capped((*spec, "parallelism"), (*spec, "completions"))
+
+
+@dataclass(frozen=True)
 class PodSetRule:
     """Where one family of pod templates (Kueue podsets) lives in an object.
 
     ``template``: pattern of a ``PodTemplateSpec`` (a map with ``metadata`` and ``spec``); the empty
-    tuple means the object itself (a bare Pod). ``count``: patterns whose values (integers or
-    integer strings) multiply to the number of pods of one podset (a missing value counts as 1);
-    ``count_cap``: the count is at most this value (a Job runs min(parallelism, completions) pods at
+    tuple means the object itself (a bare Pod). ``count``: factors whose values (integers or
+    integer strings) multiply to the number of pods of one podset (a missing value counts as 1); a
+    :class:`Capped` factor is at most its cap (a Job runs min(parallelism, completions) pods at
     once); ``count_offset`` is added after (an LWS group has ``size - 1`` workers). ``name``: podset name,
     from the wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
     ``partial_if``: when this path is set the object is one member of a larger group whose other
@@ -49,8 +63,7 @@ class PodSetRule:
     """
 
     template: PathPattern
-    count: tuple[PathPattern, ...] = ()
-    count_cap: PathPattern | None = None
+    count: tuple[PathPattern | Capped, ...] = ()
     count_offset: int = 0
     name: str = ""
     partial_if: PathPattern | None = None
@@ -83,7 +96,9 @@ class WorkloadKind:
     whole objects of other kinds inside this one (AppWrapper components), planned by their own
     rows. ``requires``: what Kueue's webhook insists on for a workload it manages (see
     :class:`Requirement`). ``owns_workloads``: objects this kind controls are Kueue children and
-    get nothing.
+    get nothing. ``pod_labels``: Kueue admits this kind's pods one by one as Pods and copies only
+    the queue label into them (Kueue's Deployment webhook), so the queue and priority labels also
+    go into every pod template's labels.
     """
 
     group: str
@@ -97,6 +112,7 @@ class WorkloadKind:
     embedded: PathPattern | None = None
     requires: tuple[Requirement, ...] = ()
     owns_workloads: bool = True
+    pod_labels: bool = False
     notes: str = field(default="", compare=False)
 
 
@@ -162,8 +178,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         podsets=(
             PodSetRule(
                 template=("spec", "template"),
-                count=(("spec", "parallelism"),),
-                count_cap=("spec", "completions"),
+                count=(_job_pods(("spec",)),),
                 name="main",
             ),
         ),
@@ -177,8 +192,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         podsets=(
             PodSetRule(
                 template=("spec", "jobTemplate", "spec", "template"),
-                count=(("spec", "jobTemplate", "spec", "parallelism"),),
-                count_cap=("spec", "jobTemplate", "spec", "completions"),
+                count=(_job_pods(("spec", "jobTemplate", "spec")),),
                 name="main",
             ),
         ),
@@ -197,9 +211,8 @@ KINDS: tuple[WorkloadKind, ...] = (
                 template=("spec", "replicatedJobs", "*", "template", "spec", "template"),
                 count=(
                     ("spec", "replicatedJobs", "*", "replicas"),
-                    ("spec", "replicatedJobs", "*", "template", "spec", "parallelism"),
+                    _job_pods(("spec", "replicatedJobs", "*", "template", "spec")),
                 ),
-                count_cap=None,
                 name="name",
             ),
         ),
@@ -273,6 +286,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="deployments",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+        pod_labels=True,
     ),
     WorkloadKind(
         group="apps",
@@ -280,9 +294,10 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="replicasets",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
-        # No Kueue webhook copies the queue label of a bare ReplicaSet to its pods (Kueue manages
-        # them one by one as plain Pods), so it goes where the pods get it: the pod template.
-        labels_at=("spec", "template", "metadata"),
+        pod_labels=True,
+        # Its pods are Kueue workloads themselves (Kueue's pod integration), not children: they are
+        # planned like any Pod, so a Pod naming a ReplicaSet as owner cannot skip the policy.
+        owns_workloads=False,
         notes="A ReplicaSet of a Deployment is a child (the Deployment carries the policy).",
     ),
     WorkloadKind(
@@ -291,6 +306,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="statefulsets",
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
+        pod_labels=True,
     ),
     WorkloadKind(
         group="workload.codeflare.dev",
@@ -442,14 +458,15 @@ def _number(value: Any) -> int | None:
 
 def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> int:
     total = 1
-    for pattern in rule.count:
-        value = _number(_bind(obj, pattern, bindings))
+    for factor in rule.count:
+        path = factor.path if isinstance(factor, Capped) else factor
+        value = _number(_bind(obj, path, bindings))
+        if isinstance(factor, Capped):
+            cap = _number(_bind(obj, factor.cap, bindings))
+            if cap is not None:
+                value = cap if value is None else min(value, cap)
         if value is not None:
             total *= value
-    if rule.count_cap is not None:
-        cap = _number(_bind(obj, rule.count_cap, bindings))
-        if cap is not None:
-            total = min(total, cap)
     return max(total + rule.count_offset, 0)
 
 

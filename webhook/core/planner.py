@@ -217,12 +217,12 @@ def _dotted(path: tuple[Key, ...]) -> str:
 
 
 def _check_value(
-    plan: Plan, rule_name: str, rule: ValueRule, value: str, where: str, team: TeamPolicyCompiled, what: str
+    plan: Plan, rule_name: str, rule: ValueRule, value: Any, where: str, team: TeamPolicyCompiled, what: str
 ) -> None:
     if rule.allowed is None or value in rule.allowed:
         return
     allowed = ", ".join(rule.allowed) or "none"
-    message = f"{what} {value!r} ({where}) is not allowed for team {team.team!r}; allowed: {allowed}"
+    message = f"{what} {json_value(value)} ({where}) is not allowed for team {team.team!r}; allowed: {allowed}"
     plan.report(rule.enforcement, rule_name, message)
 
 
@@ -294,7 +294,7 @@ def validate_update(
             message = f"the label {label} ({where}) may not be removed from a {row.kind} of team {team.team!r}"
             plan.report(rule.enforcement, rule_name, message)
             continue
-        _check_value(plan, rule_name, rule, str(value), f"{where}.{label}", team, what)
+        _check_value(plan, rule_name, rule, value, f"{where}.{label}", team, what)
     changed = False
     for ref in iter_pod_templates(new, row):
         before_template = lookup(old, ref.path) if ref.path else old
@@ -411,7 +411,7 @@ def _plan_labels(
         if row.suspend is not None and draft.get(row.suspend) is not True:
             draft.set(row.suspend, True, "suspend", "queue label added: Kueue starts the workload once admitted")
     elif queue is not None:
-        _check_value(plan, "queue", team.queue, str(queue), f"{where}.{QUEUE_LABEL}", team, "LocalQueue")
+        _check_value(plan, "queue", team.queue, queue, f"{where}.{QUEUE_LABEL}", team, "LocalQueue")
     if managed:
         for need in row.requires:
             if need.unless is not None and lookup(draft.doc, need.unless[0]) == need.unless[1]:
@@ -426,6 +426,42 @@ def _plan_labels(
             elif current != need.value:
                 message = f"Kueue manages a {row.kind} only with {_dotted(need.path)}: {json_value(need.value)}"
                 plan.report("enforce", "queue", f"{message}, got {json_value(current)} ({need.why})")
+    _plan_priority_label(draft, labels_path, labels, team, refs, plan)
+    if row.pod_labels:
+        _plan_pod_labels(draft, labels_path, team, refs, plan)
+
+
+def _plan_pod_labels(
+    draft: _Draft, labels_path: tuple[Key, ...], team: TeamPolicyCompiled, refs: list[PodTemplateRef], plan: Plan
+) -> None:
+    """The workload's queue and priority labels in every pod template too (``pod_labels`` rows);
+    a template's own value is checked like the workload's."""
+    checks: tuple[tuple[str, Rule, ValueRule | None, str], ...] = (
+        (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+        (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+    )
+    for label, rule_name, rule, what in checks:
+        value = draft.get((*labels_path, label))
+        for ref in refs:
+            path = (*ref.path, "metadata", "labels")
+            own = _string_map(draft, path).get(label)
+            if own is None and value is not None:
+                draft.set(
+                    (*path, label), value, rule_name, f"podset {ref.podset!r}: Kueue admits these pods one by one"
+                )
+            elif own is not None and rule is not None:
+                _check_value(plan, rule_name, rule, own, f"{_dotted(path)}.{label}", team, what)
+
+
+def _plan_priority_label(
+    draft: _Draft,
+    labels_path: tuple[Key, ...],
+    labels: Mapping[str, Any],
+    team: TeamPolicyCompiled,
+    refs: list[PodTemplateRef],
+    plan: Plan,
+) -> None:
+    where = _dotted(labels_path)
     rule = team.kueuePriority
     if rule is None:
         return
@@ -439,9 +475,7 @@ def _plan_labels(
         if chosen:
             draft.set((*labels_path, PRIORITY_LABEL), chosen, "kueuePriority", reason)
     else:
-        _check_value(
-            plan, "kueuePriority", rule, str(priority), f"{where}.{PRIORITY_LABEL}", team, "WorkloadPriorityClass"
-        )
+        _check_value(plan, "kueuePriority", rule, priority, f"{where}.{PRIORITY_LABEL}", team, "WorkloadPriorityClass")
 
 
 def json_value(value: Any) -> str:
@@ -457,7 +491,7 @@ def _validate_template(ref: PodTemplateRef, team: TeamPolicyCompiled, plan: Plan
     current = lookup(ref.template, ("spec", "priorityClassName"))
     if rule is not None and current is not None:
         where = f"{_dotted((*ref.path, 'spec'))}.priorityClassName"
-        _check_value(plan, "podPriority", rule, str(current), where, team, "PriorityClass")
+        _check_value(plan, "podPriority", rule, current, where, team, "PriorityClass")
     if team.topology is not None:
         _check_user_topology(ref, _annotations(ref.template), team.topology, team, plan)
 
