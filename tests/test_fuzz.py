@@ -23,6 +23,32 @@ from webhook.core.patch import apply_patch
 from webhook.core.review import review
 from webhook.sources import load_nodes
 
+# Bases whose every governed field is present, so that corruption reaches each of them.
+_FULL_JOB = copy.deepcopy(BASES[0])
+_FULL_JOB["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "ml-queue", "kueue.x-k8s.io/priority-class": "low"}
+_FULL_JOB["spec"]["template"]["metadata"] = {
+    "labels": {"app": "x"},
+    "annotations": {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"},
+}
+_FULL_JOB["spec"]["template"]["spec"].update(
+    priorityClassName="low",
+    affinity={
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+            }
+        }
+    },
+)
+_FULL_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "web", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+    "spec": {"replicas": 2, "template": copy.deepcopy(_FULL_JOB["spec"]["template"])},
+}
+FUZZ_BASES = [*BASES, _FULL_JOB, _FULL_DEPLOYMENT]
+
+
 # Quantity-like strings that are valid or nearly so: extremes, exponents, non-ASCII digits.
 ODD_NUMBERS = st.sampled_from(["1e-30", "1e400", "1E+9999", "\u00b2", "-1", "0", "8Gi", "0.0000001m", "99999999999999"])
 JSON = st.recursive(
@@ -54,7 +80,7 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 @st.composite
 def corrupted(draw: st.DrawFn) -> dict[str, Any]:
-    obj = copy.deepcopy(draw(st.sampled_from(BASES)))
+    obj = copy.deepcopy(draw(st.sampled_from(FUZZ_BASES)))
     for _ in range(draw(st.integers(1, 3))):
         paths = [p for p in _paths(obj) if p and p[0] not in ("apiVersion", "kind")]
         path = draw(st.sampled_from(paths))
@@ -65,10 +91,10 @@ def corrupted(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obj=corrupted(), operation=st.sampled_from(["CREATE", "UPDATE"]))
 def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: str) -> None:
-    old = copy.deepcopy(BASES[0]) if operation == "UPDATE" else None
+    old = copy.deepcopy(_FULL_JOB if obj.get("kind") == "Job" else _FULL_DEPLOYMENT) if operation == "UPDATE" else None
     try:
         outcome = review(review_body(obj, "ml", operation=operation, old=old), TEAMS, inventory=NODES)
     except MalformedReview as exc:  # the server's HTTP 400, with its reason

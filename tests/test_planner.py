@@ -813,3 +813,16 @@ def test_jobset_podset_caps_parallelism_by_completions() -> None:
     row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
     assert row is not None
     assert [(r.podset, r.count) for r in iter_pod_templates(jobset, row)] == [("w", 2)]
+
+
+def test_update_that_adds_a_managed_owner_is_still_validated() -> None:
+    """Regression: adding an ownerReference in the same update skipped every check."""
+    old = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}})
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    new["metadata"]["ownerReferences"] = [
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "controller": True}
+    ]
+    assert not run(new, operation="UPDATE", old=old).plan.allowed
+    # A real child, owned before and after, is left to its owner.
+    assert run(copy.deepcopy(new), operation="UPDATE", old=copy.deepcopy(new)).plan.allowed

@@ -278,7 +278,7 @@ def validate_update(
       priorityClassName and TAS annotations, as on CREATE.
     """
     skipped = _managed_child(new)
-    if skipped:
+    if skipped and _managed_child(old):  # an owner added by this very update proves nothing
         return Plan(skipped=skipped)
     plan = Plan()
     new_labels, old_labels = _labels(new, row), _labels(old, row)
@@ -724,7 +724,7 @@ def _warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: st
         if not isinstance(own, Mapping) or own.get("key") != expression.get("key") or own.get("operator") != "In":
             continue
         values = own.get("values")
-        if isinstance(values, list) and not wanted.intersection(values):
+        if isinstance(values, list) and not wanted.intersection(v for v in values if isinstance(v, str)):
             message = (
                 f"{where} asks for {own.get('key')} in {json.dumps(values)}, but team nodes have "
                 f"{json.dumps(sorted(wanted))}: pods of this term can match no node"
@@ -733,8 +733,10 @@ def _warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: st
 
 
 def _normalize(expression: Mapping[str, Any]) -> dict[str, Any]:
+    """Key, operator and values, for comparing a user's expression with the team's; a value of
+    the wrong type is kept as is (then it equals nothing of ours)."""
     out: dict[str, Any] = {"key": expression.get("key"), "operator": expression.get("operator")}
     values = expression.get("values")
     if values:
-        out["values"] = list(values)
+        out["values"] = list(values) if isinstance(values, list) else values
     return out
