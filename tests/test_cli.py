@@ -343,7 +343,7 @@ def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .nan}\n", "Out of range float values"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .nan}\n", "NaN or infinity"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "a value JSON cannot carry"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!set {a}}\n", "a value JSON cannot carry"),
         ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
@@ -413,3 +413,61 @@ def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:
     result = invoke("import-hyperpod", "--quota", str(quota), "--instance-resources", "ml.p5.48xlarge=nvidia.com/gpu=8")
     assert result.exit_code == 2
     assert f"{quota}: not UTF-8 text" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("apiVersion: v1\nkind: List\nitems: [5]\n", "document 1 item 1 is not a Kubernetes object"),
+        ("apiVersion: v1\nkind: List\nitems: [null]\n", "document 1 item 1 is not a Kubernetes object"),
+        ("a: " + "9" * 5000 + "\n", "holds an integer too long to be a Kubernetes value"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "YAML binary data or a set"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .inf}\n", "NaN or infinity"),
+    ],
+)
+def test_mutate_refuses_other_unusable_documents_clearly(tmp_path: Path, content: str, message: str) -> None:
+    result = _mutate(tmp_path, content)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_mutate_reads_base_60_like_values_as_strings_as_kubernetes_does(tmp_path: Path) -> None:
+    obj = job()
+    obj["spec"]["template"]["spec"]["containers"][0]["args"] = ["1:30:00"]
+    result = _mutate(tmp_path, yaml.safe_dump(obj).replace("'1:30:00'", "1:30:00"))
+    assert yaml.safe_load(result.stdout)["spec"]["template"]["spec"]["containers"][0]["args"] == ["1:30:00"]
+
+
+def test_review_refuses_absurdly_long_numbers_without_python_internals() -> None:
+    result = invoke("review", "--platform", str(PLATFORM), stdin='{"n": ' + "9" * 5000 + "}")
+    assert result.exit_code == 1
+    assert "a number of 5000 digits is no Kubernetes value" in result.stderr
+    assert "set_int_max_str_digits" not in result.stderr
+
+
+def test_serve_with_a_kubeconfig_that_is_not_one_says_so(tmp_path: Path) -> None:
+    from webhook.certs import generate_ca, issue_serving_certificate
+
+    ca_cert, ca_key = generate_ca("test-ca", days=1)
+    cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], ["127.0.0.1"], days=1)
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    (tmp_path / "kubeconfig").write_text("just some text\n")
+    result = invoke(
+        "serve",
+        "--platform",
+        str(PLATFORM),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "1",
+        "--watch-cluster",
+        "--kubeconfig",
+        str(tmp_path / "kubeconfig"),
+        "--tls-cert-file",
+        str(tmp_path / "tls.crt"),
+        "--tls-private-key-file",
+        str(tmp_path / "tls.key"),
+    )
+    assert result.exit_code == 2
+    assert "cannot reach the API server for --watch-cluster" in result.stderr

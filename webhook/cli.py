@@ -269,8 +269,8 @@ class _Reviewer:
         """A document, or each item of a list (``kind: List``, ``JobList``…, nested too), as
         kubectl flattens them; a list comes back as a list of its admitted items / their patches."""
         items = document.get("items") if isinstance(document, dict) else None
-        if str(document.get("kind", "")).endswith("List") and isinstance(items, list):
-            results = [self.review_any(item, f"{where} item {i}") for i, item in enumerate(items)]
+        if isinstance(items, list) and str(document.get("kind", "")).endswith("List"):
+            results = [self.review_any(item, f"{where} item {i}") for i, item in enumerate(items, start=1)]
             return {**document, "items": [r[0] for r in results if r[0] is not None]}, [r[1] for r in results]
         return self.run(document, where)
 

@@ -340,7 +340,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     state.certificate_loaded = True
     try:
         api = await _start_caches(state) if config.watch_cluster else None
-    except ConfigException as exc:
+    except (ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:  # unusable kubeconfig
         raise ConfigurationError(f"cannot reach the API server for --watch-cluster: {exc}") from None
     runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=config.shutdown_timeout)
     await runner.setup()

@@ -9,6 +9,7 @@ object, or a YAML equivalent.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +117,31 @@ MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
 
 
 class _KubeYAMLLoader(yaml.SafeLoader):
-    """YAML as Kubernetes reads it: a timestamp such as ``2024-01-01`` stays a string."""
+    """YAML as Kubernetes reads it: a timestamp such as ``2024-01-01`` and a base-60 number such as
+    ``1:20`` (YAML 1.1 only) stay strings."""
 
 
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _KubeYAMLLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp" and tag not in _NUMBER_TAGS
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# PyYAML's YAML 1.1 number patterns without their base-60 forms.
+_KubeYAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_KubeYAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def _as_json(document: Any, where: str) -> Any:
@@ -136,10 +155,12 @@ def _as_json(document: Any, where: str) -> Any:
             if size > MAX_DOCUMENT_BYTES:  # e.g. YAML aliases nested to expand exponentially
                 raise InputError(f"{where} expands to more than {MAX_DOCUMENT_BYTES // 2**20} MiB of JSON")
             chunks.append(chunk)
-    except TypeError as exc:  # !!binary, !!set, …
-        raise InputError(f"{where} holds a value JSON cannot carry: {exc}") from None
-    except ValueError as exc:  # NaN, .inf
-        raise InputError(f"{where}: {exc}") from None
+    except TypeError:  # !!binary, !!set, …
+        raise InputError(f"{where} holds a value JSON cannot carry (YAML binary data or a set)") from None
+    except InputError:
+        raise
+    except ValueError:  # NaN, .inf
+        raise InputError(f"{where} holds a number JSON cannot carry (NaN or infinity)") from None
     return json.loads("".join(chunks))
 
 
@@ -159,6 +180,10 @@ def load_manifests(text: str, source: str) -> list[Any]:
         raise InputError(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:
         raise InputError(f"{source}: nested too deeply") from None
+    except InputError:
+        raise
+    except ValueError:  # Python's limit on converting integers of more than 4300 digits
+        raise InputError(f"{source}: holds an integer too long to be a Kubernetes value") from None
     return documents
 
 

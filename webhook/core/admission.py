@@ -93,6 +93,12 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _integer(digits: str) -> int:
+    if len(digits) > 4000:  # below Python's own conversion limit, whose message names Python internals
+        raise ValueError(f"a number of {len(digits)} digits is no Kubernetes value")
+    return int(digits)
+
+
 def decode_body(raw: bytes | str) -> Any:
     """Decode a request body as strict JSON (RFC 8259: no NaN/Infinity, UTF-8).
 
@@ -101,7 +107,7 @@ def decode_body(raw: bytes | str) -> Any:
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_int=_integer)
     except UnicodeDecodeError as exc:
         raise MalformedReview(f"body is not valid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
