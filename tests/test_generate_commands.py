@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import shutil
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 from click.testing import CliRunner
 
 from webhook.core.platform import load_platform
 from webhook.generate.commands import diff_command, generate_command
-from webhook.generate.live import LiveState, diff_objects, fetch_live, project, resource_path
+from webhook.generate.live import LiveState, diff_objects, project, resource_path
 from webhook.generate.manifests import GenerateOptions, build_manifests, object_key
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
@@ -252,114 +248,6 @@ def test_resource_paths() -> None:
         "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/q"
     )
     assert resource_path("kueue.x-k8s.io/v1beta2", "ClusterQueue") == "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
-
-
-class FakeApiServer:
-    """A plain-HTTP stand-in for kube-apiserver GETs, on 127.0.0.1, in its own thread."""
-
-    def __init__(self, objects: dict[str, dict[str, Any]], lists: dict[str, list[dict[str, Any]]]) -> None:
-        self.objects = objects
-        self.lists = lists
-        self.requests: list[tuple[str, str, str]] = []
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.port = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.requests.append(
-            (request.path, request.query.get("labelSelector", ""), request.headers.get("Authorization", ""))
-        )
-        if request.path in self.objects:
-            return web.json_response(self.objects[request.path])
-        if request.path in self.lists:
-            return web.json_response({"kind": "List", "items": self.lists[request.path]})
-        return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.ready.set()
-        self.loop.run_forever()
-
-    def __enter__(self) -> FakeApiServer:
-        self.thread.start()
-        self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    def kubeconfig(self, path: Path) -> Path:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-            "users": [{"name": "tester", "user": {"token": "t0ken"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
-            "current-context": "fake",
-        }
-        path.write_text(json.dumps(config))
-        return path
-
-
-@pytest.fixture
-def cluster() -> Iterator[tuple[FakeApiServer, list[dict[str, Any]]]]:
-    desired = desired_objects()
-    objects = {resource_path(*object_key(o)[:2], object_key(o)[2], object_key(o)[3]): live_copy(o) for o in desired}
-    with FakeApiServer(objects, {}) as server:
-        yield server, desired
-
-
-def test_fetch_live_reads_every_object(cluster: tuple[FakeApiServer, list[dict[str, Any]]], tmp_path: Path) -> None:
-    server, desired = cluster
-    stray = {"metadata": {"name": "old-team", "labels": {"app.kubernetes.io/managed-by": "kueue-governor"}}}
-    server.lists["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"] = [stray]
-    state = asyncio.run(fetch_live(desired, str(server.kubeconfig(tmp_path / "kubeconfig"))))
-    assert all(state.objects[object_key(o)] is not None for o in desired)
-    assert [object_key(o) for o in state.extra] == [("kueue.x-k8s.io/v1beta2", "ClusterQueue", "", "old-team")]
-    assert ("/api/v1/namespaces/kueue-governor-system/configmaps/kgov-policy", "", "Bearer t0ken") in server.requests
-    assert (
-        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
-        "app.kubernetes.io/managed-by=kueue-governor",
-        "Bearer t0ken",
-    ) in server.requests
-
-
-def test_diff_command_matching_cluster_exits_0(
-    cluster: tuple[FakeApiServer, list[dict[str, Any]]], tmp_path: Path
-) -> None:
-    server, _ = cluster
-    result = run(diff_command, EXAMPLE, "--kubeconfig", server.kubeconfig(tmp_path / "kubeconfig"))
-    assert result.exit_code == 0, result.output
-    assert result.stdout == ""
-    assert result.stderr == f"the cluster matches {EXAMPLE}\n"
-
-
-def test_diff_command_drift_exits_1_and_flags_recreate(
-    cluster: tuple[FakeApiServer, list[dict[str, Any]]], tmp_path: Path
-) -> None:
-    server, _ = cluster
-    server.objects["/apis/kueue.x-k8s.io/v1beta2/resourceflavors/p5-48xlarge"]["spec"]["topologyName"] = "old"
-    del server.objects["/apis/kueue.x-k8s.io/v1beta2/cohorts/ml-platform"]
-    result = run(diff_command, EXAMPLE, "--kubeconfig", server.kubeconfig(tmp_path / "kubeconfig"))
-    assert result.exit_code == 1
-    assert "# update: ResourceFlavor/p5-48xlarge\n" in result.stdout
-    assert "-  topologyName: old\n+  topologyName: aws-network\n" in result.stdout
-    assert (
-        "# RECREATE ResourceFlavor/p5-48xlarge: this changes topologyName of a ResourceFlavor with topologyName "
-        f"'old'; {REFUSED}; delete it and apply again\n"
-    ) in result.stdout
-    assert "# create: Cohort/ml-platform\n" in result.stdout
-    assert result.stderr == "1 to create, 1 to update (1 need a recreate), 0 to delete\n"
 
 
 def test_diff_command_unreachable_cluster_exits_2(tmp_path: Path) -> None:

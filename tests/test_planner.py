@@ -826,3 +826,14 @@ def test_update_that_adds_a_managed_owner_is_still_validated() -> None:
     assert not run(new, operation="UPDATE", old=old).plan.allowed
     # A real child, owned before and after, is left to its owner.
     assert run(copy.deepcopy(new), operation="UPDATE", old=copy.deepcopy(new)).plan.allowed
+
+
+def test_priority_class_name_of_the_wrong_type_is_refused_not_a_crash() -> None:
+    """Regression (fuzz): a list as priorityClassName made the planner raise (HTTP 500)."""
+    obj = job()
+    obj["spec"]["template"]["spec"]["priorityClassName"] = ["high"]
+    outcome = run(obj)
+    assert outcome.plan.denials == [
+        'podPriority: PriorityClass ["high"] (spec.template.spec.priorityClassName) is not allowed for team '
+        "'ml'; allowed: low"
+    ]

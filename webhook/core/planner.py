@@ -393,8 +393,9 @@ def _malformed(shape: _Shape) -> Plan:
 
 def _user_pod_priority(refs: list[PodTemplateRef]) -> str | None:
     """The one priorityClassName every pod template that sets one agrees on, else None."""
-    names = {lookup(ref.template, ("spec", "priorityClassName")) for ref in refs} - {None}
-    return str(next(iter(names))) if len(names) == 1 else None
+    values = [lookup(ref.template, ("spec", "priorityClassName")) for ref in refs]
+    names = {value for value in values if isinstance(value, str)}
+    return next(iter(names)) if len(names) == 1 else None
 
 
 def _plan_labels(

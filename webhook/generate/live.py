@@ -202,6 +202,10 @@ def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
         out.append(ObjectDiff(key, "update", diff, needs_recreate(obj, current)))
     for stray in live.extra:
         key = object_key(stray)
+        if key[1] == "Namespace":
+            # Never propose deleting a namespace: it takes every workload in it along, and team
+            # namespaces are simply not generated without --namespaces.
+            continue
         metadata = stray.get("metadata") or {}
         summary_metadata: dict[str, Any] = {"name": metadata.get("name")}
         if key[2]:
