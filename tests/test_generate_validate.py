@@ -366,7 +366,7 @@ def test_capacity_and_topology_labels_from_a_node_inventory() -> None:
     nodes = load_nodes(NODES).nodes
     assert len(nodes) == 16
     platform = load_platform(EXAMPLE)
-    matching = "{'node.kubernetes.io/instance-type': 'p5.48xlarge'}"
+    matching = '{"node.kubernetes.io/instance-type": "p5.48xlarge"}'
     expected = [
         (
             "flavors[0]",
@@ -416,7 +416,7 @@ def test_capacity_within_bounds_and_missing_nodes() -> None:
         "warning",
         "flavors[0]",
         "nominalQuota of nvidia.com/gpu summed over teams is 113 (a 113), above the allocatable 112 of the 14 "
-        "nodes matching {'node.kubernetes.io/instance-type': 'p5.48xlarge'}",
+        "nodes matching {\"node.kubernetes.io/instance-type\": \"p5.48xlarge\"}",
     )
 
 

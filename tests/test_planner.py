@@ -757,13 +757,13 @@ def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None
     assert outcome.patch == []
     assert outcome.plan.denials == [
         "podPriority: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.priorityClassName)",
+        "(spec.template.spec.priorityClassName); UPDATE is never mutated, so set it in the object",
         "topology: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.metadata.annotations)",
+        "(spec.template.metadata.annotations); UPDATE is never mutated, so set it in the object",
     ]
     assert outcome.plan.warnings == [
         "nodeAffinity: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.affinity)"
+        "(spec.template.spec.affinity); UPDATE is never mutated, so set it in the object"
     ]
     # A template that never had them (created before the policy) may still change: an image bump.
     bumped = copy.deepcopy(created)
@@ -836,4 +836,22 @@ def test_priority_class_name_of_the_wrong_type_is_refused_not_a_crash() -> None:
     assert outcome.plan.denials == [
         'podPriority: PriorityClass ["high"] (spec.template.spec.priorityClassName) is not allowed for team '
         "'ml'; allowed: low"
+    ]
+
+
+def test_update_adding_a_podset_without_the_policy_says_so() -> None:
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "r", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        "spec": {"headGroupSpec": {"template": {"spec": {"priorityClassName": "low"}}}, "workerGroupSpecs": []},
+    }
+    grown = copy.deepcopy(cluster)
+    grown["spec"]["workerGroupSpecs"] = [{"groupName": "b", "replicas": 1, "template": {"spec": {}}}]
+    outcome = run(
+        grown, {"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}}, operation="UPDATE", old=cluster
+    )
+    assert outcome.plan.denials == [
+        "podPriority: this update adds podset 'b' without what team 'ml' requires there "
+        "(spec.workerGroupSpecs[0].template.spec.priorityClassName); UPDATE is never mutated, so set it in the object"
     ]

@@ -204,8 +204,9 @@ def mutate_command(
     """Show what admission would make of manifests created in NAMESPACE.
 
     Prints the mutated manifests as YAML (or, with --patch, a JSON array holding one RFC 6902
-    JSON Patch per document, in file order; null for a denied document). The items of a
-    `kind: List` are reviewed one by one. Denied documents are reported on stderr with the policy's
+    JSON Patch per document, in file order; null for a denied document; for a `kind: List`, an
+    array of its items' patches). The items of a List are reviewed one by one.
+    Denied documents are reported on stderr with the policy's
     message; the exit code is 1 if any document was denied. A document whose own
     metadata.namespace differs from -n is reviewed in -n, with a note on stderr.
     """

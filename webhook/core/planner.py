@@ -332,9 +332,11 @@ def _check_removals(
         if (change.rule, owner.podset) in reported:
             continue
         reported.add((change.rule, owner.podset))
+        existed = not owner.path or lookup(old, owner.path) is not None
+        what = f"removes from podset {owner.podset!r}" if existed else f"adds podset {owner.podset!r} without"
         message = (
-            f"this update removes from podset {owner.podset!r} what team {team.team!r} requires there "
-            f"({_dotted(change.path)})"
+            f"this update {what} what team {team.team!r} requires there "
+            f"({_dotted(change.path)}); UPDATE is never mutated, so set it in the object"
         )
         plan.report(levels[change.rule], change.rule, message)
 

@@ -25,6 +25,7 @@ cluster) and warns about changes Kueue refuses in place.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -269,7 +270,7 @@ def _check_inventory(platform: Platform, nodes: list[Node], strict: bool) -> lis
                         f"flavors[{index}]",
                         f"nominalQuota of {resource} summed over teams is {_show(resource, total)} ({listed}), "
                         f"above the allocatable {_show(resource, capacity)} of the {len(members)} nodes "
-                        f"matching {dict(flavor.nodeLabels)}",
+                        f"matching {json.dumps(dict(flavor.nodeLabels), sort_keys=True)}",
                         severity,
                     )
                 )
