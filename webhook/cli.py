@@ -416,5 +416,14 @@ def _register_generator() -> None:
 
 _register_generator()
 
+
+def _register_topology() -> None:
+    from webhook.topology.commands import topology_group
+
+    main.add_command(topology_group, "topology")
+
+
+_register_topology()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

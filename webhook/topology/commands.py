@@ -1,0 +1,330 @@
+"""``kgov topology`` and ``kgov topology label`` (click commands, SPEC §9).
+
+Exit codes: 0 success; 2 usage error, an input file that cannot be used, or a cluster that
+cannot be read or labelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from webhook.core.platform import PlatformError, load_platform
+from webhook.sources import InputError, read_document
+from webhook.topology.ec2 import (
+    TopologyDocumentError,
+    kubectl_commands,
+    parse_instance_topology,
+    plan_labels,
+)
+from webhook.topology.picture import FORMATS as PICTURE_FORMATS
+from webhook.topology.render import render_json, render_table, render_tree
+from webhook.topology.tree import TopologyTree, default_levels, pick_resource
+
+__all__ = ["load_objects", "topology_group"]
+
+TEXT_FORMATS = ("table", "tree", "json")
+_EXIT_CODES = """\b
+Exit codes:
+  0  success
+  2  usage error, an input file that cannot be used, or a cluster that cannot be read or written
+"""
+
+
+class UsageFailure(click.ClickException):
+    """An input that cannot be used (exit code 2, like click's own usage errors)."""
+
+    exit_code = 2
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file parsed as JSON (``kubectl -o json`` output: far faster than the YAML parser,
+    with the same values); anything else through :func:`webhook.sources.read_document`."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64).lstrip()
+    except OSError:
+        return read_document(path)  # says why, in the project's words
+    if head[:1] in (b"{", b"["):
+        try:
+            return json.loads(path.read_bytes(), parse_constant=_refuse_constant)
+        except (ValueError, RecursionError, OSError):
+            pass  # not plain JSON: the YAML reader gives the precise message
+    return read_document(path)
+
+
+def load_objects(path: Path, kind: str) -> list[dict[str, Any]]:
+    """The objects of a ``kubectl get <kind>s -o json`` dump (a List, one object, or an array).
+
+    Raises:
+        InputError: unreadable, not YAML/JSON, or an item that is not a ``kind`` with metadata.
+    """
+    data = _read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
+        items = data["items"]
+    elif isinstance(data, dict) and data.get("kind") == kind:
+        items = [data]
+    elif isinstance(data, list):
+        items = data
+    else:
+        raise InputError(f"{path}: expected `kubectl get {kind.lower()}s -o json` output (an object with items)")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("kind", kind) != kind or not isinstance(item.get("metadata"), dict):
+            raise InputError(f"{path}: items[{index}] is not a {kind} with metadata")
+    return list(items)
+
+
+def _platform_levels(platform: Path, name: str) -> list[str]:
+    try:
+        spec = load_platform(platform)
+    except PlatformError as exc:
+        raise UsageFailure(str(exc)) from None
+    for topology in spec.topologies:
+        if topology.name == name:
+            return list(topology.levels)
+    known = ", ".join(t.name for t in spec.topologies) or "none"
+    raise UsageFailure(f"{platform}: no topology {name!r} (known: {known})")
+
+
+def _write(output: Path | None, content: str | bytes) -> None:
+    if output is None:
+        if isinstance(content, bytes):
+            sys.stdout.buffer.write(content)
+        else:
+            click.echo(content, nl=False)
+        return
+    try:
+        if isinstance(content, bytes):
+            output.write_bytes(content)
+        else:
+            output.write_text(content, encoding="utf-8")
+    except OSError as exc:
+        raise UsageFailure(f"-o {output}: cannot write: {exc.strerror}") from None
+
+
+@click.group(
+    "topology",
+    invoke_without_command=True,
+    epilog=_EXIT_CODES,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help="Read the live cluster.")
+@click.option(
+    "--nodes",
+    "nodes_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="`kubectl get nodes -o json` dump instead of a live cluster.",
+)
+@click.option(
+    "--pods",
+    "pods_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="`kubectl get pods -A -o json` dump: requests of pods bound to the nodes are not free (with --nodes).",
+)
+@click.option(
+    "--topology",
+    "topology_name",
+    help="Levels of this Kueue Topology: from --platform if given, else from the cluster. "
+    "Default: the AWS network-node layer labels.",
+)
+@click.option(
+    "--platform",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Platform file whose topologies --topology names.",
+)
+@click.option(
+    "--resource",
+    help="Accelerator resource to count (default: the first of nvidia.com/gpu, amd.com/gpu, "
+    "aws.amazon.com/neuron… the nodes have).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([*TEXT_FORMATS, *PICTURE_FORMATS]),
+    help="Output format (default: table; png/svg when -o ends in .png/.svg).",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@click.pass_context
+def topology_group(
+    ctx: click.Context,
+    kubeconfig: Path | None,
+    nodes_file: Path | None,
+    pods_file: Path | None,
+    topology_name: str | None,
+    platform: Path | None,
+    resource: str | None,
+    fmt: str | None,
+    output: Path | None,
+) -> None:
+    """Show the tree of network nodes: layer 1 > 2 > 3 > host.
+
+    Per domain and host: nodes, nodes taking no new pods (NotReady, cordoned, tainted
+    node.kubernetes.io/*), allocatable and free accelerators. Free is allocatable minus the
+    requests of pods bound there and, read live, the usage of Workloads holding quota where their
+    topology assignment puts it (as Kueue counts it); 0 on a node taking no new pods.
+    """
+    if ctx.invoked_subcommand is not None:
+        if any(
+            v is not None for v in (kubeconfig, nodes_file, pods_file, topology_name, platform, resource, fmt, output)
+        ):
+            raise UsageFailure(
+                f"options before `{ctx.invoked_subcommand}` belong to `kgov topology`; put them after it"
+            )
+        return
+    if (kubeconfig is None) == (nodes_file is None):
+        raise UsageFailure("give exactly one of --kubeconfig K or --nodes NODES.json")
+    if pods_file is not None and kubeconfig is not None:
+        raise UsageFailure("--pods is for --nodes; with --kubeconfig the bound pods are read from the cluster")
+    if platform is not None and topology_name is None:
+        raise UsageFailure("--platform is used with --topology NAME")
+    if topology_name is not None and platform is None and kubeconfig is None:
+        raise UsageFailure("--topology NAME needs --platform F (or --kubeconfig K to read the Topology object)")
+    if fmt is None:
+        suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+        fmt = suffix if suffix in PICTURE_FORMATS else "table"
+    if fmt in PICTURE_FORMATS and output is None and sys.stdout.isatty():
+        raise UsageFailure(f"--format {fmt} writes an image: give -o FILE.{fmt} (or redirect stdout)")
+
+    levels = _platform_levels(platform, topology_name) if platform is not None and topology_name else None
+    pods: list[dict[str, Any]] = []
+    workloads: list[dict[str, Any]] | None = None
+    try:
+        if nodes_file is not None:
+            nodes = load_objects(nodes_file, "Node")
+            pods = load_objects(pods_file, "Pod") if pods_file is not None else []
+        else:
+            from webhook.topology.live import ClusterError, read_cluster
+
+            assert kubeconfig is not None
+            try:
+                state = asyncio.run(read_cluster(str(kubeconfig), topology_name if levels is None else None))
+            except ClusterError as exc:
+                raise UsageFailure(str(exc)) from None
+            for note in state.notes:
+                click.echo(f"kgov: {note}", err=True)
+            nodes, pods, workloads = state.nodes, state.pods, state.workloads
+            levels = levels if levels is not None else (state.levels or None)
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from None
+
+    tree = TopologyTree(
+        nodes, levels if levels is not None else default_levels(nodes), resource or pick_resource(nodes)
+    )
+    tree.add_pods(pods, skip_tas_pods=workloads is not None)
+    if workloads is not None:
+        tree.add_workloads(workloads)
+    if tree.unmatched_pods:
+        click.echo(f"kgov: {len(tree.unmatched_pods)} pods are bound to nodes not in the inventory", err=True)
+    for problem in tree.unmatched_assignments:
+        click.echo(f"kgov: Workload {problem}", err=True)
+
+    if fmt in PICTURE_FORMATS:
+        from webhook.topology.picture import render_picture
+
+        if output is None:
+            render_picture(tree, sys.stdout.buffer, fmt)
+            return
+        try:
+            render_picture(tree, output, fmt)
+        except OSError as exc:
+            raise UsageFailure(f"-o {output}: cannot write: {exc.strerror}") from None
+        return
+    render = {"table": render_table, "tree": render_tree, "json": render_json}[fmt]
+    _write(output, render(tree))
+
+
+def _read_topology_document(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageFailure(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageFailure(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageFailure(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise UsageFailure(f"{path}: nested too deeply") from None
+
+
+@topology_group.command("label", epilog=_EXIT_CODES)
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="`aws ec2 describe-instance-topology` output (JSON; an array of pages too).",
+)
+@click.option(
+    "--nodes", "nodes_file", type=click.Path(dir_okay=False, path_type=Path), help="`kubectl get nodes -o json` dump."
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read (and with --apply, label) the live cluster.",
+)
+@click.option(
+    "--apply", "apply_", is_flag=True, help="Label the nodes on the cluster instead of printing kubectl commands."
+)
+def label_command(source: Path, nodes_file: Path | None, kubeconfig: Path | None, apply_: bool) -> None:
+    """Label nodes topology.k8s.aws/network-node-layer-N from EC2 DescribeInstanceTopology.
+
+    Network node N of an instance (Instances[].NetworkNodes, broadest first; 3 or 4 of them)
+    becomes layer N of the node whose spec.providerID names the instance (aws:///ZONE/i-...).
+    Prints one `kubectl label` command per node to change (or applies the labels with --apply),
+    then, on stderr, the instances with no node and the nodes with no instance.
+    """
+    if (kubeconfig is None) == (nodes_file is None):
+        raise UsageFailure("give exactly one of --kubeconfig K or --nodes NODES.json")
+    if apply_ and kubeconfig is None:
+        raise UsageFailure("--apply labels a live cluster: give --kubeconfig K")
+    try:
+        instances = parse_instance_topology(_read_topology_document(source), str(source))
+    except TopologyDocumentError as exc:
+        raise UsageFailure(str(exc)) from None
+
+    from webhook.topology.live import ClusterError, apply_labels, read_nodes
+
+    try:
+        nodes = load_objects(nodes_file, "Node") if nodes_file is not None else asyncio.run(read_nodes(str(kubeconfig)))
+    except (InputError, ClusterError) as exc:
+        raise UsageFailure(str(exc)) from None
+    plan = plan_labels(instances, nodes)
+    if apply_:
+        assert kubeconfig is not None
+        try:
+            done = asyncio.run(apply_labels(str(kubeconfig), plan.changes))
+        except ClusterError as exc:
+            raise UsageFailure(str(exc)) from None
+        for name in done:
+            click.echo(f"node/{name} labeled")
+    else:
+        for command in kubectl_commands(plan):
+            click.echo(command)
+    report = [
+        (plan.instances_without_node, "instances with no node"),
+        (plan.nodes_without_instance, "nodes with no instance in the document"),
+        (
+            plan.instances_without_topology,
+            "instances EC2 gave no network nodes for (not running, or a type without topology)",
+        ),
+    ]
+    for names, what in report:
+        if names:
+            click.echo(f"kgov: {len(names)} {what}: {', '.join(names)}", err=True)
+    verb = "labelled" if apply_ else "to label"
+    click.echo(
+        f"kgov: {len(instances)} instances, {len(nodes)} nodes: {len(plan.changes)} {verb}, "
+        f"{len(plan.unchanged)} already labelled",
+        err=True,
+    )
