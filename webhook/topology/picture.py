@@ -125,16 +125,16 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
     width = max(48.0, math.sqrt(len(columns) * band_height / 1.2))
     bands = _bands(columns, width)
     used_width = max((band[-1][0] + 1 for band in bands), default=1.0)
-    title_height = 2.4
+    title_height = 3.4
     total_height = title_height + band_height * len(bands)
     many_hosts = len(tree.hosts) > CELL_TEXT_LIMIT
 
-    fig_w, fig_h = (max(used_width, 14.0) + 0.6) * CELL_INCHES, total_height * CELL_INCHES
+    fig_w, fig_h = (max(used_width, 15.0) + 0.6) * CELL_INCHES, total_height * CELL_INCHES
     dpi = min(100.0, math.sqrt(MAX_PIXELS / (fig_w * fig_h)))
     fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_axis_off()
-    ax.set_xlim(-0.3, max(used_width, 14.0) + 0.3)
+    ax.set_xlim(-0.3, max(used_width, 15.0) + 0.3)
     ax.set_ylim(total_height, 0)  # y grows downwards
     cmap = colormaps[COLORMAP]
     scale = CELL_INCHES * 72  # points per cell
@@ -226,5 +226,15 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
         Patch(facecolor=CORDONED, hatch="///", edgecolor="#555555", label="cordoned"),
         Patch(facecolor=TAINTED, label="tainted"),
     ]
-    fig.legend(handles=handles, loc="upper right", ncols=6, fontsize=7.5, frameon=False, handlelength=1.2)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(-0.1, 2.0),
+        bbox_transform=ax.transData,
+        ncols=6,
+        fontsize=7.5,
+        frameon=False,
+        handlelength=1.2,
+        borderaxespad=0,
+    )
     fig.savefig(target, format=fmt, dpi=dpi, metadata={"Software": None} if fmt == "png" else {"Date": None})
