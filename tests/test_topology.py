@@ -227,7 +227,9 @@ def test_table_of_the_bundled_inventory() -> None:
     result = kgov("topology", "--nodes", str(NODES), "--pods", str(PODS))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].endswith("nvidia.com/gpu: 128 allocatable, 79 free")
+    assert lines[0] == "# 16 nodes; nvidia.com/gpu: 128 allocatable, 79 free"
+    assert lines[1] == "# levels: " + " > ".join(LAYER.format(i) for i in (1, 2, 3)) + " > host"
+    lines = lines[1:]
     assert lines[1].split() == ["LEVEL", "DOMAIN", "NODES", "UNAVAILABLE", "ALLOCATABLE", "FREE", "STATUS"]
     assert lines[2].split() == ["layer-1", "nn-0aa1", "16", "0", "128", "79"]
     assert lines[4].split() == ["layer-3", "nn-0cc11", "4", "0", "32", "0"]

@@ -26,9 +26,8 @@ __all__ = ["FORMATS", "render_picture"]
 FORMATS = ("png", "svg")
 CELL_INCHES = 0.42
 HEADER_ROW = 1.0  # height of a broader level's bar, in cells
-LABEL_ROW = 2.3  # height of the narrowest level's (rotated) labels, in cells
 BAND_GAP = 1.3
-MAX_PIXELS = 5_000_000
+MAX_PIXELS = 4_000_000
 CELL_TEXT_LIMIT = 3000  # hosts above which cells carry no text
 LABEL_LIMIT = 600  # columns above which rack labels are left out
 COLORMAP = "RdYlGn"
@@ -119,7 +118,10 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
     columns = _columns(tree)
     depth_rows = max(len(tree.levels) - 1, 0)
     tallest = max((len(c.hosts) for c in columns), default=1)
-    label_row = (LABEL_ROW if len(columns) <= LABEL_LIMIT else 0.3) if tree.levels else 0.0
+    # Rotated rack labels: as tall as the longest name (6.5 pt characters, about 0.62 em wide).
+    longest = max((len(c.domain.value or "(none)") for c in columns if c.domain is not None), default=0)
+    labelled = bool(tree.levels) and len(columns) <= LABEL_LIMIT
+    label_row = longest * 6.5 * 0.62 / (CELL_INCHES * 72) + 0.5 if labelled else 0.3 if tree.levels else 0.0
     band_height = depth_rows * HEADER_ROW + label_row + tallest + BAND_GAP
     # At most 48 columns a band, more when that keeps a large tree about as tall as wide.
     width = max(48.0, math.sqrt(len(columns) * band_height / 1.2))
@@ -139,8 +141,12 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
     cmap = colormaps[COLORMAP]
     scale = CELL_INCHES * 72  # points per cell
 
-    polys: dict[str, list[list[tuple[float, float]]]] = {"ok": [], "bar": [], NOT_READY: [], CORDONED: [], TAINTED: []}
-    colors: dict[str, list[Any]] = {"ok": [], "bar": []}
+    bars: list[list[tuple[float, float]]] = []
+    bar_colors: list[Any] = []
+    # Cells are square markers (one path for all, drawn fast), by kind: centre x, y, share free.
+    cells: dict[str, tuple[list[float], list[float], list[float]]] = {
+        key: ([], [], []) for key in ("ok", NO_ACCELERATOR, NOT_READY, CORDONED, TAINTED)
+    }
     texts: list[tuple[float, float, str, dict[str, Any]]] = []
 
     def box(x: float, y: float, w: float, h: float) -> list[tuple[float, float]]:
@@ -161,8 +167,8 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
                     end += 1
                 x, right = band[start][0], band[end][0] + 1
                 y = y0 + depth * HEADER_ROW
-                polys["bar"].append(box(x, y + 0.06, right - x, HEADER_ROW - 0.12))
-                colors["bar"].append(shade(ancestor.free, ancestor.allocatable))
+                bars.append(box(x, y + 0.06, right - x, HEADER_ROW - 0.12))
+                bar_colors.append(shade(ancestor.free, ancestor.allocatable))
                 label = f"{ancestor.value or '(none)'}  {number(ancestor.free)}/{number(ancestor.allocatable)}"
                 size = min(8.5, scale * (right - x - 0.2) / (0.62 * max(len(label), 1)))
                 if size >= 4.5:
@@ -171,7 +177,7 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
         label_y = y0 + depth_rows * HEADER_ROW
         cells_y = label_y + label_row
         for x, column in band:
-            if column.domain is not None and label_row == LABEL_ROW:
+            if column.domain is not None and labelled:
                 domain = column.domain
                 text = f"{domain.value or '(none)'}\n{number(domain.free)}/{number(domain.allocatable)}"
                 texts.append(
@@ -183,25 +189,44 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
                     )
                 )
             for row, host in enumerate(column.hosts):
-                cell = box(x + 0.05, cells_y + row + 0.05, 0.9, 0.9)
+                cx, cy = x + 0.5, cells_y + row + 0.5
                 if host.schedulable:
-                    polys["ok"].append(cell)
-                    colors["ok"].append(shade(host.free, host.allocatable))
-                    label = f"{number(host.free)}/{number(host.allocatable)}"
+                    key = "ok" if host.allocatable > 0 else NO_ACCELERATOR
                 else:
                     key = NOT_READY if not host.ready else CORDONED if host.cordoned else TAINTED
-                    polys[key].append(cell)
-                    label = {NOT_READY: "down", CORDONED: "cord", TAINTED: "taint"}[key]
+                xs, ys, shares = cells[key]
+                xs.append(cx)
+                ys.append(cy)
+                if key == "ok":
+                    shares.append(_share(host.free, host.allocatable))
                 if not many_hosts:
-                    color = "white" if not host.ready else "black"
-                    texts.append((x + 0.5, cells_y + row + 0.5, label, {"fontsize": 6.5, "color": color}))
+                    label = (
+                        f"{number(host.free)}/{number(host.allocatable)}"
+                        if host.schedulable
+                        else {NOT_READY: "down", CORDONED: "cord", TAINTED: "taint"}[key]
+                    )
+                    # White on the dark ends of the colour map (and on NotReady), black elsewhere.
+                    dark = not host.ready or (key == "ok" and not 0.2 <= shares[-1] <= 0.8)
+                    color = "white" if dark else "black"
+                    texts.append((cx, cy, label, {"fontsize": 6.5, "color": color}))
         y0 += band_height
 
-    ax.add_collection(PolyCollection(polys["bar"], facecolors=colors["bar"], edgecolors="white", linewidths=0.6))
-    ax.add_collection(PolyCollection(polys["ok"], facecolors=colors["ok"], edgecolors="none"))
-    ax.add_collection(PolyCollection(polys[NOT_READY], facecolors=NOT_READY, edgecolors="none"))
-    ax.add_collection(PolyCollection(polys[CORDONED], facecolors=CORDONED, edgecolors="#555555", hatch="///"))
-    ax.add_collection(PolyCollection(polys[TAINTED], facecolors=TAINTED, edgecolors="none"))
+    ax.add_collection(PolyCollection(bars, facecolors=bar_colors, edgecolors="white", linewidths=0.6))
+    size = (0.9 * scale) ** 2  # marker area in points²: a cell of 0.9 × 0.9
+    xs, ys, shares = cells["ok"]
+    ax.scatter(xs, ys, s=size, marker="s", c=shares, cmap=cmap, vmin=0.0, vmax=1.0, linewidths=0)
+    for key in (NO_ACCELERATOR, NOT_READY, TAINTED):
+        ax.scatter(cells[key][0], cells[key][1], s=size, marker="s", c=key, linewidths=0)
+    ax.scatter(
+        cells[CORDONED][0],
+        cells[CORDONED][1],
+        s=size,
+        marker="s",
+        c=CORDONED,
+        edgecolors="#555555",
+        hatch="///",
+        linewidths=0.5,
+    )
     for x, y, text, style in texts:
         ax.text(x, y, text, ha="center", va=style.pop("va", "center"), clip_on=False, **style)
 
@@ -237,4 +262,7 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
         handlelength=1.2,
         borderaxespad=0,
     )
-    fig.savefig(target, format=fmt, dpi=dpi, metadata={"Software": None} if fmt == "png" else {"Date": None})
+    if fmt == "png":  # light compression: most of the time of a large picture is otherwise the encoder
+        fig.savefig(target, format="png", dpi=dpi, metadata={"Software": None}, pil_kwargs={"compress_level": 2})
+    else:
+        fig.savefig(target, format="svg", metadata={"Date": None})

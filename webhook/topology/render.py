@@ -33,12 +33,13 @@ def _value(domain: Domain) -> str:
 
 
 def _summary(tree: TopologyTree) -> str:
-    levels = " > ".join([*tree.levels, "host"])
+    """Two comment lines: totals, then the levels (node label keys)."""
     root = tree.root
     unavailable = f", {root.unavailable} taking no new pods" if root.unavailable else ""
     return (
-        f"# {root.nodes} nodes{unavailable}; levels {levels}; {tree.resource}: "
-        f"{number(root.allocatable)} allocatable, {number(root.free)} free"
+        f"# {root.nodes} nodes{unavailable}; {tree.resource}: "
+        f"{number(root.allocatable)} allocatable, {number(root.free)} free\n"
+        f"# levels: {' > '.join([*tree.levels, 'host'])}"
     )
 
 
