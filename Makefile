@@ -46,6 +46,7 @@ generate-check: install
 bench: install
 	$(PYTHON) benchmarks/bench_admission.py
 	$(PYTHON) benchmarks/bench_generate.py
+	$(PYTHON) benchmarks/bench_topology.py
 
 ## Build etcd, kube-apiserver and Kueue from their Go modules (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
 e2e-build: install
