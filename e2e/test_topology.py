@@ -1,0 +1,241 @@
+"""``kgov topology`` and ``kgov topology label`` against the real kube-apiserver and Kueue.
+
+The tree is read live: free accelerators are allocatable minus the requests of pods bound to a
+node (a Pod created with ``spec.nodeName``, as a scheduler would bind it) and the usage Kueue's
+topology assignment gives an admitted Workload. Labels from a DescribeInstanceTopology document
+are applied to Node objects the test creates (cordoned and never Ready, so Kueue never places
+anything there) and read back.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.dynamic import DynamicClient
+
+from e2e import manifests
+from e2e.conftest import E2ECluster
+from e2e.support import create, decode_topology_assignment, get, is_true, kgov_command, wait_for, workload_for
+from e2e.test_cluster_smoke import gpu_job, gpu_queue
+
+pytestmark = pytest.mark.e2e
+
+__all__ = ["gpu_queue"]  # the fixture, shared with the smoke test
+
+GPU = "nvidia.com/gpu"
+LAYER = "topology.k8s.aws/network-node-layer-{}"
+TAS_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+
+
+def kgov(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*kgov_command(), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def live_tree(kubeconfig: Path, *options: str) -> dict[str, Any]:
+    result = kgov("topology", "--kubeconfig", str(kubeconfig), "--format", "json", *options)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def hosts_of(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Host name → host entry of a ``--format json`` tree."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def visit(domain: dict[str, Any]) -> None:
+        for host in domain.get("hosts", []):
+            out[host["name"]] = host
+        for child in domain.get("domains", []):
+            visit(child)
+
+    visit(document)
+    return out
+
+
+def bound_pod(name: str, namespace: str, node: str, gpus: int, annotations: dict[str, str] | None = None) -> Any:
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, annotations=annotations),
+        spec=k8s.V1PodSpec(
+            node_name=node,
+            containers=[
+                k8s.V1Container(
+                    name="main",
+                    image="registry.k8s.io/pause:3.10",
+                    resources=k8s.V1ResourceRequirements(requests={GPU: str(gpus)}, limits={GPU: str(gpus)}),
+                )
+            ],
+        ),
+    )
+
+
+async def test_live_tree_counts_bound_pods_and_admitted_workloads(
+    api: k8s.ApiClient, dynamic: DynamicClient, namespace: str, gpu_queue: str, e2e_cluster: E2ECluster
+) -> None:
+    before = live_tree(e2e_cluster.kubeconfig)
+    before_hosts = hosts_of(before)
+    assert {name for name in before_hosts if name.startswith("gpu-")} >= set(e2e_cluster.node_names)
+    assert before["levels"][:3] == [LAYER.format(i) for i in (1, 2, 3)]
+
+    # A Job of 2 pods x 8 GPUs that must share a rack: Kueue admits it with a topology assignment.
+    job = await create(dynamic, gpu_job("topo", namespace, gpu_queue, pods=2, gpus_per_pod=8))
+
+    async def admitted() -> dict[str, Any] | None:
+        workload = await workload_for(dynamic, namespace, job["metadata"]["uid"])
+        return workload if workload is not None and is_true(workload, "Admitted") else None
+
+    workload = await wait_for(admitted, "the Job's Workload to be admitted", timeout=60)
+    _, domains = decode_topology_assignment(
+        workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    )
+    assigned = {domain.values[-1]: domain.pods for domain in domains}
+    assert sum(assigned.values()) == 2
+
+    # Pods bound by name to two other hosts that were wholly free: one plain (counted on its
+    # node, as Kueue counts non-TAS pods), one TAS pod (left to its Workload, as Kueue does).
+    free_hosts = [
+        name
+        for name, host in sorted(before_hosts.items())
+        if name.startswith("gpu-") and name not in assigned and host["free"] == host["allocatable"] == 8
+    ]
+    assert len(free_hosts) >= 2, before_hosts
+    plain, tas = free_hosts[:2]
+    core = k8s.CoreV1Api(api)
+    await core.create_namespaced_pod(namespace, bound_pod("plain", namespace, plain, 3))
+    await core.create_namespaced_pod(namespace, bound_pod("tas", namespace, tas, 5, {TAS_ANNOTATION: LAYER.format(3)}))
+    try:
+        after = live_tree(e2e_cluster.kubeconfig)
+        after_hosts = hosts_of(after)
+        for host, pods in assigned.items():
+            assert after_hosts[host]["free"] == before_hosts[host]["free"] - 8 * pods, host
+        assert after_hosts[plain]["free"] == 8 - 3
+        assert after_hosts[tas]["free"] == 8
+        assert after["free"] == before["free"] - 16 - 3
+        untouched = set(before_hosts) - set(assigned) - {plain}
+        assert all(after_hosts[name]["free"] == before_hosts[name]["free"] for name in untouched)
+
+        # The same tree, as a table, with the levels of the Kueue Topology object.
+        table = kgov("topology", "--kubeconfig", str(e2e_cluster.kubeconfig), "--topology", f"net-{namespace}")
+        assert table.returncode == 0, table.stderr
+        assert f"{GPU}: " in table.stdout.splitlines()[0]
+        assert f"{after['free']} free" in table.stdout.splitlines()[0]
+        row = next(line.split() for line in table.stdout.splitlines() if line.split()[1:2] == [plain])
+        assert row == ["host", plain, "1", "0", "8", "5"]
+        missing = kgov("topology", "--kubeconfig", str(e2e_cluster.kubeconfig), "--topology", "no-such-topology")
+        assert missing.returncode == 2
+        assert "Topology 'no-such-topology' not found" in missing.stderr
+    finally:
+        for name in ("plain", "tas"):
+            # No kubelet confirms the deletion: remove at once.
+            await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+@pytest.fixture
+async def labelled_nodes(api: k8s.ApiClient) -> AsyncIterator[dict[str, str]]:
+    """Three Node objects with AWS providerIDs (node name → instance id), cordoned and never
+    Ready (no kubelet), deleted afterwards."""
+    core = k8s.CoreV1Api(api)
+    suffix = secrets.token_hex(3)
+    nodes = {f"e2e-topology-{suffix}-{i}": f"i-0{secrets.token_hex(8)}" for i in range(3)}
+    for name, instance in nodes.items():
+        await core.create_node(
+            k8s.V1Node(
+                metadata=k8s.V1ObjectMeta(name=name, labels={manifests.FAKE_NODE_LABEL: "true"}),
+                spec=k8s.V1NodeSpec(provider_id=f"aws:///us-east-1a/{instance}", unschedulable=True),
+            )
+        )
+    yield nodes
+    for name in nodes:
+        await core.delete_node(name)
+
+
+def describe_instance_topology(instances: dict[str, list[str]]) -> dict[str, Any]:
+    """A DescribeInstanceTopology response in the shape ``aws ec2 describe-instance-topology`` prints."""
+    return {
+        "Instances": [
+            {
+                "InstanceId": instance,
+                "InstanceType": "p6-b200.48xlarge" if len(nodes) == 4 else "p5.48xlarge",
+                "GroupName": "ml-cpg",
+                "NetworkNodes": nodes,
+                "ZoneId": "use1-az6",
+                "AvailabilityZone": "us-east-1a",
+            }
+            for instance, nodes in instances.items()
+        ]
+    }
+
+
+async def test_label_applies_describe_instance_topology(
+    dynamic: DynamicClient, labelled_nodes: dict[str, str], e2e_cluster: E2ECluster, tmp_path: Path
+) -> None:
+    (first, first_id), (second, second_id), (third, _) = labelled_nodes.items()
+    absent = "i-0fffffffffffffff0"
+    document = tmp_path / "topology.json"
+    document.write_text(
+        json.dumps(
+            describe_instance_topology(
+                {
+                    first_id: ["nn-e2e-1", "nn-e2e-2", "nn-e2e-3"],
+                    second_id: ["nn-e2e-1", "nn-e2e-2", "nn-e2e-4", "nn-e2e-5"],
+                    absent: ["nn-e2e-1", "nn-e2e-2", "nn-e2e-6"],
+                }
+            )
+        )
+    )
+    kubeconfig = str(e2e_cluster.kubeconfig)
+
+    printed = kgov("topology", "label", "--from", str(document), "--kubeconfig", kubeconfig)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == [
+        f"kubectl label node {first} {LAYER.format(1)}=nn-e2e-1 {LAYER.format(2)}=nn-e2e-2 "
+        f"{LAYER.format(3)}=nn-e2e-3 --overwrite",
+        f"kubectl label node {second} {LAYER.format(1)}=nn-e2e-1 {LAYER.format(2)}=nn-e2e-2 "
+        f"{LAYER.format(3)}=nn-e2e-4 {LAYER.format(4)}=nn-e2e-5 --overwrite",
+    ]
+    assert f"1 instances with no node: {absent}" in printed.stderr
+    no_instance = next(line for line in printed.stderr.splitlines() if "nodes with no instance" in line)
+    assert third in no_instance
+    assert all(name in no_instance for name in e2e_cluster.node_names)  # the fake GPU nodes have no providerID
+    node = await get(dynamic, "v1", "Node", first)
+    assert node is not None and LAYER.format(1) not in node["metadata"].get("labels", {})  # printing changes nothing
+
+    applied = kgov("topology", "label", "--from", str(document), "--kubeconfig", kubeconfig, "--apply")
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.splitlines() == [f"node/{first} labeled", f"node/{second} labeled"]
+    for name, layers in (
+        (first, ["nn-e2e-1", "nn-e2e-2", "nn-e2e-3"]),
+        (second, ["nn-e2e-1", "nn-e2e-2", "nn-e2e-4", "nn-e2e-5"]),
+    ):
+        stored = await get(dynamic, "v1", "Node", name)
+        assert stored is not None
+        labels = stored["metadata"]["labels"]
+        assert {key: labels.get(key) for key in (LAYER.format(i) for i in range(1, 5))} == {
+            LAYER.format(i): layers[i - 1] if i <= len(layers) else None for i in range(1, 5)
+        }
+        assert labels[manifests.FAKE_NODE_LABEL] == "true"  # other labels kept
+
+    again = kgov("topology", "label", "--from", str(document), "--kubeconfig", kubeconfig, "--apply")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ""
+    assert "0 labelled, 2 already labelled" in again.stderr
+
+    # The labelled nodes show in the tree under their network nodes, marked NotReady and cordoned.
+    tree = kgov("topology", "--kubeconfig", kubeconfig, "--format", "tree")
+    assert tree.returncode == 0, tree.stderr
+    assert "nn-e2e-5 (layer-4)" in tree.stdout
+    assert f"{second}  0/0 free  [NotReady, cordoned]" in tree.stdout
+
+
+def test_label_refuses_a_document_of_the_wrong_shape(e2e_cluster: E2ECluster, tmp_path: Path) -> None:
+    document = tmp_path / "reservations.json"
+    document.write_text(json.dumps({"Reservations": [{"Instances": []}]}))
+    result = kgov("topology", "label", "--from", str(document), "--kubeconfig", str(e2e_cluster.kubeconfig), "--apply")
+    assert result.returncode == 2
+    assert "an object with an Instances list" in result.stderr
