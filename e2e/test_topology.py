@@ -22,7 +22,16 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import manifests
 from e2e.conftest import E2ECluster
-from e2e.support import create, decode_topology_assignment, get, is_true, kgov_command, wait_for, workload_for
+from e2e.support import (
+    condition,
+    create,
+    decode_topology_assignment,
+    get,
+    is_true,
+    kgov_command,
+    wait_for,
+    workload_for,
+)
 from e2e.test_cluster_smoke import gpu_job, gpu_queue
 
 pytestmark = pytest.mark.e2e
@@ -32,6 +41,7 @@ __all__ = ["gpu_queue"]  # the fixture, shared with the smoke test
 GPU = "nvidia.com/gpu"
 LAYER = "topology.k8s.aws/network-node-layer-{}"
 TAS_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def kgov(*args: str) -> subprocess.CompletedProcess[str]:
@@ -127,6 +137,34 @@ async def test_live_tree_counts_bound_pods_and_admitted_workloads(
         assert f"{after['free']} free" in table.stdout.splitlines()[0]
         row = next(line.split() for line in table.stdout.splitlines() if line.split()[1:2] == [plain])
         assert row == ["host", plain, "1", "0", "8", "5"]
+
+        # Kueue sees the same 5 free GPUs on that host: a pod pinned there asking for 6 is not
+        # admitted (no domain fits), one asking for 5 is, and then nothing is free there.
+        async def pinned(name: str, gpus: int) -> dict[str, Any]:
+            body = gpu_job(name, namespace, gpu_queue, pods=1, gpus_per_pod=gpus)
+            body["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: plain}
+            return await create(dynamic, body)
+
+        too_big = await pinned("six", 6)
+
+        async def pending() -> dict[str, Any] | None:
+            found = await workload_for(dynamic, namespace, too_big["metadata"]["uid"])
+            reserved = condition(found, "QuotaReserved") if found else None
+            return found if reserved is not None and reserved["status"] == "False" else None
+
+        refused = await wait_for(pending, "Kueue to leave the 6-GPU pod pending", timeout=60)
+        assert not is_true(refused, "Admitted")
+        fits = await pinned("five", 5)
+
+        async def fits_admitted() -> dict[str, Any] | None:
+            found = await workload_for(dynamic, namespace, fits["metadata"]["uid"])
+            return found if found is not None and is_true(found, "Admitted") else None
+
+        placed = await wait_for(fits_admitted, "Kueue to admit the 5-GPU pod", timeout=60)
+        _, on = decode_topology_assignment(placed["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"])
+        assert [domain.values[-1] for domain in on] == [plain]
+        assert hosts_of(live_tree(e2e_cluster.kubeconfig))[plain]["free"] == 0
+
         missing = kgov("topology", "--kubeconfig", str(e2e_cluster.kubeconfig), "--topology", "no-such-topology")
         assert missing.returncode == 2
         assert "Topology 'no-such-topology' not found" in missing.stderr
