@@ -17,7 +17,6 @@ counts. :meth:`TopologyTree.add_pods` with ``skip_tas_pods=True`` plus
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -347,12 +346,3 @@ def assignment_domains(assignment: Mapping[str, Any]) -> list[tuple[list[str], l
         for index in range(count):
             out.append((levels, [column[index] for column in columns], pods[index]))
     return out
-
-
-def group_counts(hosts: Iterable[Host]) -> dict[str, int]:
-    """How many hosts carry each mark (``NotReady``, ``cordoned``, ``tainted``)."""
-    counts: dict[str, int] = defaultdict(int)
-    for host in hosts:
-        for mark in host.marks:
-            counts[mark] += 1
-    return dict(counts)
