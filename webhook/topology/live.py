@@ -58,13 +58,18 @@ async def _get(api: Any, path: str, query: list[tuple[str, str]] | None = None) 
             _preload_content=False,
             _return_http_data_only=True,
         )
-        data = await response.json()
+        # Unread content is not checked by the client: the status is ours to check.
+        status, reason = response.status, response.reason
+        data = await response.json(content_type=None)
     except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise ClusterError(f"GET {path}: HTTP {exc.status} {exc.reason}") from None
-    except OSError as exc:
+        status, reason, data = exc.status, exc.reason, None
+    except (OSError, ValueError) as exc:
         raise ClusterError(f"GET {path}: {exc}") from None
+    if status == 404:
+        return None
+    if not 200 <= status <= 299:
+        message = data.get("message") if isinstance(data, dict) else None
+        raise ClusterError(f"GET {path}: HTTP {status} {reason}" + (f": {message}" if message else ""))
     return data if isinstance(data, dict) else None
 
 
