@@ -31,6 +31,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, LineTooLong, PayloadEncodingError
 from aiohttp.web_protocol import RequestHandler
 
+from webhook.memory import release_freed_memory
 from webhook.metrics import Metrics
 
 __all__ = ["ConnectionLimits", "ConnectionTracker", "GuardedHandler", "TlsGate", "parser_error_reason"]
@@ -48,20 +49,26 @@ class ConnectionLimits:
     ``idle_timeout``: a kept-alive connection with no request; longer than the 90 s the API
     server's Go client keeps idle connections (``http.DefaultTransport``), so the server is never
     the side that closes a connection the client is about to reuse. ``max_connections``: open
-    connections, handshakes included (each costs about 300 KiB). ``lingering_time``: how long an
+    connections, handshakes included (each costs about 275 KiB: 256 of them, about 70 MiB; an API
+    server needs one per concurrent call). ``lingering_time``: how long an
     unread body is drained after an early answer (413/415) so the client reads that answer.
     """
 
     header_timeout: float = 10.0
     body_timeout: float = 10.0
     idle_timeout: float = 120.0
-    max_connections: int = 500
+    max_connections: int = 256
     lingering_time: float = 1.0
+
+
+#: After this many connections closed, freed memory is handed back to the OS (once per second at most).
+TRIM_AFTER_CLOSES = 32
 
 
 class ConnectionTracker:
     """Every open connection of the webhook port, in handshake (:class:`TlsGate`) or served
-    (:class:`GuardedHandler`); enforces the cap and closes connections when draining."""
+    (:class:`GuardedHandler`); enforces the cap, closes connections when draining, and returns
+    the memory of closed connections to the OS (:func:`webhook.memory.release_freed_memory`)."""
 
     def __init__(self, limits: ConnectionLimits, metrics: Metrics) -> None:
         self.limits = limits
@@ -70,6 +77,8 @@ class ConnectionTracker:
         self.draining = False
         self.empty = asyncio.Event()
         self.empty.set()
+        self._closed_since_trim = 0
+        self._trim: asyncio.TimerHandle | None = None
 
     def add(self, connection: TlsGate | GuardedHandler) -> None:
         self.connections.add(connection)
@@ -77,10 +86,20 @@ class ConnectionTracker:
         self.metrics.connections.set(len(self.connections))
 
     def discard(self, connection: TlsGate | GuardedHandler) -> None:
+        if connection not in self.connections:
+            return
         self.connections.discard(connection)
         self.metrics.connections.set(len(self.connections))
         if not self.connections:
             self.empty.set()
+        self._closed_since_trim += 1
+        if self._closed_since_trim >= TRIM_AFTER_CLOSES and self._trim is None:
+            self._trim = asyncio.get_running_loop().call_later(1.0, self._release_memory)
+
+    def _release_memory(self) -> None:
+        self._trim = None
+        self._closed_since_trim = 0
+        release_freed_memory()
 
     def make_room(self) -> bool:
         """At the cap, abort the connection waiting longest without a request; False if all are busy."""

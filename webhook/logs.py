@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -39,8 +39,9 @@ def clip_values(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapp
     return event
 
 
-def configure_logging(level: str = "info", json_output: bool = True) -> None:
-    """Route structlog and the standard library's loggers (aiohttp, asyncio) to stderr as JSON lines.
+def configure_logging(level: str = "info", json_output: bool = True, stream: TextIO | None = None) -> None:
+    """Route structlog and the standard library's loggers (aiohttp, asyncio) to ``stream``
+    (default stderr) as JSON lines.
 
     ``level``: debug, info, warning or error (aiohttp's access log is at debug).
     """
@@ -71,7 +72,7 @@ def configure_logging(level: str = "info", json_output: bool = True) -> None:
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
