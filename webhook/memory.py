@@ -25,7 +25,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 _TRIM = _malloc_trim()

@@ -489,8 +489,8 @@ async def _start_caches(state: GovernorState) -> Any:
 
 
 async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asyncio.AbstractServer) -> None:
-    """SIGTERM: not ready for ``shutdown_delay`` while still serving (answers close their
-    connection, idle ones are closed), then stop accepting and drain for at most ``shutdown_timeout``."""
+    """SIGTERM: not ready for ``shutdown_delay`` while still serving (every answer closes its
+    connection), then stop accepting, close idle connections and drain for at most ``shutdown_timeout``."""
     config = state.config
     state.shutting_down = True
     log.info(
@@ -498,8 +498,8 @@ async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asy
         delay_s=config.shutdown_delay,
         timeout_s=config.shutdown_timeout,
     )
-    tracker.close_waiting()
-    tracker.draining = False  # still accepting during the delay
+    # Idle kept-alive connections are left open during the delay: closing one races with a request
+    # the client may be sending on it. Each answer closes its connection instead (_guard).
     await asyncio.sleep(config.shutdown_delay)
     listener.close()
     tracker.close_waiting()
