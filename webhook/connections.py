@@ -139,7 +139,7 @@ def parser_error_reason(exc: BaseException | None) -> str:
     for kind, reason in _PARSER_REASONS:
         if isinstance(exc, kind):
             return reason
-    return "the request's headers are malformed"
+    return "the request's headers or its chunked framing are malformed"
 
 
 class GuardedHandler(RequestHandler):

@@ -364,7 +364,8 @@ async def _guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = web.json_response({"error": exc.reason}, status=exc.status, headers=exc.headers)
+            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            response = web.json_response({"error": exc.reason}, status=exc.status, headers=allow)
         if request.app[STATE_KEY].shutting_down:
             response.force_close()
         return response
