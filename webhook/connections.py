@@ -74,6 +74,8 @@ class ConnectionTracker:
         self.limits = limits
         self.metrics = metrics
         self.connections: set[TlsGate | GuardedHandler] = set()
+        #: Connections without a request in progress, longest waiting first (insertion order).
+        self.waiting: dict[TlsGate | GuardedHandler, None] = {}
         self.draining = False
         self.empty = asyncio.Event()
         self.empty.set()
@@ -82,13 +84,24 @@ class ConnectionTracker:
 
     def add(self, connection: TlsGate | GuardedHandler) -> None:
         self.connections.add(connection)
+        self.waiting[connection] = None
         self.empty.clear()
         self.metrics.connections.set(len(self.connections))
+
+    def busy(self, connection: GuardedHandler) -> None:
+        self.waiting.pop(connection, None)
+
+    def idle(self, connection: GuardedHandler) -> None:
+        """``connection`` waits for a request again: it becomes the most recent waiter."""
+        if connection in self.connections:
+            self.waiting.pop(connection, None)
+            self.waiting[connection] = None
 
     def discard(self, connection: TlsGate | GuardedHandler) -> None:
         if connection not in self.connections:
             return
         self.connections.discard(connection)
+        self.waiting.pop(connection, None)
         self.metrics.connections.set(len(self.connections))
         if not self.connections:
             self.empty.set()
@@ -105,11 +118,9 @@ class ConnectionTracker:
         """At the cap, abort the connection waiting longest without a request; False if all are busy."""
         if len(self.connections) < self.limits.max_connections:
             return True
-        waiting = [c for c in self.connections if c.waiting_since is not None]
-        if not waiting:
+        if not self.waiting:
             return False
-        victim = min(waiting, key=lambda c: c.waiting_since or 0.0)
-        victim.abort("over_limit")
+        next(iter(self.waiting)).abort("over_limit")
         return True
 
     def close_waiting(self) -> None:
@@ -153,7 +164,6 @@ class GuardedHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self.tracker = tracker
         self.busy = False
-        self.waiting_since: float | None = self._loop.time()
         self._deadline: asyncio.TimerHandle | None = None
         self._received = False
 
@@ -181,11 +191,11 @@ class GuardedHandler(RequestHandler):
     def request_started(self) -> None:
         self._disarm()
         self.busy = True
-        self.waiting_since = None
+        self.tracker.busy(self)
 
     def request_finished(self) -> None:
         self.busy = False
-        self.waiting_since = self._loop.time()
+        self.tracker.idle(self)
 
     def _arm_header_deadline(self) -> None:
         self._deadline = self._loop.call_later(self.tracker.limits.header_timeout, self._header_deadline_passed)
@@ -252,7 +262,6 @@ class TlsGate(asyncio.Protocol):
         self.tracker = tracker
         self.context = context
         self.make_handler = make_handler
-        self.waiting_since: float | None = None
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -266,7 +275,6 @@ class TlsGate(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         self.transport = transport
-        self.waiting_since = loop.time()
         self.tracker.add(self)
         transport.pause_reading()  # no byte of the ClientHello before start_tls takes the transport
         self.task = loop.create_task(self._handshake(transport))
