@@ -21,7 +21,9 @@ peer's close_notify, which a hostile client never sends, and the connection's bu
 from __future__ import annotations
 
 import asyncio
+import gc
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,8 +63,9 @@ class ConnectionLimits:
     lingering_time: float = 1.0
 
 
-#: After this many connections closed, freed memory is handed back to the OS (once per second at most).
-TRIM_AFTER_CLOSES = 32
+#: Freed memory is handed back to the OS once the open connections fall to a quarter of their peak,
+#: when that peak was at least this many connections (that is, after a burst, not during one).
+RELEASE_AFTER_PEAK = 64
 
 
 class ConnectionTracker:
@@ -79,13 +82,14 @@ class ConnectionTracker:
         self.draining = False
         self.empty = asyncio.Event()
         self.empty.set()
-        self._closed_since_trim = 0
-        self._trim: asyncio.TimerHandle | None = None
+        self._peak = 0
+        self._release: asyncio.TimerHandle | None = None
 
     def add(self, connection: TlsGate | GuardedHandler) -> None:
         self.connections.add(connection)
         self.waiting[connection] = None
         self.empty.clear()
+        self._peak = max(self._peak, len(self.connections))
         self.metrics.connections.set(len(self.connections))
 
     def busy(self, connection: GuardedHandler) -> None:
@@ -105,14 +109,19 @@ class ConnectionTracker:
         self.metrics.connections.set(len(self.connections))
         if not self.connections:
             self.empty.set()
-        self._closed_since_trim += 1
-        if self._closed_since_trim >= TRIM_AFTER_CLOSES and self._trim is None:
-            self._trim = asyncio.get_running_loop().call_later(1.0, self._release_memory)
+        if self._peak >= RELEASE_AFTER_PEAK and len(self.connections) <= self._peak // 4 and self._release is None:
+            self._release = asyncio.get_running_loop().call_later(1.0, self._release_memory)
 
     def _release_memory(self) -> None:
-        self._trim = None
-        self._closed_since_trim = 0
-        release_freed_memory()
+        """After a burst of connections: collect their reference cycles, then return the pages."""
+        self._release = None
+        if len(self.connections) > self._peak // 4:
+            return  # another burst began
+        self._peak = len(self.connections)
+        started = time.perf_counter()
+        gc.collect()
+        released = release_freed_memory()
+        log.info("returned the memory of closed connections", released=released, seconds=time.perf_counter() - started)
 
     def make_room(self) -> bool:
         """At the cap, abort the connection waiting longest without a request; False if all are busy."""
@@ -164,6 +173,8 @@ class GuardedHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self.tracker = tracker
         self.busy = False
+        #: Why the server dropped this connection (None: it did not).
+        self.dropped: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._received = False
 
@@ -189,8 +200,14 @@ class GuardedHandler(RequestHandler):
 
     # -- requests ---------------------------------------------------------------------------------
     def request_started(self) -> None:
+        """Headers in: the body is being read. Until it is, the connection may still be dropped at
+        the cap (a body trickled by a hostile client must not pin a slot)."""
         self._disarm()
         self.busy = True
+        self.tracker.idle(self)
+
+    def body_received(self) -> None:
+        """The whole body is in: the request is being answered and the connection is never dropped."""
         self.tracker.busy(self)
 
     def request_finished(self) -> None:
@@ -218,6 +235,7 @@ class GuardedHandler(RequestHandler):
 
     def abort(self, reason: str) -> None:
         """Drop the connection now, without waiting for the peer (counted under ``reason``)."""
+        self.dropped = reason
         self.tracker.metrics.connections_closed.labels(reason).inc()
         transport = self.transport
         self._disarm()

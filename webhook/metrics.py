@@ -43,6 +43,7 @@ OUTCOMES = (
     "content_encoding",
     "body_timeout",
     "client_disconnected",
+    "connection_dropped",
     "not_ready",
     "error",
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import gc
 import logging
 import signal
 import ssl
@@ -266,8 +267,15 @@ async def _read_body(request: web.Request, state: GovernorState) -> tuple[str, w
     except web.HTTPRequestEntityTooLarge:
         return "body_too_large", _error(413, f"request body is over {MAX_BODY_BYTES} bytes")
     except (ConnectionError, RequestPayloadError):
+        protocol = request.protocol
+        if isinstance(protocol, GuardedHandler) and protocol.dropped is not None:
+            # The server dropped it (at the connection cap, or at shutdown): counted there.
+            return "connection_dropped", _error(503, f"connection dropped: {protocol.dropped}")
         # Nobody is left to read an answer; it is still counted and logged, once.
         return "client_disconnected", _error(400, "the client disconnected before sending the whole body")
+    finally:
+        if isinstance(request.protocol, GuardedHandler):
+            request.protocol.body_received()
 
 
 async def _admit(request: web.Request) -> web.Response:
@@ -284,6 +292,8 @@ async def _admit(request: web.Request) -> web.Response:
         raw = await _read_body(request, state)
         if isinstance(raw, tuple):
             outcome_label = raw[0]
+            if outcome_label == "connection_dropped":
+                return raw[1]
             return _refused(state, *raw)
         try:
             body = decode_body(raw)
@@ -591,10 +601,13 @@ def serve(config: ServerConfig) -> None:
     """Run the server in the foreground; SIGTERM or SIGINT stops it gracefully."""
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, started = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await run_server(config, stop)
+        server = asyncio.create_task(run_server(config, stop, started))
+        await asyncio.wait({server, asyncio.create_task(started.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        gc.freeze()  # what start-up made lives as long as the process: later collections skip it
+        await server
 
     asyncio.run(main())
