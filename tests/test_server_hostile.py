@@ -8,10 +8,12 @@ shortened through :class:`webhook.server.ConnectionLimits` so each test takes se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import io
 import json
 import logging
+import ssl
 import subprocess
 import sys
 import time
@@ -246,6 +248,42 @@ async def test_trickled_chunked_body_gets_408_at_the_body_deadline(fast_server: 
     assert elapsed < FAST.body_timeout + FAST.lingering_time + 2
     async with session_for(fast_server) as client:
         assert refused(await metric_samples(client, fast_server), "body_timeout") == 1.0
+
+
+async def test_request_sent_with_the_tls_finished_is_not_cut_later(start_server: ServerFactory) -> None:
+    """Regression: a request that arrives in the same segment as the client's TLS Finished reaches
+    aiohttp before the connection is handed over; two header deadlines were armed, one was never
+    cancelled, and it closed the connection in steady use 10 s later (the API server's Go client
+    sends its first request right behind its Finished)."""
+    limits = ConnectionLimits(header_timeout=0.5, body_timeout=5, idle_timeout=10, max_connections=64)
+    server = await start_server(limits=limits)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = server.ssl_context.wrap_bio(incoming, outgoing, server_hostname=LOOPBACK)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(LOOPBACK, server.port), 5)
+    async with asyncio.timeout(5):
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                writer.write(outgoing.read())
+                incoming.write(await reader.read(65536))
+    body = json.dumps(review_of(job())).encode()
+    tls.write(request_head(len(body)) + body)
+    writer.write(outgoing.read())  # the client's Finished and the request in one write
+    answer = b""
+    async with asyncio.timeout(5):
+        while b"\r\n\r\n" not in answer:
+            incoming.write(await reader.read(65536))
+            with contextlib.suppress(ssl.SSLWantReadError):
+                answer += tls.read(65536)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    await asyncio.sleep(limits.header_timeout * 3)  # kept alive, idle: only the idle timeout applies
+    async with session_for(server) as client:
+        samples = await metric_samples(client, server)
+    assert closes(samples, "header_timeout") == 0.0
+    assert reader.at_eof() is False
+    writer.close()
 
 
 async def test_kept_alive_connection_is_closed_after_the_idle_timeout(fast_server: RunningServer) -> None:

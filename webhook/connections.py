@@ -186,10 +186,12 @@ class GuardedHandler(RequestHandler):
     # -- asyncio protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._arm_header_deadline()
+        if not self.busy and self._deadline is None:  # the request may have come with the TLS Finished
+            self._arm_header_deadline()
 
     def data_received(self, data: bytes) -> None:
-        if not self.busy and self._deadline is None:
+        # aiohttp calls this with b"" itself to re-parse what it buffered: that is no new request.
+        if data and not self.busy and self._deadline is None:
             self._arm_header_deadline()
         super().data_received(data)
 
@@ -211,10 +213,12 @@ class GuardedHandler(RequestHandler):
         self.tracker.busy(self)
 
     def request_finished(self) -> None:
+        self._disarm()
         self.busy = False
         self.tracker.idle(self)
 
     def _arm_header_deadline(self) -> None:
+        self._disarm()
         self._deadline = self._loop.call_later(self.tracker.limits.header_timeout, self._header_deadline_passed)
 
     def _disarm(self) -> None:

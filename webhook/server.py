@@ -25,6 +25,7 @@ import contextlib
 import datetime
 import gc
 import logging
+import os
 import signal
 import ssl
 import time
@@ -573,6 +574,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         port=config.port,
         metrics_port=config.metrics_port,
         policy=str(state.policy_source()),
+        pid=os.getpid(),
     )
     if started is not None:
         started.set()
