@@ -470,7 +470,12 @@ async def test_certificate_rotation_without_restart(start_server: ServerFactory,
         return await peer_serial(server) == new_serial
 
     await wait_until(rotated)
-    await asyncio.sleep(interval * 2)  # a little traffic on the new certificate too
+    served_before = len(statuses)
+
+    async def some_traffic_on_the_new_certificate() -> bool:
+        return len(statuses) >= max(10, served_before + 3)
+
+    await wait_until(some_traffic_on_the_new_certificate, attempts=200)
     done.set()
     await asyncio.wait_for(load, timeout=20)
 
