@@ -319,15 +319,17 @@ async def test_at_the_cap_the_longest_waiting_connection_makes_room(start_server
         writer.close()
 
 
-async def test_when_every_connection_is_busy_a_new_one_is_dropped_before_tls(start_server: ServerFactory) -> None:
+async def test_at_the_cap_a_trickled_body_does_not_pin_its_slot(start_server: ServerFactory) -> None:
+    """Connections whose body is still arriving count as waiting: at the cap the oldest of them is
+    dropped for a newcomer (only a request whose body is in is never dropped)."""
     limits = ConnectionLimits(header_timeout=10, body_timeout=10, idle_timeout=30, max_connections=4)
     server = await start_server(limits=limits)
-    busy = []
-    for _ in range(4):  # each has sent its headers and part of the body: a request in progress
+    trickling = []
+    for _ in range(4):  # headers sent, the body never completes
         reader, writer = await tls_connection(server)
         writer.write(request_head(1000) + b"{")
         await writer.drain()
-        busy.append((reader, writer))
+        trickling.append((reader, writer))
 
     async def four_in_flight() -> bool:
         async with aiohttp.ClientSession() as plain, plain.get(server.metrics_url()) as resp:
@@ -335,11 +337,16 @@ async def test_when_every_connection_is_busy_a_new_one_is_dropped_before_tls(sta
         return "kgov_admission_in_flight_requests 4.0" in text
 
     await wait_until(four_in_flight)
-    with pytest.raises((ConnectionError, OSError)):
-        reader, writer = await tls_connection(server)
-        await closed_by_server(reader, 5)
-        raise ConnectionResetError("closed before any answer")
-    for _, writer in busy:
+    async with session_for(server) as client:
+        status, answer = await post_review(client, server, review_of(job()))
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        assert await closed_by_server(trickling[0][0], 5) == b""  # the first trickler went, unanswered
+        samples = await metric_samples(client, server)
+    assert closes(samples, "over_limit") == 1.0
+    assert refused(samples, "client_disconnected") == 0.0  # the server dropped it: not the client's doing
+    duration = "kgov_admission_duration_seconds"
+    assert sample_value(samples, duration, f"{duration}_count", outcome="connection_dropped") == 1.0
+    for _, writer in trickling:
         writer.close()
 
 
