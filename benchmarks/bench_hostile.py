@@ -308,13 +308,18 @@ def main() -> None:
         report(phases, attack_stats, before, after, metrics)
         tracebacks = (directory / "kgov.log").read_text(errors="replace").count("Traceback")
         lines = (directory / "kgov.log").read_text(errors="replace").splitlines()
-        not_json = 0
+        not_json, failures = 0, Counter[str]()
         for line in lines:
             try:
-                json.loads(line)
+                event = json.loads(line)
             except ValueError:
                 not_json += 1
+                continue
+            if "exception" in event:  # the event and the exception's last line
+                failures[f"{event.get('event')}: {str(event['exception']).strip().splitlines()[-1][:200]}"] += 1
         print(f"   server log: {len(lines)} lines, {not_json} not JSON, {tracebacks} with a traceback")
+        for failure, count in failures.items():
+            print(f"      {count} x {failure}")
 
 
 if __name__ == "__main__":

@@ -109,8 +109,10 @@ async def _read_body(request: web.Request, state: GovernorState) -> tuple[str, w
         return "body_timeout", _error(408, f"request body not received within {state.config.limits.body_timeout:g} s")
     except web.HTTPRequestEntityTooLarge:
         return "body_too_large", _error(413, f"request body is over {MAX_BODY_BYTES} bytes")
-    except (ConnectionError, RequestPayloadError):
+    except (ConnectionError, RequestPayloadError, RuntimeError) as exc:
         protocol = request.protocol
+        if isinstance(exc, RuntimeError) and protocol.transport is not None:
+            raise  # aiohttp's "Connection closed." is a RuntimeError; any other is a real error
         if isinstance(protocol, GuardedHandler) and protocol.dropped is not None:
             # The server dropped it (at the connection cap, or at shutdown): counted there.
             return "connection_dropped", _error(503, f"connection dropped: {protocol.dropped}")
