@@ -297,7 +297,7 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
             start_server(
                 "kgov serve",
                 [sys.executable, "-m", "webhook.cli", "serve", "--platform", str(PLATFORM), *tls,
-                 "--host", LOOPBACK, "--port", str(ours_port)],
+                 "--host", LOOPBACK, "--port", str(ours_port), "--metrics-port", str(free_port())],
                 ours_port,
                 directory / "kgov.log",
             ),

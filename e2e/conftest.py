@@ -221,9 +221,9 @@ class GovernorInfo:
     def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
         """The governor's Prometheus samples, or None when it cannot be reached from here."""
         info = devcluster.load_info(self.state_dir) if self.state_dir is not None else None
-        if info is None or info.governor_url is None:
+        if info is None or info.governor_metrics_url is None:
             return None
-        return support.read_metrics(info.governor_url, info.ca_file)
+        return support.read_metrics(info.governor_metrics_url)
 
 
 async def _installed_governor(e2e_cluster: E2ECluster) -> bool:

@@ -104,6 +104,8 @@ class ClusterInfo:
     shape: str
     node_names: list[str] = field(default_factory=list)
     governor_url: str | None = None
+    #: The governor's plain-HTTP metrics port (``/metrics``), None when it runs elsewhere.
+    governor_metrics_url: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -777,7 +779,7 @@ def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> 
     if info is None or process_alive(paths, "kube-apiserver") is None:
         raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
     stop_process(paths, "governor")
-    port = free_port()
+    port, metrics_port = _free_ports(2)
     token = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-governor," in line)
     governor_kubeconfig = paths.root / "governor.kubeconfig"
     _write_kubeconfig(governor_kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
@@ -796,6 +798,8 @@ def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> 
         "127.0.0.1",
         "--port",
         str(port),
+        "--metrics-port",
+        str(metrics_port),
         "--watch-cluster",
         "--kubeconfig",
         str(governor_kubeconfig),
@@ -816,6 +820,7 @@ def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> 
 
     asyncio.run(register())
     info.governor_url = f"https://127.0.0.1:{port}"
+    info.governor_metrics_url = f"http://127.0.0.1:{metrics_port}"
     _save(paths, info)
     return info
 
@@ -835,6 +840,7 @@ def stop_governor(root: Path | None = None) -> None:
 
         asyncio.run(unregister())
         info.governor_url = None
+        info.governor_metrics_url = None
         _save(paths, info)
     stop_process(paths, "governor")
 

@@ -107,6 +107,10 @@ class RunningServer:
     def url(self, path: str) -> str:
         return f"https://{LOOPBACK}:{self.port}{path}"
 
+    def metrics_url(self, path: str = "/metrics") -> str:
+        """A URL on the plain-HTTP metrics port."""
+        return f"http://{LOOPBACK}:{self.config.metrics_port}{path}"
+
     async def shutdown(self, timeout: float = 10.0) -> None:
         self.stop.set()
         await asyncio.wait_for(asyncio.shield(self.task), timeout)
@@ -120,7 +124,7 @@ async def start_server(pki: Pki, platform_file: Path) -> AsyncIterator[ServerFac
     """Start real servers: ``await start_server(reload_interval=0.1)``; all are stopped at teardown.
 
     Keyword arguments override :class:`ServerConfig` fields (defaults: the fixture PKI, the copied
-    platform file, a free port on 127.0.0.1).
+    platform file, free ports on 127.0.0.1 for the webhook and the metrics, no shutdown delay).
     """
     servers: list[RunningServer] = []
 
@@ -131,6 +135,8 @@ async def start_server(pki: Pki, platform_file: Path) -> AsyncIterator[ServerFac
             "platform": platform_file,
             "host": LOOPBACK,
             "port": free_port(),
+            "metrics_port": free_port(),
+            "shutdown_delay": 0.0,
             "shutdown_timeout": 5.0,
         }
         settings.update(overrides)

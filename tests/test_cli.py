@@ -403,7 +403,8 @@ def test_serve_with_certificate_and_key_swapped_says_so(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "cannot load the serving certificate pair" in result.stderr
-    assert "is it a certificate and its key?" in result.stderr
+    # In words, not OpenSSL's "PEM lib": the file given as the certificate holds none.
+    assert f"{tmp_path / 'tls.key'} holds no PEM certificate" in result.stderr
 
 
 def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:

@@ -116,8 +116,8 @@ async def post_review(session: aiohttp.ClientSession, server: RunningServer, bod
 
 
 async def metric_samples(session: aiohttp.ClientSession, server: RunningServer) -> dict[str, list[Any]]:
-    """Metric family name → its samples, parsed from /metrics."""
-    async with session.get(server.url("/metrics")) as resp:
+    """Metric family name → its samples, parsed from /metrics (plain HTTP on the metrics port)."""
+    async with session.get(server.metrics_url()) as resp:
         assert resp.status == 200
         text = await resp.text()
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
@@ -326,7 +326,7 @@ async def test_health_endpoints(server: RunningServer, session: aiohttp.ClientSe
     async with session.get(server.url("/healthz")) as resp:
         assert (resp.status, await resp.text()) == (200, "ok")
     async with session.get(server.url("/readyz")) as resp:
-        assert (resp.status, await resp.text()) == (200, "ok")
+        assert (resp.status, await resp.json()) == (200, {"ready": True, "reasons": [], "notices": []})
 
 
 async def test_metrics_count_the_requests_made(server: RunningServer, session: aiohttp.ClientSession) -> None:
@@ -354,7 +354,11 @@ async def test_metrics_count_the_requests_made(server: RunningServer, session: a
     assert sample_value(samples, "kgov_admission_changes", "kgov_admission_changes_total", rule="suspend") == 3.0
     assert sample_value(samples, "kgov_admission_malformed", "kgov_admission_malformed_total") == 1.0
     # Every POST /mutate, malformed included, is timed.
-    assert sample_value(samples, "kgov_admission_duration_seconds", "kgov_admission_duration_seconds_count") == 7.0
+    duration = "kgov_admission_duration_seconds"
+    assert sample_value(samples, duration, f"{duration}_count", outcome="patched") == 3.0
+    assert sample_value(samples, duration, f"{duration}_count", outcome="denied") == 1.0
+    assert sample_value(samples, duration, f"{duration}_count", outcome="allowed") == 2.0
+    assert sample_value(samples, duration, f"{duration}_count", outcome="malformed") == 1.0
     assert sample_value(samples, "kgov_admission_in_flight_requests", "kgov_admission_in_flight_requests") == 0.0
 
 
@@ -466,7 +470,12 @@ async def test_certificate_rotation_without_restart(start_server: ServerFactory,
         return await peer_serial(server) == new_serial
 
     await wait_until(rotated)
-    await asyncio.sleep(interval * 2)  # a little traffic on the new certificate too
+    served_before = len(statuses)
+
+    async def some_traffic_on_the_new_certificate() -> bool:
+        return len(statuses) >= max(10, served_before + 3)
+
+    await wait_until(some_traffic_on_the_new_certificate, attempts=200)
     done.set()
     await asyncio.wait_for(load, timeout=20)
 

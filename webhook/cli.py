@@ -324,7 +324,57 @@ class _Reviewer:
 @click.option(
     "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
-@click.option("--shutdown-timeout", default=20.0, show_default=True, help="Seconds to drain in-flight requests.")
+@click.option(
+    "--metrics-port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Plain-HTTP port of /metrics (and /healthz, /readyz); 0: no metrics listener.",
+)
+@click.option("--metrics-host", help="Address of the metrics port (default: --host).")
+@click.option(
+    "--shutdown-delay",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="After SIGTERM, seconds of serving while /readyz says not ready (endpoints drop the pod first).",
+)
+@click.option(
+    "--shutdown-timeout",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Then, seconds to drain before every connection is dropped. terminationGracePeriodSeconds must "
+    "exceed --shutdown-delay + --shutdown-timeout.",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds for the TLS handshake, and for a request's line and headers.",
+)
+@click.option(
+    "--body-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds for a request body once its headers are in.",
+)
+@click.option(
+    "--idle-timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a kept-alive connection may stay without a request (above the API server's 90 s).",
+)
+@click.option(
+    "--max-connections",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Open connections on the webhook port; at the cap the longest-waiting idle one is closed.",
+)
 def serve_command(
     platform: Path | None,
     policy: Path | None,
@@ -338,10 +388,19 @@ def serve_command(
     kubeconfig: str | None,
     exclude_namespace: tuple[str, ...],
     log_level: str,
+    metrics_port: int,
+    metrics_host: str | None,
+    shutdown_delay: float,
     shutdown_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    idle_timeout: float,
+    max_connections: int,
 ) -> None:
-    """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz, /metrics)."""
-    from webhook.server import ConfigurationError, ServerConfig, serve
+    """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz), with /metrics
+    on a separate plain-HTTP port."""
+    from webhook.server import ConfigurationError, ConnectionLimits, ServerConfig, serve
+    from webhook.tlsconfig import describe_pair_error
 
     if (platform is None) == (policy is None):
         _fail("give exactly one of --platform or --policy")
@@ -367,7 +426,16 @@ def serve_command(
         kubeconfig=kubeconfig,
         watch_cluster=watch_cluster,
         extra_excluded=excluded,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port or None,
+        shutdown_delay=shutdown_delay,
         shutdown_timeout=shutdown_timeout,
+        limits=ConnectionLimits(
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            idle_timeout=idle_timeout,
+            max_connections=max_connections,
+        ),
     )
     try:
         serve(config)
@@ -376,7 +444,8 @@ def serve_command(
     except ssl.SSLError as exc:
         _fail(
             f"cannot load the serving certificate pair (--tls-cert-file {tls_cert_file}, "
-            f"--tls-private-key-file {tls_private_key_file}): {exc.reason or exc}; is it a certificate and its key?"
+            f"--tls-private-key-file {tls_private_key_file}): "
+            f"{describe_pair_error(tls_cert_file, tls_private_key_file, exc)}"
         )
     except OSError as exc:
         _fail(f"cannot serve on {host}:{port}: {exc}")

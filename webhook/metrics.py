@@ -1,10 +1,75 @@
-"""Prometheus metrics of the admission server (prometheus-client), named for what they count."""
+"""Prometheus metrics of the admission server (prometheus-client), named for what they count.
+
+Every label value comes from a closed set defined here (the kinds table, the rule names, fixed
+outcomes and reasons), with ``other`` for anything else: a request can never add a time series, so
+``/metrics`` stays the same size whatever clients send (issue: 60,000 made-up kinds once made it
+126 MiB). Use the ``*_label`` helpers to turn request values into label values.
+"""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
+from webhook.core.kinds import KINDS
+
+__all__ = [
+    "CLOSE_REASONS",
+    "KIND_LABELS",
+    "OPERATIONS",
+    "OTHER",
+    "OUTCOMES",
+    "REFUSAL_REASONS",
+    "RULE_LABELS",
+    "Metrics",
+    "kind_label",
+    "operation_label",
+    "rule_label",
+]
+
+OTHER = "other"
+#: ``request.kind.kind`` values counted under their own name: the workload kinds table (SPEC §4).
+KIND_LABELS = frozenset(row.kind for row in KINDS)
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+#: The planner's rule names (``webhook.core.planner.Rule``) plus ``namespace`` (a team conflict).
+RULE_LABELS = frozenset({"queue", "kueuePriority", "podPriority", "topology", "nodeAffinity", "suspend", "namespace"})
+#: How one POST /mutate ended: the four review results, then the HTTP refusals.
+OUTCOMES = (
+    "patched",
+    "allowed",
+    "denied",
+    "invalid",
+    "malformed",
+    "body_too_large",
+    "content_encoding",
+    "body_timeout",
+    "client_disconnected",
+    "connection_dropped",
+    "not_ready",
+    "error",
+)
+#: Requests answered with an HTTP error before any review (status in parentheses).
+REFUSAL_REASONS = (
+    "body_too_large",  # 413, declared or read
+    "content_encoding",  # 415, any Content-Encoding but identity
+    "body_timeout",  # 408, body not received within the body deadline
+    "bad_request",  # 400 from the HTTP parser (bad request line, headers, framing)
+    "client_disconnected",  # the client left mid-body; nobody to answer
+)
+#: Why the server closed a connection on its own.
+CLOSE_REASONS = ("header_timeout", "over_limit", "tls_handshake_failed", "shutdown")
+
+
+def kind_label(kind: str) -> str:
+    """``kind`` when it is a kind of the kinds table, else ``other``."""
+    return kind if kind in KIND_LABELS else OTHER
+
+
+def operation_label(operation: str) -> str:
+    return operation if operation in OPERATIONS else OTHER
+
+
+def rule_label(rule: str) -> str:
+    return rule if rule in RULE_LABELS else OTHER
 
 
 class Metrics:
@@ -14,14 +79,16 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "kgov_admission_requests_total",
-            "AdmissionReview requests answered, by kind, operation and result (patched, allowed, denied, invalid).",
+            "AdmissionReview requests answered, by kind (workload kinds, else other), operation and result "
+            "(patched, allowed, denied, invalid).",
             ["kind", "operation", "result"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "kgov_admission_duration_seconds",
-            "Time to answer one AdmissionReview, seconds (body read to response written).",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            "Time to answer one POST /mutate, seconds (handler start to response), by outcome.",
+            ["outcome"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=self.registry,
         )
         self.in_flight = Gauge(
@@ -47,8 +114,32 @@ class Metrics:
             "Requests answered with HTTP 500 (a bug: see the log).",
             registry=self.registry,
         )
+        self.refused = Counter(
+            "kgov_http_refused_total",
+            "HTTP requests refused before any review, by reason (body_too_large 413, content_encoding 415, "
+            "body_timeout 408, bad_request 400 from the HTTP parser, client_disconnected).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections = Gauge(
+            "kgov_connections_open",
+            "Open client connections on the webhook port (TLS handshakes in progress included).",
+            registry=self.registry,
+        )
+        self.connections_closed = Counter(
+            "kgov_connections_closed_total",
+            "Connections the server closed on its own, by reason (header_timeout, over_limit, "
+            "tls_handshake_failed, shutdown).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.policy_reloads = Counter(
             "kgov_policy_reloads_total", "Policy reloads, by result.", ["result"], registry=self.registry
+        )
+        self.policy_rejected = Gauge(
+            "kgov_policy_on_disk_rejected",
+            "1 while the policy file on disk is invalid and the last good policy is served; else 0.",
+            registry=self.registry,
         )
         self.cert_reloads = Counter(
             "kgov_certificate_reloads_total",
@@ -56,3 +147,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        # Every series exists from the start, at zero, so dashboards and alerts see it before it moves.
+        for outcome in OUTCOMES:
+            self.latency.labels(outcome)
+        for reason in REFUSAL_REASONS:
+            self.refused.labels(reason)
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
+        for result in ("ok", "error"):
+            self.policy_reloads.labels(result)
+            self.cert_reloads.labels(result)

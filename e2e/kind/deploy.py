@@ -81,7 +81,7 @@ def server_objects(image: str, cert_pem: bytes, key_pem: bytes) -> list[dict[str
             str(PORT),
             "--watch-cluster",
         ],
-        "ports": [{"name": "https", "containerPort": PORT}],
+        "ports": [{"name": "https", "containerPort": PORT}, {"name": "metrics", "containerPort": 8080}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": PORT, "scheme": "HTTPS"}, "periodSeconds": 2},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": PORT, "scheme": "HTTPS"}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},

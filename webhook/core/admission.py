@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ECHO_LIMIT",
     "SUPPORTED_VERSIONS",
+    "UID_LIMIT",
     "AdmissionRequest",
     "MalformedReview",
     "build_response",
+    "clip",
     "decode_body",
     "json_type",
     "parse_admission_review",
@@ -27,10 +30,34 @@ __all__ = [
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 _OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+#: Longest message (denial, warning, 400 reason) sent back, in characters: user values echoed in
+#: it (a 7 MiB label value, apiVersion or name) are cut in the middle with a marker.
+ECHO_LIMIT = 2048
+#: Longest ``request.uid`` answered: the API server sends a UUID (36 characters), and the uid is
+#: echoed verbatim, so a longer one is refused rather than sent back.
+UID_LIMIT = 128
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` if at most ``limit`` characters, else its head and tail around a marker
+    ``…[N characters cut]…``, ``limit`` characters in all (so a message's rule name and its
+    ``allowed: …`` tail both survive a huge value in the middle)."""
+    if len(text) <= limit:
+        return text
+    keep = limit
+    for _ in range(3):  # the marker's length depends on the count it shows
+        marker = f"…[{len(text) - keep} characters cut]…"
+        keep = max(limit - len(marker), 0)
+    tail = keep // 2
+    return f"{text[: keep - tail]}{marker}{text[len(text) - tail :] if tail else ''}"
 
 
 class MalformedReview(ValueError):
-    """The body is not an AdmissionReview we can answer; the message says exactly why."""
+    """The body is not an AdmissionReview we can answer; the message says exactly why (at most
+    :data:`ECHO_LIMIT` characters: see :func:`clip`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(clip(message))
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,8 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
     uid = _field(request, "uid", str, "request", required=True)
     if not uid:
         raise MalformedReview("request.uid is empty")
+    if len(uid) > UID_LIMIT:
+        raise MalformedReview(f"request.uid is {len(uid)} characters long; at most {UID_LIMIT} are answered")
     operation = _field(request, "operation", str, "request", required=True)
     if operation not in _OPERATIONS:
         raise MalformedReview(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
@@ -179,9 +208,11 @@ def build_response(
 
     ``patch``: RFC 6902 operations; encoded as base64 JSON with ``patchType: JSONPatch`` only when
     non-empty and ``allowed``. ``message``/``code``: ``response.status`` (a denial's reason and
-    HTTP code, 403 by default). ``warnings``: shown by kubectl as ``Warning: …``.
+    HTTP code, 403 by default). ``warnings``: shown by kubectl as ``Warning: …``. The message and
+    each warning are cut to :data:`ECHO_LIMIT` characters (:func:`clip`).
     """
     response: dict[str, Any] = {"uid": request.uid, "allowed": allowed}
+    message = clip(message)
     if allowed and patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
@@ -192,5 +223,5 @@ def build_response(
             status["reason"] = "Forbidden" if (code or 403) == 403 else "Invalid"
         response["status"] = status
     if warnings:
-        response["warnings"] = list(warnings)
+        response["warnings"] = [clip(warning) for warning in warnings]
     return {"apiVersion": request.review_api_version, "kind": "AdmissionReview", "response": response}
