@@ -483,11 +483,12 @@ def test_pod_group_member_is_sized_by_the_group_and_auto_never_requires() -> Non
         },
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
     }
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     row = find_kind("v1", "Pod")
     assert row is not None
-    [ref] = iter_pod_templates(pod, row)
+    [ref] = kueue_view(pod, row).podsets
     assert (ref.count, ref.partial) == (2, True)
     annotations = apply_patch(pod, run(pod, AUTO, inventory=aws_nodes()).patch)["metadata"]["annotations"]
     assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "kubernetes.io/hostname"
@@ -514,11 +515,12 @@ def _lws(group: bool) -> dict[str, Any]:
 
 
 def test_lws_counts_one_group_and_a_podset_group_gets_one_level() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     row = find_kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(_lws(False), row)] == [("leader", 1), ("worker", 3)]
+    assert [(r.name, r.count) for r in kueue_view(_lws(False), row).podsets] == [("leader", 1), ("worker", 3)]
     # Separately: leader (1 pod) fits a host, workers (3) a rack.
     apart = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=4)).patch)
     lwt = apart["spec"]["leaderWorkerTemplate"]
@@ -693,7 +695,8 @@ def test_job_podset_is_min_of_parallelism_and_completions() -> None:
 
 
 def test_ray_multi_host_groups_count_every_host() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     cluster = {
         "apiVersion": "ray.io/v1",
@@ -706,7 +709,7 @@ def test_ray_multi_host_groups_count_every_host() -> None:
     }
     row = find_kind("ray.io/v1", "RayCluster")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(cluster, row)] == [("head", 1), ("tpu", 6)]
+    assert [(r.name, r.count) for r in kueue_view(cluster, row).podsets] == [("head", 1), ("tpu", 6)]
 
 
 def test_bare_replicaset_is_governed_through_its_pod_template() -> None:
@@ -798,7 +801,8 @@ def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
 
 
 def test_jobset_podset_caps_parallelism_by_completions() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -812,7 +816,7 @@ def test_jobset_podset_caps_parallelism_by_completions() -> None:
     }
     row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(jobset, row)] == [("w", 2)]
+    assert [(r.name, r.count) for r in kueue_view(jobset, row).podsets] == [("w", 2)]
 
 
 def test_update_that_adds_a_managed_owner_is_still_validated() -> None:

@@ -10,7 +10,7 @@ ConfigMap, so the server never needs the platform file itself. The preset's func
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,6 +75,9 @@ class TopologyPlacement(_Frozen):
     nodeLabels: dict[str, str] = Field(
         default_factory=dict, description="labels selecting the team's TAS nodes (auto mode)"
     )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, description="the flavor's tolerations: node taints Kueue's TAS lets its pods pass"
+    )
 
 
 class TeamPolicyCompiled(_Frozen):
@@ -118,9 +121,11 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
     name = rule.topologyName or next(f.topologyName for f in team_flavors if f.topologyName)
     topology = next(t for t in platform.topologies if t.name == name)
     node_labels: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
     for flavor in team_flavors:
         if flavor.topologyName == name:
             node_labels.update(flavor.nodeLabels)
+            tolerations = [t.model_dump(exclude_none=True) for t in flavor.tolerations]
             break
     return TopologyPlacement(
         mode=rule.mode,
@@ -131,6 +136,7 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
         sliceSize=rule.sliceSize,
         enforcement=rule.enforcement,
         nodeLabels=node_labels,
+        tolerations=tolerations,
     )
 
 
