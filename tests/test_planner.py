@@ -548,18 +548,18 @@ def test_user_topology_on_one_group_member_means_none_added_to_the_group() -> No
     assert not [op for op in run(lws, AUTO).patch if "topology" in op["path"]]
 
 
-def test_update_may_not_remove_the_queue_label_under_enforce() -> None:
+def test_update_that_drops_the_queue_label_gets_it_back() -> None:
+    """SPEC §3: a governed value the update drops is put back (``replace`` of the original manifest)."""
     old = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}})
     new = job(metadata={"name": "t", "labels": {}})
     outcome = run(new, operation="UPDATE", old=old)
-    assert outcome.plan.denials == [
-        "queue: the label kueue.x-k8s.io/queue-name (metadata.labels) may not be removed from a Job of team 'ml'"
+    assert outcome.plan.allowed
+    assert outcome.patch == [
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "ml-queue"}
     ]
-    warned = run(new, {**FULL_POLICY, "queue": {"enforcement": "warn"}}, operation="UPDATE", old=old)
-    assert warned.plan.allowed and warned.plan.warnings
 
 
-def test_update_of_a_changed_pod_template_is_validated_but_not_mutated() -> None:
+def test_update_of_a_changed_pod_template_is_validated() -> None:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -742,7 +742,7 @@ def test_non_ascii_digits_are_not_counts() -> None:
     assert run(pod, AUTO, inventory=aws_nodes()).plan.allowed
 
 
-def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None:
+def test_update_that_strips_governed_fields_from_a_template_gets_them_back() -> None:
     policy = {**FULL_POLICY, "topology": {**FULL_POLICY["topology"], "enforcement": "enforce"}}
     created = {
         "apiVersion": "apps/v1",
@@ -756,22 +756,15 @@ def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None
     del template["metadata"]["annotations"]
     del template["spec"]["affinity"]
     del template["spec"]["priorityClassName"]
+    del stripped["metadata"]["labels"]
     outcome = run(stripped, policy, operation="UPDATE", old=governed)
-    assert outcome.patch == []
-    assert outcome.plan.denials == [
-        "podPriority: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.priorityClassName); UPDATE is never mutated, so set it in the object",
-        "topology: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.metadata.annotations); UPDATE is never mutated, so set it in the object",
-    ]
-    assert outcome.plan.warnings == [
-        "nodeAffinity: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.affinity); UPDATE is never mutated, so set it in the object"
-    ]
+    assert outcome.plan.allowed and not outcome.plan.warnings
+    assert apply_patch(stripped, outcome.patch) == governed
     # A template that never had them (created before the policy) may still change: an image bump.
     bumped = copy.deepcopy(created)
     bumped["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
-    assert run(bumped, policy, operation="UPDATE", old=created).plan.allowed
+    bare = run(bumped, policy, operation="UPDATE", old=created)
+    assert bare.plan.allowed and bare.patch == []
 
 
 def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
@@ -843,7 +836,7 @@ def test_priority_class_name_of_the_wrong_type_is_refused_not_a_crash() -> None:
     ]
 
 
-def test_update_adding_a_podset_without_the_policy_says_so() -> None:
+def test_update_adding_a_podset_gets_the_policy_as_on_create() -> None:
     cluster = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -855,7 +848,7 @@ def test_update_adding_a_podset_without_the_policy_says_so() -> None:
     outcome = run(
         grown, {"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}}, operation="UPDATE", old=cluster
     )
-    assert outcome.plan.denials == [
-        "podPriority: this update adds podset 'b' without what team 'ml' requires there "
-        "(spec.workerGroupSpecs[0].template.spec.priorityClassName); UPDATE is never mutated, so set it in the object"
+    assert outcome.plan.allowed
+    assert outcome.patch == [
+        {"op": "add", "path": "/spec/workerGroupSpecs/0/template/spec/priorityClassName", "value": "low"}
     ]
