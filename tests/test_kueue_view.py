@@ -389,3 +389,37 @@ def test_view_podset_paths_point_at_templates(kind: str) -> None:
         for key in podset.path:
             node = node[key]
         assert node is podset.base
+
+
+# --- never silently stranded -------------------------------------------------------------------
+
+
+def test_a_required_level_no_domain_can_hold_is_refused_with_the_numbers() -> None:
+    """Defect: a 3-pod Job at required layer-3 when every rack holds 2 nodes was admitted silently."""
+    three = job(spec={"parallelism": 3, "template": gpu_template()})
+    enforce = {"queue": {}, "topology": {"mode": "required", "level": RACK, "enforcement": "enforce"}}
+    outcome = run(three, enforce, inventory=aws_nodes())
+    assert outcome.plan.denials == [
+        "topology: podset 'main' can never be admitted: all its pods (3 pods of {nvidia.com/gpu: 8}) must fit in "
+        f"one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
+    ]
+    warned = run(
+        three, {**enforce, "topology": {**enforce["topology"], "enforcement": "default"}}, inventory=aws_nodes()
+    )
+    assert warned.plan.allowed and warned.plan.warned_rules == ["topology"]
+    # The user's own required annotation is judged the same way.
+    own = job(spec={"parallelism": 3, "template": {**gpu_template(), "metadata": {"annotations": {REQUIRED: RACK}}}})
+    assert run(own, {"queue": {}, "topology": {"mode": "auto"}}, inventory=aws_nodes()).plan.warned_rules == [
+        "topology"
+    ]
+    assert run(job(), enforce, inventory=aws_nodes()).plan.allowed  # 2 pods fit a rack
+
+
+def test_a_workload_above_the_teams_quota_ceiling_is_refused_with_the_numbers() -> None:
+    big = job(spec={"parallelism": 9, "template": gpu_template()})
+    outcome = run(big, {"queue": {}})
+    assert outcome.plan.denials == [
+        "queue: the workload can never be admitted: it needs 72 nvidia.com/gpu ('main' 9 × 8), more than team "
+        "'ml''s nominalQuota + borrowingLimit of 64"
+    ]
+    assert run(job(spec={"parallelism": 8, "template": gpu_template()}), {"queue": {}}).plan.allowed

@@ -421,7 +421,8 @@ AUTO = {"queue": {}, "topology": {"mode": "auto"}}
 def test_auto_picks_the_lowest_level_whose_domain_holds_the_podset(pods: int, key: str, level: str) -> None:
     obj = job()
     obj["spec"]["parallelism"] = pods
-    outcome = run(obj, AUTO, inventory=aws_nodes())
+    # 9 pods × 8 GPUs exceed the team's 64-GPU quota: warned (queue under warn), still placed.
+    outcome = run(obj, {**AUTO, "queue": {"enforcement": "warn"}}, inventory=aws_nodes())
     annotations = apply_patch(obj, outcome.patch)["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {f"kueue.x-k8s.io/podset-{key}-topology": level}
 

@@ -37,6 +37,7 @@ from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import normalize, plan_node_affinity
 from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
+from webhook.core.rules.stranded import check_quota, check_topology_fits
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, plan_topology
 from webhook.core.view import PodSet, WorkloadView, kueue_view
 
@@ -153,6 +154,9 @@ def plan_object(
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
             plan_topology(draft, view.podsets, team.topology, inventory, team)
+        planned = kueue_view(draft.doc, row)  # what Kueue will see
+        check_topology_fits(planned, team, inventory, plan)
+        check_quota(planned, team, plan)
     except Shape as shape:
         return malformed(shape)
     plan.changes = draft.changes

@@ -1,0 +1,101 @@
+"""Never silently stranded (SPEC §3): a workload Kueue can never admit is said so at creation.
+
+Two checks on the planned object, i.e. what Kueue will see:
+
+- **topology**: a podset (or podset group) whose ``podset-required-topology`` level has no domain
+  that holds all its pods, or whose ``podset-slice-required-topology`` level has no domain that
+  holds one slice, on an *empty* cluster (node ``allocatable``, Kueue's TAS node filter). Needs
+  the node inventory and the team's Topology; reported under the topology rule's enforcement
+  (``enforce`` refuses, ``warn`` and ``default`` warn).
+- **quota**: a workload whose requests of a resource (Σ pods × per-pod request) exceed what the
+  team's ClusterQueue can ever hold (nominalQuota + borrowingLimit, see
+  :attr:`TeamPolicyCompiled.quotaLimits`); reported under the queue rule's enforcement.
+
+A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+
+from webhook.core.draft import Plan
+from webhook.core.inventory import NodeInventory
+from webhook.core.platform import Enforcement
+from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.quantity import format_quantity, parse_quantity
+from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, group_capacity, podset_groups
+from webhook.core.view import PodSet, WorkloadView
+
+__all__ = ["check_quota", "check_topology_fits"]
+
+
+def _loud(enforcement: Enforcement) -> Enforcement:
+    return "enforce" if enforcement == "enforce" else "warn"
+
+
+def _shape(requests: Mapping[str, Decimal] | None) -> str:
+    items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((requests or {}).items()) if amount]
+    return "{" + ", ".join(items) + "}"
+
+
+def check_topology_fits(
+    view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
+) -> None:
+    """Report each podset (group) that no domain of its required level (or slice level) can hold."""
+    placement = team.topology
+    if placement is None or inventory is None or not len(inventory):
+        return
+    levels = placement.levels
+    for members in podset_groups([p for p in view.podsets if p.present]):
+        if any(p.partial or p.requests is None for p in members):
+            continue
+        annotations = members[0].annotations
+        count = sum(p.count for p in members)
+        wanted: list[tuple[str, int, str]] = []
+        level = annotations.get(REQUIRED)
+        if isinstance(level, str) and level in levels:
+            wanted.append((level, count, "all its pods"))
+        slice_level, slice_size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
+        if (
+            isinstance(slice_level, str)
+            and slice_level in levels
+            and isinstance(slice_size, str)
+            and slice_size.isdigit()
+        ):
+            wanted.append((slice_level, int(slice_size), "one slice"))
+        if not wanted:
+            continue
+        capacity = group_capacity(members, placement, inventory, team)
+        for level, pods, what in wanted:
+            largest = capacity[levels.index(level)]
+            if largest >= pods:
+                continue
+            names = ", ".join(repr(p.name) for p in members)
+            requests = _shape(members[0].requests)
+            message = (
+                f"podset {names} can never be admitted: {what} ({pods} pods of {requests}) must fit in one "
+                f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
+            )
+            plan.report(_loud(placement.enforcement), "topology", message)
+
+
+def _podset_share(podset: PodSet, resource: str) -> str:
+    amount = (podset.requests or {}).get(resource, Decimal(0))
+    return f"{podset.name!r} {podset.count} × {format_quantity(amount)}"
+
+
+def check_quota(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """Report each resource the workload needs more of than the team's ClusterQueue can ever hold."""
+    totals = view.total()
+    for resource, limit_text in team.quotaLimits.items():
+        needed = totals.get(resource, Decimal(0))
+        limit = parse_quantity(limit_text)
+        if needed <= limit:
+            continue
+        parts = ", ".join(_podset_share(p, resource) for p in view.podsets if (p.requests or {}).get(resource))
+        message = (
+            f"the workload can never be admitted: it needs {format_quantity(needed)} {resource} ({parts}), more "
+            f"than team {team.team!r}'s nominalQuota + borrowingLimit of {limit_text}"
+        )
+        plan.report(_loud(team.queue.enforcement), "queue", message)
