@@ -124,10 +124,12 @@ def test_extreme_requests_are_answered(amount: Any) -> None:
     obj["spec"]["parallelism"] = "\u00b2" if amount == "\u00b2" else 2
     outcome = review(review_body(obj, "ml"), TEAMS, inventory=NODES)
     response = outcome.response["response"]
-    if amount == "1E+9999":  # more GPUs than the team's quota can ever hold: refused, with the numbers
-        assert "can never be admitted: it needs 2" in response["status"]["message"]
-    else:
-        assert response["allowed"] is True
+    # Answered, not crashed: refused only as never admissible (POLICY's node affinity, zone In [a],
+    # matches none of NODES; 1E+9999 GPUs also exceed the quota), with the numbers.
+    assert response["allowed"] is False
+    assert "can never be admitted" in response["status"]["message"]
+    if amount == "1E+9999":
+        assert "it needs 2" in response["status"]["message"]
 
 
 @pytest.mark.parametrize(

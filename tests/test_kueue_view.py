@@ -423,3 +423,15 @@ def test_a_workload_above_the_teams_quota_ceiling_is_refused_with_the_numbers() 
         "'ml''s nominalQuota + borrowingLimit of 64"
     ]
     assert run(job(spec={"parallelism": 8, "template": gpu_template()}), {"queue": {}}).plan.allowed
+
+
+def test_a_podset_larger_than_all_the_teams_nodes_is_warned_even_when_preferred() -> None:
+    nine = job(spec={"parallelism": 9, "template": gpu_template()})
+    policy = {"queue": {"enforcement": "warn"}, "topology": {"mode": "auto"}}
+    outcome = run(nine, policy, inventory=aws_nodes())
+    topology = [w for w in outcome.plan.warnings if w.startswith("topology:")]
+    assert topology == [
+        "topology: podset 'main' can never be admitted: its 9 pods of {nvidia.com/gpu: 8} fit on no set of the "
+        "team's nodes (they hold 8 such pods on an empty cluster)"
+    ]
+    assert not [w for w in run(job(), policy, inventory=aws_nodes()).plan.warnings if w.startswith("topology:")]

@@ -194,7 +194,8 @@ class NodeInventory:
         flavor_tolerations: Sequence[Mapping[str, Any]] = (),
         requests: Mapping[str, Decimal] | None = None,
     ) -> list[int]:
-        """For each level (broadest first): pods that fit in its largest domain.
+        """For each level (broadest first): pods that fit in its largest domain; then one more
+        entry, the pods that fit on all the flavor's eligible nodes together.
 
         ``pods``: one pod's requests, or the constraints of one or more pod shapes; only nodes
         Kueue's TAS would consider for every shape count. ``requests``: the per-pod requests to
@@ -214,4 +215,6 @@ class NodeInventory:
         for depth in range(len(levels)):
             groups = self.domains(levels, depth, nodes)
             out.append(max((sum(n.pods_fitting(sizing) for n in members) for members in groups.values()), default=0))
+        # The whole flavor: what a podset without a required level can spread over.
+        out.append(sum(n.pods_fitting(sizing) for n in nodes))
         return out

@@ -3,8 +3,10 @@
 Two checks on the planned object, i.e. what Kueue will see:
 
 - **topology**: a podset (or podset group) whose ``podset-required-topology`` level has no domain
-  that holds all its pods, or whose ``podset-slice-required-topology`` level has no domain that
-  holds one slice, on an *empty* cluster (node ``allocatable``, Kueue's TAS node filter). Needs
+  that holds all its pods, whose ``podset-slice-required-topology`` level has no domain that
+  holds one slice, or, without a required level, whose pods do not fit on all the team's
+  eligible nodes together (Kueue places every podset of a TAS ClusterQueue by topology), on an
+  *empty* cluster (node ``allocatable``, Kueue's TAS node filter). Needs
   the node inventory and the team's Topology; reported under the topology rule's enforcement
   (``enforce`` refuses, ``warn`` and ``default`` warn).
 - **quota**: a workload whose requests of a resource (Σ pods × per-pod request) exceed what the
@@ -64,18 +66,21 @@ def check_topology_fits(
             and slice_size.isdigit()
         ):
             wanted.append((slice_level, int(slice_size), "one slice"))
-        if not wanted:
-            continue
         capacity = group_capacity(members, placement, inventory, team)
+        names = ", ".join(repr(p.name) for p in members)
+        requests = _shape(members[0].requests)
         for level, pods, what in wanted:
             largest = capacity[levels.index(level)]
-            if largest >= pods:
-                continue
-            names = ", ".join(repr(p.name) for p in members)
-            requests = _shape(members[0].requests)
+            if largest < pods:
+                message = (
+                    f"podset {names} can never be admitted: {what} ({pods} pods of {requests}) must fit in one "
+                    f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
+                )
+                plan.report(_loud(placement.enforcement), "topology", message)
+        if not wanted and capacity[-1] < count:
             message = (
-                f"podset {names} can never be admitted: {what} ({pods} pods of {requests}) must fit in one "
-                f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
+                f"podset {names} can never be admitted: its {count} pods of {requests} fit on no set of the "
+                f"team's nodes (they hold {capacity[-1]} such pods on an empty cluster)"
             )
             plan.report(_loud(placement.enforcement), "topology", message)
 
