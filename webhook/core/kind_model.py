@@ -126,7 +126,10 @@ class WorkloadKind:
     label into them (Kueue's Deployment webhook), so the queue and priority labels also go into
     every pod template's labels. ``opaque``: the kind's pods come from somewhere the object does
     not show (a TrainJob's runtime): the pod-template rules cannot be applied, and this says why.
-    ``frozen_when``: on UPDATE the pod templates may not change while this (path, value) holds
+    ``declared``: the field next to each embedded object that may declare its podsets (AppWrapper
+    ``podSets``: ``path`` and ``replicas``), used instead of the embedded row's; embedded podsets
+    are then named ``<name>-<index>`` over the whole object (Kueue's AppWrapper adapter).
+    ``frozen_unless``: on UPDATE the pod templates may not change while this (path, value) holds
     (a Job's template is immutable unless it is suspended, as the API server enforces).
     """
 
@@ -144,4 +147,5 @@ class WorkloadKind:
     pod_labels: bool = False
     opaque: str = ""
     frozen_unless: tuple[PathPattern, Any] | None = None
+    declared: str = ""
     notes: str = field(default="", compare=False)

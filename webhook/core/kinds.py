@@ -254,6 +254,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         versions=("v1beta2",),
         suspend=("spec", "suspend"),
         embedded=("spec", "components", "*", "template"),
+        declared="podSets",
     ),
     WorkloadKind(
         group="sparkoperator.k8s.io",

@@ -14,7 +14,7 @@ with the Workloads the real Kueue builds (``e2e/test_kueue_view.py``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -158,27 +158,56 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodSet]:
                 name=rule.name, path=rule.template, count=1, base={}, rule=rule, requests=_defaults(rule), present=False
             )
     if row.embedded is not None:
-        for path, _, inner in expand(obj, row.embedded):
-            if not isinstance(inner, Mapping):
-                continue
+        yield from _embedded(obj, row)
+
+
+def _aw_path(text: str) -> tuple[Key, ...]:
+    """``template.spec.replicatedJobs[0].template`` → ``("template", "spec", "replicatedJobs", 0, "template")``."""
+    out: list[Key] = []
+    for part in text.split("."):
+        name, _, rest = part.partition("[")
+        if name:
+            out.append(name)
+        while rest:
+            index, _, rest = rest.partition("]")
+            out.append(int(index) if index.isdigit() else index)
+            rest = rest.lstrip("[")
+    return tuple(out)
+
+
+_DECLARED = PodSetRule(template=())
+
+
+def _embedded(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodSet]:
+    """Podsets of embedded objects (AppWrapper components): declared ones, else the inner row's."""
+    assert row.embedded is not None
+    owner = lookup(obj, ("metadata", "name"))
+    index = 0
+    for path, _, inner in expand(obj, row.embedded):
+        if not isinstance(inner, Mapping):
+            continue
+        component = lookup(obj, path[:-1])
+        declared = component.get(row.declared) if row.declared and isinstance(component, Mapping) else None
+        found: list[PodSet] = []
+        if isinstance(declared, list) and declared:
+            for entry in declared:
+                if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str):
+                    continue
+                relative = _aw_path(entry["path"])
+                base = lookup(component, relative)
+                if isinstance(base, Mapping):
+                    podset = _podset(obj, _DECLARED, (*path[:-1], *relative), (), base)
+                    count = number(entry.get("replicas"))
+                    found.append(replace(podset, count=1 if count is None else count))
+        else:
             inner_row = find_kind(str(inner.get("apiVersion", "")), str(inner.get("kind", "")))
             if inner_row is None:
                 continue
-            for podset in _iter(inner, inner_row):
-                yield PodSet(
-                    name=f"{inner.get('kind')}/{podset.name}",
-                    path=(*path, *podset.path),
-                    count=podset.count,
-                    base=podset.base,
-                    rule=podset.rule,
-                    requests=podset.requests,
-                    node_selector=podset.node_selector,
-                    affinity_terms=podset.affinity_terms,
-                    tolerations=podset.tolerations,
-                    group=podset.group,
-                    partial=podset.partial,
-                    present=podset.present,
-                )
+            found = [replace(p, path=(*path, *p.path)) for p in _iter(inner, inner_row)]
+        for podset in found:
+            name = f"{owner}-{index}".lower() if isinstance(owner, str) else f"{inner.get('kind')}/{podset.name}"
+            index += 1
+            yield replace(podset, name=name)
 
 
 def kueue_view(obj: Mapping[str, Any], row: WorkloadKind) -> WorkloadView:
