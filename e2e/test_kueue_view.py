@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 RESEARCH = "hyperpod-ns-research"
 CASES = REPO.parent / "shared" / "cases" / "kueue-examples"
 GPU = "nvidia.com/gpu"
-NEVER = "can never be admitted"
+NEVER = "never be admitted"  # "can never be admitted", or "may never be admitted" (first-fit)
 #: Kinds whose Workload Kueue builds only from pods, which need a controller this cluster may lack.
 NEEDS_PODS = {"Deployment": "Kueue admits a Deployment's pods one by one: there is no Workload without pods"}
 
@@ -133,7 +133,7 @@ def samples() -> dict[str, dict[str, Any]]:
             "metadata": {"name": unique("jobset")},
             "spec": {
                 "replicatedJobs": [
-                    {"name": "Driver", "replicas": 1, "template": {"spec": {"template": template(0)}}},
+                    {"name": "driver", "replicas": 1, "template": {"spec": {"template": template(0)}}},
                     {
                         "name": "workers",
                         "replicas": 2,
@@ -257,8 +257,9 @@ class Differential:
         except WaitTimeout:
             self.waiting.append(f"{label}: no Workload within 30s ({NEEDS_PODS.get(body['kind'], 'no controller')})")
             return
-        ours = our_podsets(stored)
-        theirs = [(p["name"], int(p["count"])) for p in workload["spec"]["podSets"]]
+        # Order aside: the API server returns map-keyed roles (Kubeflow) sorted by key.
+        ours = sorted(our_podsets(stored))
+        theirs = sorted((p["name"], int(p["count"])) for p in workload["spec"]["podSets"])
         self.podsets_compared += len(theirs)
         if ours != theirs:
             self.mismatches.append(f"{label}: podsets ours {ours} != Kueue's {theirs}")

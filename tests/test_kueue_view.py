@@ -435,3 +435,26 @@ def test_a_podset_larger_than_all_the_teams_nodes_is_warned_even_when_preferred(
         "team's nodes (they hold 8 such pods on an empty cluster)"
     ]
     assert not [w for w in run(job(), policy, inventory=aws_nodes()).plan.warnings if w.startswith("topology:")]
+
+
+def test_podsets_that_fit_alone_but_not_together_are_warned() -> None:
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 4, "template": gpu_template(8)},
+                "Worker": {"replicas": 10, "template": gpu_template(3)},
+            }
+        },
+    }
+    # 4 hosts for the masters; 3-GPU workers go 2 per host: 10 need 5 more hosts, and there are 8.
+    policy = {"queue": {"enforcement": "warn"}, "topology": {"mode": "auto"}}
+    outcome = run(pytorch, policy, inventory=aws_nodes())
+    assert outcome.plan.warnings == [
+        "topology: the workload may never be admitted: its 14 pods ('master' 4 × {nvidia.com/gpu: 8}, "
+        "'worker' 10 × {nvidia.com/gpu: 3}) do not fit the team's 8 nodes together on an empty cluster (2 left over)"
+    ]
+    pytorch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 8
+    assert not run(pytorch, policy, inventory=aws_nodes()).plan.warnings

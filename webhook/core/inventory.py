@@ -25,7 +25,7 @@ from typing import Any
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
 
-__all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "PodConstraints", "pod_requests", "tolerates"]
+__all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "PodConstraints", "first_fit", "pod_requests", "tolerates"]
 
 DEFAULT_MAX_PODS = 110
 
@@ -218,3 +218,33 @@ class NodeInventory:
         # The whole flavor: what a podset without a required level can spread over.
         out.append(sum(n.pods_fitting(sizing) for n in nodes))
         return out
+
+
+def first_fit(
+    nodes: Sequence[Node],
+    pods: Sequence[tuple[PodConstraints, int]],
+    flavor_tolerations: Sequence[Mapping[str, Any]] = (),
+) -> int:
+    """Place ``count`` pods of each shape on empty ``nodes``, largest shapes first, each pod on the
+    first node that admits it and has room; return how many pods found no node (0: all placed).
+
+    A heuristic (first-fit decreasing): 0 proves the pods fit together; a positive answer means
+    they very likely do not, since Kueue's TAS places podsets one after the other as well.
+    """
+    free = [dict(n.allocatable) for n in nodes]
+    slots = [int(n.allocatable.get("pods", Decimal(DEFAULT_MAX_PODS))) for n in nodes]
+    order = sorted(pods, key=lambda item: sorted(item[0].requests.values(), reverse=True), reverse=True)
+    missing = 0
+    for shape, count in order:
+        candidates = [i for i, n in enumerate(nodes) if n.admits(shape, flavor_tolerations)]
+        wanted = {name: amount for name, amount in shape.requests.items() if amount > 0}
+        for _ in range(count):
+            for i in candidates:
+                if slots[i] > 0 and all(free[i].get(name, Decimal(0)) >= amount for name, amount in wanted.items()):
+                    for name, amount in wanted.items():
+                        free[i][name] -= amount
+                    slots[i] -= 1
+                    break
+            else:
+                missing += 1
+    return missing

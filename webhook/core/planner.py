@@ -37,7 +37,7 @@ from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import normalize, plan_node_affinity
 from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
-from webhook.core.rules.stranded import check_quota, check_topology_fits
+from webhook.core.rules.stranded import check_fits_together, check_quota, check_topology_fits
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, plan_topology
 from webhook.core.view import PodSet, WorkloadView, kueue_view
 
@@ -155,7 +155,10 @@ def plan_object(
         if team.topology is not None:
             plan_topology(draft, view.podsets, team.topology, inventory, team)
         planned = kueue_view(draft.doc, row)  # what Kueue will see
+        reported = len(plan.denials) + len(plan.warnings)
         check_topology_fits(planned, team, inventory, plan)
+        if len(plan.denials) + len(plan.warnings) == reported:  # each podset fits alone
+            check_fits_together(planned, team, inventory, plan)
         check_quota(planned, team, plan)
     except Shape as shape:
         return malformed(shape)

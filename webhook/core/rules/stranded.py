@@ -13,6 +13,9 @@ Two checks on the planned object, i.e. what Kueue will see:
   team's ClusterQueue can ever hold (nominalQuota + borrowingLimit, see
   :attr:`TeamPolicyCompiled.quotaLimits`); reported under the queue rule's enforcement.
 
+- **together**: podsets that each fit alone but not all together on the team's nodes
+  (first-fit decreasing, a heuristic: warned only, "may never be admitted").
+
 A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged.
 """
 
@@ -22,14 +25,21 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from webhook.core.draft import Plan
-from webhook.core.inventory import NodeInventory
+from webhook.core.inventory import NodeInventory, first_fit
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.quantity import format_quantity, parse_quantity
-from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, group_capacity, podset_groups
+from webhook.core.rules.topology import (
+    REQUIRED,
+    SLICE_REQUIRED,
+    SLICE_SIZE,
+    constraints,
+    group_capacity,
+    podset_groups,
+)
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_quota", "check_topology_fits"]
+__all__ = ["check_fits_together", "check_quota", "check_topology_fits"]
 
 
 def _loud(enforcement: Enforcement) -> Enforcement:
@@ -83,6 +93,30 @@ def check_topology_fits(
                 f"team's nodes (they hold {capacity[-1]} such pods on an empty cluster)"
             )
             plan.report(_loud(placement.enforcement), "topology", message)
+
+
+def check_fits_together(
+    view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
+) -> None:
+    """Warn when the workload's podsets, each of which fits alone, do not fit the team's nodes
+    together (first-fit decreasing on an empty cluster; a heuristic, so a warning only)."""
+    placement = team.topology
+    podsets = [p for p in view.podsets if p.present]
+    if placement is None or inventory is None or not len(inventory) or len(podsets) < 2:
+        return
+    if any(p.partial or p.requests is None for p in podsets):
+        return
+    nodes = inventory.select(placement.nodeLabels, placement.levels)
+    shapes = [(constraints(p, team), p.count) for p in podsets]
+    missing = first_fit(nodes, shapes, placement.tolerations)
+    if missing:
+        total = sum(p.count for p in podsets)
+        parts = ", ".join(f"{p.name!r} {p.count} × {_shape(p.requests)}" for p in podsets)
+        message = (
+            f"the workload may never be admitted: its {total} pods ({parts}) do not fit the team's "
+            f"{len(nodes)} nodes together on an empty cluster ({missing} left over)"
+        )
+        plan.report("warn", "topology", message)
 
 
 def _podset_share(podset: PodSet, resource: str) -> str:
