@@ -20,6 +20,7 @@ import copy
 import random
 import secrets
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -538,7 +539,6 @@ async def test_kueue_starts_and_evicts_a_job_after_the_policy_was_narrowed(
     """A job queued under the wide policy is started by Kueue (UPDATE: unsuspend, node selector,
     scheduling gates) and evicted again (UPDATE: suspend) after the team's policy was narrowed so
     that its priority and placement would be refused on CREATE. Neither UPDATE is refused."""
-    governor(BUNDLED_PLATFORM)
     gpus = sum(
         int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in await list_objects(dynamic, "v1", "Node")
     )
@@ -568,7 +568,7 @@ async def test_kueue_starts_and_evicts_a_job_after_the_policy_was_narrowed(
     uid = stored["metadata"]["uid"]
     await wait_for(lambda: workload_for(dynamic, RESEARCH, uid), "the queued job's Workload", 30)
 
-    governor(narrowed_platform(tmp_path / "narrow.yaml"))
+    await asyncio.to_thread(governor, narrowed_platform(tmp_path / "narrow.yaml"))
     await delete_workload_object(dynamic, blocker)
 
     async def running() -> dict[str, Any] | None:
@@ -593,7 +593,8 @@ async def test_kueue_starts_and_evicts_a_job_after_the_policy_was_narrowed(
         return job if job and job["spec"].get("suspend") is True else None
 
     await wait_for(suspended, "Kueue to suspend the evicted job under the narrowed policy", 90)
-    info = devcluster.load_info(e2e_cluster.local.state_dir)
+    info = devcluster.load_info(Path(e2e_cluster.local.state_dir))
+    assert info is not None and info.governor_url is not None
     metrics = read_metrics(info.governor_url, info.ca_file)
     denials = sum(v for (name, _), v in metrics.items() if name == "kgov_admission_denials_total")
     print(f"\nnarrowed policy: Kueue started and evicted the job; governor denials: {int(denials)}")
