@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from support import CASES, PLATFORM, load_documents, strip_kueue
 
 from webhook.cli import main
-from webhook.core.kinds import lookup
+from webhook.core.paths import lookup
 
 NAMESPACE = "hyperpod-ns-research"
 QUEUE = "hyperpod-ns-research-localqueue"

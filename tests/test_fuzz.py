@@ -123,7 +123,13 @@ def test_extreme_requests_are_answered(amount: Any) -> None:
     obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = amount
     obj["spec"]["parallelism"] = "\u00b2" if amount == "\u00b2" else 2
     outcome = review(review_body(obj, "ml"), TEAMS, inventory=NODES)
-    assert outcome.response["response"]["allowed"] is True
+    response = outcome.response["response"]
+    # Answered, not crashed: refused only as never admissible (POLICY's node affinity, zone In [a],
+    # matches none of NODES; 1E+9999 GPUs also exceed the quota), with the numbers.
+    assert response["allowed"] is False
+    assert "can never be admitted" in response["status"]["message"]
+    if amount == "1E+9999":
+        assert "it needs 2" in response["status"]["message"]
 
 
 @pytest.mark.parametrize(

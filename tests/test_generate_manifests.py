@@ -399,7 +399,8 @@ def test_write_removes_only_generated_files_no_longer_made(tmp_path: Path) -> No
         "PriorityClass",
         "ConfigMap",
     }
-    assert sorted(p.name for p in written) == ["clusterqueues.yaml", "kustomization.yaml"]
+    # The policy ConfigMap carries each team's quota ceiling (nominalQuota + borrowingLimit).
+    assert sorted(p.name for p in written) == ["clusterqueues.yaml", "kustomization.yaml", "policy-configmap.yaml"]
 
 
 def test_every_queue_a_team_policy_names_gets_a_local_queue() -> None:

@@ -421,7 +421,8 @@ AUTO = {"queue": {}, "topology": {"mode": "auto"}}
 def test_auto_picks_the_lowest_level_whose_domain_holds_the_podset(pods: int, key: str, level: str) -> None:
     obj = job()
     obj["spec"]["parallelism"] = pods
-    outcome = run(obj, AUTO, inventory=aws_nodes())
+    # 9 pods × 8 GPUs exceed the team's 64-GPU quota: warned (queue under warn), still placed.
+    outcome = run(obj, {**AUTO, "queue": {"enforcement": "warn"}}, inventory=aws_nodes())
     annotations = apply_patch(obj, outcome.patch)["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {f"kueue.x-k8s.io/podset-{key}-topology": level}
 
@@ -483,11 +484,12 @@ def test_pod_group_member_is_sized_by_the_group_and_auto_never_requires() -> Non
         },
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
     }
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     row = find_kind("v1", "Pod")
     assert row is not None
-    [ref] = iter_pod_templates(pod, row)
+    [ref] = kueue_view(pod, row).podsets
     assert (ref.count, ref.partial) == (2, True)
     annotations = apply_patch(pod, run(pod, AUTO, inventory=aws_nodes()).patch)["metadata"]["annotations"]
     assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "kubernetes.io/hostname"
@@ -514,11 +516,12 @@ def _lws(group: bool) -> dict[str, Any]:
 
 
 def test_lws_counts_one_group_and_a_podset_group_gets_one_level() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     row = find_kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(_lws(False), row)] == [("leader", 1), ("worker", 3)]
+    assert [(r.name, r.count) for r in kueue_view(_lws(False), row).podsets] == [("leader", 1), ("worker", 3)]
     # Separately: leader (1 pod) fits a host, workers (3) a rack.
     apart = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=4)).patch)
     lwt = apart["spec"]["leaderWorkerTemplate"]
@@ -546,18 +549,18 @@ def test_user_topology_on_one_group_member_means_none_added_to_the_group() -> No
     assert not [op for op in run(lws, AUTO).patch if "topology" in op["path"]]
 
 
-def test_update_may_not_remove_the_queue_label_under_enforce() -> None:
+def test_update_that_drops_the_queue_label_gets_it_back() -> None:
+    """SPEC §3: a governed value the update drops is put back (``replace`` of the original manifest)."""
     old = job(metadata={"name": "t", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}})
     new = job(metadata={"name": "t", "labels": {}})
     outcome = run(new, operation="UPDATE", old=old)
-    assert outcome.plan.denials == [
-        "queue: the label kueue.x-k8s.io/queue-name (metadata.labels) may not be removed from a Job of team 'ml'"
+    assert outcome.plan.allowed
+    assert outcome.patch == [
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "ml-queue"}
     ]
-    warned = run(new, {**FULL_POLICY, "queue": {"enforcement": "warn"}}, operation="UPDATE", old=old)
-    assert warned.plan.allowed and warned.plan.warnings
 
 
-def test_update_of_a_changed_pod_template_is_validated_but_not_mutated() -> None:
+def test_update_of_a_changed_pod_template_is_validated() -> None:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -693,7 +696,8 @@ def test_job_podset_is_min_of_parallelism_and_completions() -> None:
 
 
 def test_ray_multi_host_groups_count_every_host() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     cluster = {
         "apiVersion": "ray.io/v1",
@@ -706,7 +710,7 @@ def test_ray_multi_host_groups_count_every_host() -> None:
     }
     row = find_kind("ray.io/v1", "RayCluster")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(cluster, row)] == [("head", 1), ("tpu", 6)]
+    assert [(r.name, r.count) for r in kueue_view(cluster, row).podsets] == [("head", 1), ("tpu", 6)]
 
 
 def test_bare_replicaset_is_governed_through_its_pod_template() -> None:
@@ -739,7 +743,7 @@ def test_non_ascii_digits_are_not_counts() -> None:
     assert run(pod, AUTO, inventory=aws_nodes()).plan.allowed
 
 
-def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None:
+def test_update_that_strips_governed_fields_from_a_template_gets_them_back() -> None:
     policy = {**FULL_POLICY, "topology": {**FULL_POLICY["topology"], "enforcement": "enforce"}}
     created = {
         "apiVersion": "apps/v1",
@@ -753,22 +757,15 @@ def test_update_that_strips_governed_fields_from_a_template_is_refused() -> None
     del template["metadata"]["annotations"]
     del template["spec"]["affinity"]
     del template["spec"]["priorityClassName"]
+    del stripped["metadata"]["labels"]
     outcome = run(stripped, policy, operation="UPDATE", old=governed)
-    assert outcome.patch == []
-    assert outcome.plan.denials == [
-        "podPriority: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.priorityClassName); UPDATE is never mutated, so set it in the object",
-        "topology: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.metadata.annotations); UPDATE is never mutated, so set it in the object",
-    ]
-    assert outcome.plan.warnings == [
-        "nodeAffinity: this update removes from podset 'main' what team 'ml' requires there "
-        "(spec.template.spec.affinity); UPDATE is never mutated, so set it in the object"
-    ]
+    assert outcome.plan.allowed and not outcome.plan.warnings
+    assert apply_patch(stripped, outcome.patch) == governed
     # A template that never had them (created before the policy) may still change: an image bump.
     bumped = copy.deepcopy(created)
     bumped["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:2"
-    assert run(bumped, policy, operation="UPDATE", old=created).plan.allowed
+    bare = run(bumped, policy, operation="UPDATE", old=created)
+    assert bare.plan.allowed and bare.patch == []
 
 
 def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
@@ -798,7 +795,8 @@ def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
 
 
 def test_jobset_podset_caps_parallelism_by_completions() -> None:
-    from webhook.core.kinds import find_kind, iter_pod_templates
+    from webhook.core.kinds import find_kind
+    from webhook.core.view import kueue_view
 
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -812,7 +810,7 @@ def test_jobset_podset_caps_parallelism_by_completions() -> None:
     }
     row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
     assert row is not None
-    assert [(r.podset, r.count) for r in iter_pod_templates(jobset, row)] == [("w", 2)]
+    assert [(r.name, r.count) for r in kueue_view(jobset, row).podsets] == [("w", 2)]
 
 
 def test_update_that_adds_a_managed_owner_is_still_validated() -> None:
@@ -839,7 +837,7 @@ def test_priority_class_name_of_the_wrong_type_is_refused_not_a_crash() -> None:
     ]
 
 
-def test_update_adding_a_podset_without_the_policy_says_so() -> None:
+def test_update_adding_a_podset_gets_the_policy_as_on_create() -> None:
     cluster = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -851,7 +849,7 @@ def test_update_adding_a_podset_without_the_policy_says_so() -> None:
     outcome = run(
         grown, {"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}}, operation="UPDATE", old=cluster
     )
-    assert outcome.plan.denials == [
-        "podPriority: this update adds podset 'b' without what team 'ml' requires there "
-        "(spec.workerGroupSpecs[0].template.spec.priorityClassName); UPDATE is never mutated, so set it in the object"
+    assert outcome.plan.allowed
+    assert outcome.patch == [
+        {"op": "add", "path": "/spec/workerGroupSpecs/0/template/spec/priorityClassName", "value": "low"}
     ]

@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import CASES, aws_nodes, job, load_documents, platform_with, review_body, strip_kueue, teams_from
 
-from webhook.core.kinds import find_kind, iter_pod_templates, lookup
+from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch
+from webhook.core.paths import lookup
 from webhook.core.review import review
+from webhook.core.view import kueue_view
 
 BASES: list[dict[str, Any]] = [job()]
 if CASES.is_dir():
@@ -77,8 +79,8 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
         parent = lookup(obj, row.suspend[:-1])
         if isinstance(parent, dict):
             parent[row.suspend[-1]] = draw(st.booleans())
-    for ref in list(iter_pod_templates(obj, row)):
-        template: Any = ref.template
+    for ref in list(kueue_view(obj, row).podsets):
+        template: Any = ref.base
         if draw(st.booleans()):
             template.setdefault("metadata", {}).setdefault("annotations", {}).update(
                 draw(st.dictionaries(KEY, KEY, max_size=2))
@@ -133,8 +135,8 @@ def test_invariants(obj: dict[str, Any], policy: dict[str, Any], with_nodes: boo
     removed = {(path, value) for path, value in removed if value not in ("{}", "[]", "None")}
     assert removed <= allowed_removed, removed
 
-    for ref in iter_pod_templates(patched, row):
-        annotations = (ref.template.get("metadata") or {}).get("annotations") or {}
+    for ref in kueue_view(patched, row).podsets:
+        annotations = (ref.base.get("metadata") or {}).get("annotations") or {}
         before = lookup(original, (*ref.path, "metadata", "annotations")) or {}
         if sum(key in before for key in TAS_MODES) <= 1:
             assert sum(key in annotations for key in TAS_MODES) <= 1, annotations

@@ -1,23 +1,31 @@
-"""Node inventory: which nodes share a network domain, and how many pods of a shape fit in one.
+"""Node inventory as Kueue's TAS sees it: which nodes can hold a pod, and how many per domain.
 
 Input is Node objects as the API returns them (``kubectl get nodes -o json`` items, or the
-server's node watch). Only Ready, schedulable nodes count, as for Kueue's TAS (KEP-2724: nodes
-that are not Ready or are unschedulable are left out of the topology snapshot). Capacities are
-node ``status.allocatable`` (GPUs, CPUs, bytes), i.e. what an empty cluster offers: a level
-chosen from it never makes a podset unadmittable, only possibly queued.
+server's node watch). A node counts for a podset, as in Kueue v0.19.2's TAS
+(``pkg/cache/scheduler/tas_nodes_cache.go``, ``scheduling_simulator_default.go``; v0.17.0's
+``tas_flavor_snapshot.go`` agrees) when it is:
+
+- Ready and not ``spec.unschedulable``;
+- labelled with the flavor's ``nodeLabels`` and every level of the Topology;
+- free of ``NoSchedule``/``NoExecute`` taints that neither the pod nor the flavor tolerates;
+- matched by the pod's own ``nodeSelector`` and required node affinity (terms ORed).
+
+Capacities are node ``status.allocatable`` (GPUs, CPUs, bytes), i.e. what an empty cluster offers:
+a level chosen from it never makes a podset unadmittable, only possibly queued.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.resources import pod_requests
 
-__all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "pod_requests"]
+__all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "PodConstraints", "first_fit", "pod_requests", "tolerates"]
 
 DEFAULT_MAX_PODS = 110
 
@@ -30,14 +38,73 @@ def _maps(value: Any) -> list[Mapping[str, Any]]:
     return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
 
 
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes ``Toleration.ToleratesTaint`` for any of ``tolerations``."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if key and key != taint.get("key"):
+            continue
+        if not key and operator != "Exists":
+            continue
+        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> bool:
+    operator = requirement.get("operator")
+    values = [v for v in requirement.get("values") or [] if isinstance(v, str)]
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            mine, theirs = int(value), int(values[0])
+        except ValueError:
+            return False
+        return mine > theirs if operator == "Gt" else mine < theirs
+    return False
+
+
+def term_matches(term: Any, name: str, labels: Mapping[str, str]) -> bool:
+    """A ``nodeSelectorTerm`` matches a node: every expression and field holds; an empty term
+    (no ``matchExpressions`` and no ``matchFields``) matches no node, as in Kubernetes."""
+    expressions, fields = _maps(_map(term).get("matchExpressions")), _maps(_map(term).get("matchFields"))
+    if not expressions and not fields:
+        return False
+    if not all(_requirement_matches(e, labels.get(str(e.get("key")))) for e in expressions):
+        return False
+    return all(f.get("key") == "metadata.name" and _requirement_matches(f, name) for f in fields)
+
+
+@dataclass(frozen=True)
+class PodConstraints:
+    """What one pod asks of a node: requests, tolerations, node selector, required affinity terms."""
+
+    requests: Mapping[str, Decimal]
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    node_selector: Mapping[str, Any] = field(default_factory=dict)
+    affinity_terms: Sequence[Any] | None = None
+
+
 @dataclass(frozen=True)
 class Node:
-    """A node's name, labels, allocatable resources (base units) and readiness."""
+    """A node's name, labels, allocatable resources (base units), taints and readiness."""
 
     name: str
     labels: Mapping[str, str]
     allocatable: Mapping[str, Decimal]
     schedulable: bool = True
+    taints: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Node:
@@ -53,16 +120,23 @@ class Node:
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _maps(status.get("conditions")))
-        blocked = any(
-            t.get("effect") in ("NoSchedule", "NoExecute") and str(t.get("key", "")).startswith("node.kubernetes.io/")
-            for t in _maps(spec.get("taints"))
-        )
         return cls(
             name=str(metadata.get("name", "")),
             labels={str(k): str(v) for k, v in _map(metadata.get("labels")).items()},
             allocatable=allocatable,
-            schedulable=ready and spec.get("unschedulable") is not True and not blocked,
+            schedulable=ready and spec.get("unschedulable") is not True,
+            taints=tuple(t for t in _maps(spec.get("taints")) if t.get("effect") in ("NoSchedule", "NoExecute")),
         )
+
+    def admits(self, pod: PodConstraints, flavor_tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """Taints tolerated (pod's or flavor's), node selector and required affinity matched."""
+        tolerations = [*pod.tolerations, *flavor_tolerations]
+        if any(not tolerates(tolerations, taint) for taint in self.taints):
+            return False
+        if any(self.labels.get(str(k)) != v for k, v in pod.node_selector.items()):
+            return False
+        terms = pod.affinity_terms
+        return terms is None or any(term_matches(t, self.name, self.labels) for t in terms)
 
     def pods_fitting(self, requests: Mapping[str, Decimal]) -> int:
         """How many pods with these requests fit on this empty node (capped by its pod limit)."""
@@ -78,33 +152,6 @@ class Node:
         return max(limit, 0)
 
 
-def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective requests of one pod (base units): the larger of the containers' sum and any
-    init container; a container's limits stand in for missing requests, as the API server defaults.
-    Unparsable quantities are ignored (the API server rejects them anyway)."""
-
-    def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-        resources = _map(container.get("resources"))
-        merged = dict(_map(resources.get("limits")))
-        merged.update(_map(resources.get("requests")))
-        out: dict[str, Decimal] = {}
-        for name, value in merged.items():
-            try:
-                out[str(name)] = parse_quantity(value)
-            except (QuantityError, TypeError):
-                continue
-        return out
-
-    total: dict[str, Decimal] = defaultdict(Decimal)
-    for container in _maps(pod_spec.get("containers")):
-        for name, amount in container_requests(container).items():
-            total[name] += amount
-    for container in _maps(pod_spec.get("initContainers")):
-        for name, amount in container_requests(container).items():
-            total[name] = max(total[name], amount)
-    return dict(total)
-
-
 @dataclass
 class NodeInventory:
     """A set of nodes, indexed for domain questions."""
@@ -118,9 +165,16 @@ class NodeInventory:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def select(self, node_labels: Mapping[str, str]) -> list[Node]:
-        """Schedulable nodes carrying every ``node_labels`` pair (a flavor's nodeLabels)."""
-        return [n for n in self.nodes if n.schedulable and all(n.labels.get(k) == v for k, v in node_labels.items())]
+    def select(self, node_labels: Mapping[str, str], levels: Sequence[str] = ()) -> list[Node]:
+        """Ready, schedulable nodes carrying every ``node_labels`` pair (a flavor's nodeLabels)
+        and every topology level (Kueue's ``NodeMatchesFlavor``)."""
+        return [
+            n
+            for n in self.nodes
+            if n.schedulable
+            and all(n.labels.get(k) == v for k, v in node_labels.items())
+            and all(level in n.labels for level in levels)
+        ]
 
     def domains(self, levels: list[str], depth: int, nodes: list[Node]) -> dict[tuple[str, ...], list[Node]]:
         """Group ``nodes`` by their values of ``levels[:depth+1]``; nodes missing a level are left out."""
@@ -133,12 +187,64 @@ class NodeInventory:
         return dict(groups)
 
     def largest_domain(
-        self, levels: list[str], node_labels: Mapping[str, str], requests: Mapping[str, Decimal]
+        self,
+        levels: list[str],
+        node_labels: Mapping[str, str],
+        pods: Mapping[str, Decimal] | PodConstraints | Sequence[PodConstraints],
+        flavor_tolerations: Sequence[Mapping[str, Any]] = (),
+        requests: Mapping[str, Decimal] | None = None,
     ) -> list[int]:
-        """For each level (broadest first): pods of this shape that fit in its largest domain."""
-        nodes = self.select(node_labels)
+        """For each level (broadest first): pods that fit in its largest domain; then one more
+        entry, the pods that fit on all the flavor's eligible nodes together.
+
+        ``pods``: one pod's requests, or the constraints of one or more pod shapes; only nodes
+        Kueue's TAS would consider for every shape count. ``requests``: the per-pod requests to
+        size with (default: the first shape's).
+        """
+        if isinstance(pods, PodConstraints):
+            shapes = [pods]
+        elif isinstance(pods, Mapping):
+            shapes = [PodConstraints(requests=pods)]
+        else:
+            shapes = list(pods)
+        sizing = requests if requests is not None else (shapes[0].requests if shapes else {})
+        nodes = [
+            n for n in self.select(node_labels, levels) if all(n.admits(shape, flavor_tolerations) for shape in shapes)
+        ]
         out = []
         for depth in range(len(levels)):
             groups = self.domains(levels, depth, nodes)
-            out.append(max((sum(n.pods_fitting(requests) for n in members) for members in groups.values()), default=0))
+            out.append(max((sum(n.pods_fitting(sizing) for n in members) for members in groups.values()), default=0))
+        # The whole flavor: what a podset without a required level can spread over.
+        out.append(sum(n.pods_fitting(sizing) for n in nodes))
         return out
+
+
+def first_fit(
+    nodes: Sequence[Node],
+    pods: Sequence[tuple[PodConstraints, int]],
+    flavor_tolerations: Sequence[Mapping[str, Any]] = (),
+) -> int:
+    """Place ``count`` pods of each shape on empty ``nodes``, largest shapes first, each pod on the
+    first node that admits it and has room; return how many pods found no node (0: all placed).
+
+    A heuristic (first-fit decreasing): 0 proves the pods fit together; a positive answer means
+    they very likely do not, since Kueue's TAS places podsets one after the other as well.
+    """
+    free = [dict(n.allocatable) for n in nodes]
+    slots = [int(n.allocatable.get("pods", Decimal(DEFAULT_MAX_PODS))) for n in nodes]
+    order = sorted(pods, key=lambda item: sorted(item[0].requests.values(), reverse=True), reverse=True)
+    missing = 0
+    for shape, count in order:
+        candidates = [i for i, n in enumerate(nodes) if n.admits(shape, flavor_tolerations)]
+        wanted = {name: amount for name, amount in shape.requests.items() if amount > 0}
+        for _ in range(count):
+            for i in candidates:
+                if slots[i] > 0 and all(free[i].get(name, Decimal(0)) >= amount for name, amount in wanted.items()):
+                    for name, amount in wanted.items():
+                        free[i][name] -= amount
+                    slots[i] -= 1
+                    break
+            else:
+                missing += 1
+    return missing

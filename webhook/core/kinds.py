@@ -1,7 +1,9 @@
 """Workload kinds as data: where each kind keeps its labels, pod templates and suspend field.
 
-One :class:`WorkloadKind` row per kind Kueue can manage (SPEC §4; Kueue's job framework adapters in
-``pkg/controller/jobs/*``). The planner reads only these rows: adding a kind is adding a row.
+One :class:`WorkloadKind` row per kind and API version Kueue can manage (SPEC §4; Kueue's job
+framework adapters in ``pkg/controller/jobs/*``, v0.19.2). Nothing here reads an object: the rows
+say *where* things are, :mod:`webhook.core.view` reads them the way Kueue's ``PodSets()`` does.
+Adding a kind is adding a row.
 
 Paths are tuples of keys. ``"*"`` stands for every item of a list or every value of a map (in
 document order); the n-th ``"*"`` of a count path is bound to the same item as the n-th ``"*"`` of
@@ -11,109 +13,38 @@ very replicated job whose template is being planned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
+
+from webhook.core.kind_model import (
+    SPARK_ROLE,
+    Factor,
+    Leader,
+    PodLayout,
+    PodSetRule,
+    Requirement,
+    WorkloadKind,
+)
+from webhook.core.paths import PathPattern
 
 __all__ = [
     "KINDS",
-    "Capped",
-    "Key",
+    "Factor",
+    "Leader",
+    "PodLayout",
     "PodSetRule",
-    "PodTemplateRef",
     "Requirement",
     "WorkloadKind",
-    "child",
     "find_kind",
     "is_managed_owner",
-    "iter_pod_templates",
-    "lookup",
+    "kind_of_group",
     "webhook_rules",
 ]
 
-Key = str | int
-PathPattern = tuple[str, ...]
 
-
-@dataclass(frozen=True)
-class Capped:
-    """A pod-count factor read at ``path`` and capped by the value at ``cap`` when that is set."""
-
-    path: PathPattern
-    cap: PathPattern
-
-
-#: A Job runs min(parallelism, completions) pods at once; Kueue sizes its podset so (KEP-2724, Job).
-def _job_pods(spec: PathPattern) -> Capped:
-    return Capped((*spec, "parallelism"), (*spec, "completions"))
-
-
-@dataclass(frozen=True)
-class PodSetRule:
-    """Where one family of pod templates (Kueue podsets) lives in an object.
-
-    ``template``: pattern of a ``PodTemplateSpec`` (a map with ``metadata`` and ``spec``); the empty
-    tuple means the object itself (a bare Pod). ``count``: factors whose values (integers or
-    integer strings) multiply to the number of pods of one podset (a missing value counts as 1); a
-    :class:`Capped` factor is at most its cap (a Job runs min(parallelism, completions) pods at
-    once); ``count_offset`` is added after (an LWS group has ``size - 1`` workers). ``name``: podset name,
-    from the wildcard key (map roles like ``Worker``) or a ``name`` field next to it.
-    ``partial_if``: when this path is set the object is one member of a larger group whose other
-    members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
-    """
-
-    template: PathPattern
-    count: tuple[PathPattern | Capped, ...] = ()
-    count_offset: int = 0
-    name: str = ""
-    partial_if: PathPattern | None = None
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """A field Kueue's own webhook insists on for a workload it manages.
-
-    ``forbid`` False: ``path`` must equal ``value`` (added when missing, the request denied when
-    the user set another value). ``forbid`` True: ``path`` must not equal ``value`` (denied). Not
-    applied when the object has ``unless`` = (path, value). ``why`` quotes Kueue's reason.
-    """
-
-    path: PathPattern
-    value: Any
-    forbid: bool = False
-    unless: tuple[PathPattern, Any] | None = None
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class WorkloadKind:
-    """One workload kind Kueue manages.
-
-    ``labels_at``: path of the ``metadata`` map that carries the queue-name and priority-class
-    labels. ``suspend``: path of the boolean suspend field, None where the kind has none (Kueue
-    gates such kinds' pods instead). ``skip_if``: a workload with any of these paths set is left
-    alone (a RayJob with ``clusterSelector`` runs on an existing cluster). ``embedded``: pattern of
-    whole objects of other kinds inside this one (AppWrapper components), planned by their own
-    rows. ``requires``: what Kueue's webhook insists on for a workload it manages (see
-    :class:`Requirement`). ``owns_workloads``: objects this kind controls are Kueue children and
-    get nothing. ``pod_labels``: Kueue admits this kind's pods one by one as Pods and copies only
-    the queue label into them (Kueue's Deployment webhook), so the queue and priority labels also
-    go into every pod template's labels.
-    """
-
-    group: str
-    kind: str
-    versions: tuple[str, ...]
-    resource: str
-    podsets: tuple[PodSetRule, ...] = ()
-    labels_at: PathPattern = ("metadata",)
-    suspend: PathPattern | None = None
-    skip_if: tuple[PathPattern, ...] = ()
-    embedded: PathPattern | None = None
-    requires: tuple[Requirement, ...] = ()
-    owns_workloads: bool = True
-    pod_labels: bool = False
-    notes: str = field(default="", compare=False)
+#: A Job runs min(parallelism, completions) pods at once; Kueue's ``Job.podsCount``.
+def _job_pods(spec: PathPattern) -> Factor:
+    return Factor((*spec, "parallelism"), cap=(*spec, "completions"))
 
 
 def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> WorkloadKind:
@@ -123,7 +54,7 @@ def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> Worklo
         kind=kind,
         resource=kind.lower() + "s",
         versions=(version,),
-        podsets=(PodSetRule(template=(*base, "template"), count=((*base, "replicas"),), name="role"),),
+        podsets=(PodSetRule(template=(*base, "template"), count=(Factor((*base, "replicas")),), name="role"),),
         suspend=("spec", "runPolicy", "suspend"),
     )
 
@@ -139,35 +70,54 @@ def _no_autoscaling(cluster: PathPattern) -> Requirement:
     )
 
 
+def _ray_podsets(cluster: PathPattern) -> tuple[PodSetRule, ...]:
+    """Kueue's ``raycluster.BuildPodSets``: ``head`` (1 pod) and one podset per worker group
+    (``replicas`` × ``numOfHosts`` pods)."""
+    groups = (*cluster, "workerGroupSpecs", "*")
+    return (
+        PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
+        PodSetRule(
+            template=(*groups, "template"),
+            count=(Factor((*groups, "replicas")), Factor((*groups, "numOfHosts"))),
+            name="groupName",
+        ),
+    )
+
+
 def _ray(
     kind: str,
     cluster: PathPattern,
     suspend: PathPattern | None,
     skip_if: tuple[PathPattern, ...] = (),
     requires: tuple[Requirement, ...] = (),
+    extra: tuple[PodSetRule, ...] = (),
 ) -> WorkloadKind:
     return WorkloadKind(
         group="ray.io",
         kind=kind,
         resource=kind.lower() + "s",
         versions=("v1",),
-        podsets=(
-            PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
-            PodSetRule(
-                template=(*cluster, "workerGroupSpecs", "*", "template"),
-                # KubeRay: each replica of a multi-host group is numOfHosts pods.
-                count=(
-                    (*cluster, "workerGroupSpecs", "*", "replicas"),
-                    (*cluster, "workerGroupSpecs", "*", "numOfHosts"),
-                ),
-                name="groupName",
-            ),
-        ),
+        podsets=(*_ray_podsets(cluster), *extra),
         suspend=suspend,
         skip_if=skip_if,
         requires=requires,
     )
 
+
+def _pods_of(kind: str, resource: str, count: tuple[Factor, ...], notes: str, **extra: Any) -> WorkloadKind:
+    return WorkloadKind(
+        group="apps",
+        kind=kind,
+        resource=resource,
+        versions=("v1",),
+        podsets=(PodSetRule(template=("spec", "template"), count=count),),
+        pod_labels=True,
+        notes=notes,
+        **extra,
+    )
+
+
+_SPARK_ROLES = ("driver", "executor")
 
 KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind(
@@ -175,14 +125,9 @@ KINDS: tuple[WorkloadKind, ...] = (
         kind="Job",
         resource="jobs",
         versions=("v1",),
-        podsets=(
-            PodSetRule(
-                template=("spec", "template"),
-                count=(_job_pods(("spec",)),),
-                name="main",
-            ),
-        ),
+        podsets=(PodSetRule(template=("spec", "template"), count=(_job_pods(("spec",)),)),),
         suspend=("spec", "suspend"),
+        frozen_unless=(("spec", "suspend"), True),
     ),
     WorkloadKind(
         group="batch",
@@ -193,7 +138,6 @@ KINDS: tuple[WorkloadKind, ...] = (
             PodSetRule(
                 template=("spec", "jobTemplate", "spec", "template"),
                 count=(_job_pods(("spec", "jobTemplate", "spec")),),
-                name="main",
             ),
         ),
         labels_at=("spec", "jobTemplate", "metadata"),
@@ -210,7 +154,7 @@ KINDS: tuple[WorkloadKind, ...] = (
             PodSetRule(
                 template=("spec", "replicatedJobs", "*", "template", "spec", "template"),
                 count=(
-                    ("spec", "replicatedJobs", "*", "replicas"),
+                    Factor(("spec", "replicatedJobs", "*", "replicas")),
                     _job_pods(("spec", "replicatedJobs", "*", "template", "spec")),
                 ),
                 name="name",
@@ -223,6 +167,8 @@ KINDS: tuple[WorkloadKind, ...] = (
     _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs"),
     _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs"),
     _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
+    # Kueue's MPIJob is mpi-operator's v2beta1; training-operator's kubeflow.org/v1 MPIJob is not
+    # one Kueue manages, so it has no row and passes untouched.
     _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs"),
     WorkloadKind(
         group="trainer.kubeflow.org",
@@ -230,7 +176,8 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="trainjobs",
         versions=("v1alpha1",),
         suspend=("spec", "suspend"),
-        notes="No pod template of its own: pods come from its training runtime (runtimePatches).",
+        opaque="a TrainJob has no pod template of its own: its pods come from its training runtime, "
+        "so pod priority, topology and node affinity are set in the (Cluster)TrainingRuntime",
     ),
     # A RayJob with clusterSelector runs on an existing RayCluster: Kueue does not manage it.
     _ray(
@@ -246,6 +193,14 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
             _no_autoscaling(("spec", "rayClusterSpec")),
         ),
+        extra=(
+            PodSetRule(
+                template=("spec", "submitterPodTemplate"),
+                name="submitter",
+                only_if=(("spec", "submissionMode"), "K8sJobMode"),
+                default_requests=(("cpu", "500m"), ("memory", "200Mi")),
+            ),
+        ),
     ),
     _ray("RayCluster", ("spec",), ("spec", "suspend"), requires=(_no_autoscaling(("spec",)),)),
     _ray("RayService", ("spec", "rayClusterConfig"), None),
@@ -255,16 +210,15 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="leaderworkersets",
         versions=("v1",),
         podsets=(
-            # Kueue admits each LWS group (1 leader + size-1 workers) as one workload.
+            # Kueue admits each LWS group as one workload: `main` of `size` pods, or with a
+            # leaderTemplate `leader` (1 pod) and `worker` (size - 1 pods).
             PodSetRule(template=("spec", "leaderWorkerTemplate", "leaderTemplate"), name="leader"),
             PodSetRule(
                 template=("spec", "leaderWorkerTemplate", "workerTemplate"),
-                count=(("spec", "leaderWorkerTemplate", "size"),),
-                count_offset=-1,
-                name="worker",
+                count=(Factor(("spec", "leaderWorkerTemplate", "size")),),
+                leader=Leader(("spec", "leaderWorkerTemplate", "leaderTemplate"), "worker", -1),
             ),
         ),
-        notes="Without a leaderTemplate the workerTemplate also serves the leader (count is then size - 1).",
     ),
     WorkloadKind(
         group="",
@@ -274,40 +228,25 @@ KINDS: tuple[WorkloadKind, ...] = (
         podsets=(
             PodSetRule(
                 template=(),
-                count=(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count"),),
-                name="main",
+                count=(Factor(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count")),),
                 partial_if=("metadata", "labels", "kueue.x-k8s.io/pod-group-name"),
             ),
         ),
     ),
-    WorkloadKind(
-        group="apps",
-        kind="Deployment",
-        resource="deployments",
-        versions=("v1",),
-        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
-        pod_labels=True,
-    ),
-    WorkloadKind(
-        group="apps",
-        kind="ReplicaSet",
-        resource="replicasets",
-        versions=("v1",),
-        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
-        pod_labels=True,
+    # Kueue admits a Deployment's (and a ReplicaSet's) pods one by one: each pod is a workload of
+    # one pod, so the podset has 1 pod whatever `replicas` says.
+    _pods_of("Deployment", "deployments", (), "Each pod is its own Kueue workload."),
+    _pods_of(
+        "ReplicaSet",
+        "replicasets",
+        (),
+        "A ReplicaSet of a Deployment is a child (the Deployment carries the policy).",
         # Its pods are Kueue workloads themselves (Kueue's pod integration), not children: they are
         # planned like any Pod, so a Pod naming a ReplicaSet as owner cannot skip the policy.
         owns_workloads=False,
-        notes="A ReplicaSet of a Deployment is a child (the Deployment carries the policy).",
     ),
-    WorkloadKind(
-        group="apps",
-        kind="StatefulSet",
-        resource="statefulsets",
-        versions=("v1",),
-        podsets=(PodSetRule(template=("spec", "template"), count=(("spec", "replicas"),), name="main"),),
-        pod_labels=True,
-    ),
+    # A StatefulSet is one pod group: one workload, podset `main` of `replicas` pods.
+    _pods_of("StatefulSet", "statefulsets", (Factor(("spec", "replicas")),), "One pod group per StatefulSet."),
     WorkloadKind(
         group="workload.codeflare.dev",
         kind="AppWrapper",
@@ -315,6 +254,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         versions=("v1beta2",),
         suspend=("spec", "suspend"),
         embedded=("spec", "components", "*", "template"),
+        declared="podSets",
     ),
     WorkloadKind(
         group="sparkoperator.k8s.io",
@@ -322,13 +262,16 @@ KINDS: tuple[WorkloadKind, ...] = (
         resource="sparkapplications",
         versions=("v1beta2",),
         podsets=(
-            PodSetRule(template=("spec", "driver", "template"), name="driver"),
+            PodSetRule(template=("spec", "driver"), name="driver", layout=SPARK_ROLE),
             PodSetRule(
-                template=("spec", "executor", "template"), count=(("spec", "executor", "instances"),), name="executor"
+                template=("spec", "executor"),
+                count=(Factor(("spec", "executor", "instances"), default=0),),
+                name="executor",
+                layout=SPARK_ROLE,
             ),
         ),
         suspend=("spec", "suspend"),
-        notes="Pod templates only where the user gave spec.driver.template / spec.executor.template.",
+        notes="Kueue builds the driver and executor pods from spec.driver / spec.executor fields.",
     ),
     WorkloadKind(
         group="sagemaker.amazonaws.com",
@@ -338,181 +281,58 @@ KINDS: tuple[WorkloadKind, ...] = (
         podsets=(
             PodSetRule(
                 template=("spec", "replicaSpecs", "*", "template"),
-                count=(("spec", "replicaSpecs", "*", "replicas"),),
+                count=(Factor(("spec", "replicaSpecs", "*", "replicas")),),
                 name="name",
             ),
         ),
     ),
 )
 
-_BY_GROUP_KIND: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
+_BY_GVK: dict[tuple[str, str, str], WorkloadKind] = {
+    (k.group, version, k.kind): k for k in KINDS for version in k.versions
+}
+_GROUP_KINDS: dict[tuple[str, str], WorkloadKind] = {(k.group, k.kind): k for k in KINDS}
 
 
-def _group_of(api_version: str) -> str:
-    return api_version.rpartition("/")[0]
+def _split(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
 
 
 def webhook_rules(operations: tuple[str, ...] = ("CREATE", "UPDATE")) -> list[dict[str, Any]]:
     """MutatingWebhookConfiguration ``rules`` covering exactly the kinds of :data:`KINDS`.
 
-    One rule per API group, its resources sorted; ``apiVersions: ["*"]``, namespaced scope.
+    One rule per API group and version, its resources sorted; namespaced scope. Versions are
+    listed explicitly (SPEC §4): another version of a group is not sent to the webhook.
     """
-    by_group: dict[str, set[str]] = {}
+    by_group: dict[tuple[str, str], set[str]] = {}
     for row in KINDS:
-        by_group.setdefault(row.group, set()).add(row.resource)
+        for version in row.versions:
+            by_group.setdefault((row.group, version), set()).add(row.resource)
     return [
         {
             "apiGroups": [group],
-            "apiVersions": ["*"],
+            "apiVersions": [version],
             "operations": list(operations),
             "resources": sorted(resources),
             "scope": "Namespaced",
         }
-        for group, resources in sorted(by_group.items())
+        for (group, version), resources in sorted(by_group.items())
     ]
 
 
 def find_kind(api_version: str, kind: str) -> WorkloadKind | None:
-    """The row for an object's ``apiVersion``/``kind`` (any version of the group), or None."""
-    return _BY_GROUP_KIND.get((_group_of(api_version), kind))
+    """The row for an object's ``apiVersion``/``kind`` (group **and** version), or None."""
+    group, version = _split(api_version)
+    return _BY_GVK.get((group, version, kind))
+
+
+def kind_of_group(api_version: str, kind: str) -> WorkloadKind | None:
+    """A row of the same group and kind at another version (to say why an object is not governed)."""
+    return _GROUP_KINDS.get((_split(api_version)[0], kind))
 
 
 def is_managed_owner(owner_reference: Mapping[str, Any]) -> bool:
     """True when an ownerReference points to an owner Kueue manages as the workload."""
-    key = (_group_of(str(owner_reference.get("apiVersion", ""))), str(owner_reference.get("kind", "")))
-    row = _BY_GROUP_KIND.get(key)
+    row = find_kind(str(owner_reference.get("apiVersion", "")), str(owner_reference.get("kind", "")))
     return row is not None and row.owns_workloads
-
-
-@dataclass(frozen=True)
-class PodTemplateRef:
-    """One concrete pod template found in an object.
-
-    ``path``: keys from the object root to the PodTemplateSpec (``()`` for a bare Pod);
-    ``podset``: a readable podset name; ``count``: pods in this podset (≥ 0);
-    ``template``: the PodTemplateSpec map itself (not a copy).
-    """
-
-    path: tuple[Key, ...]
-    podset: str
-    count: int
-    template: Mapping[str, Any]
-    partial: bool = False
-
-
-def _expand(
-    node: Any, pattern: PathPattern, prefix: tuple[Key, ...] = ()
-) -> Iterator[tuple[tuple[Key, ...], tuple[Key, ...], Any]]:
-    """Yield (concrete path, wildcard bindings, value) for each match of ``pattern`` in ``node``."""
-    if not pattern:
-        yield prefix, (), node
-        return
-    head, rest = pattern[0], pattern[1:]
-    if head == "*":
-        items: list[tuple[Key, Any]]
-        if isinstance(node, list):
-            items = list(enumerate(node))
-        elif isinstance(node, Mapping):
-            items = list(node.items())
-        else:
-            return
-        for key, child in items:
-            for path, bindings, value in _expand(child, rest, (*prefix, key)):
-                yield path, (key, *bindings), value
-    elif isinstance(node, Mapping) and head in node:
-        yield from _expand(node[head], rest, (*prefix, head))
-
-
-def child(node: Any, key: Key) -> Any:
-    """``node[key]`` for a map key or an in-range list index; None when absent."""
-    if type(node) is dict or isinstance(node, Mapping):  # exact dict first: the abc check is slow
-        return node.get(key)
-    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-        return node[key]
-    return None
-
-
-def lookup(node: Any, path: tuple[Key, ...]) -> Any:
-    """The value at ``path`` (no wildcards), or None when any step is absent."""
-    for key in path:
-        node = child(node, key)
-        if node is None:
-            return None
-    return node
-
-
-def _bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
-    """Read ``pattern`` with its wildcards replaced, in order, by ``bindings``; None if absent."""
-    keys = iter(bindings)
-    return lookup(node, tuple(next(keys) if head == "*" else head for head in pattern))
-
-
-def _number(value: Any) -> int | None:
-    """A non-negative integer from an int or an ASCII-digit string (``"2"``), else None."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> int:
-    total = 1
-    for factor in rule.count:
-        path = factor.path if isinstance(factor, Capped) else factor
-        value = _number(_bind(obj, path, bindings))
-        if isinstance(factor, Capped):
-            cap = _number(_bind(obj, factor.cap, bindings))
-            if cap is not None:
-                value = cap if value is None else min(value, cap)
-        if value is not None:
-            total *= value
-    return max(total + rule.count_offset, 0)
-
-
-def _podset_name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...]) -> str:
-    """Map roles use their key (``Worker``); list items their ``name``-like field, else the index."""
-    if not bindings:
-        return rule.name
-    last = bindings[-1]
-    if isinstance(last, str):
-        return last
-    upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
-    holder = _bind(obj, upto_last_wildcard, bindings)
-    if isinstance(holder, Mapping) and isinstance(holder.get(rule.name), str):
-        return str(holder[rule.name])
-    return f"{rule.name}-{last}"
-
-
-def iter_pod_templates(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodTemplateRef]:
-    """Every pod template of ``obj`` per ``row``, embedded objects (AppWrapper) included.
-
-    Only map-shaped templates are yielded. A template of another JSON type gets no policy: the
-    API server refuses such an object anyway (typed decoding for built-in kinds, the CRD's schema
-    for the others).
-    """
-    for rule in row.podsets:
-        for path, bindings, template in _expand(obj, rule.template):
-            if isinstance(template, Mapping):
-                yield PodTemplateRef(
-                    path=path,
-                    podset=_podset_name(obj, rule, bindings),
-                    count=_count(obj, rule, bindings),
-                    template=template,
-                    partial=rule.partial_if is not None and _bind(obj, rule.partial_if, bindings) is not None,
-                )
-    if row.embedded is not None:
-        for path, _, inner in _expand(obj, row.embedded):
-            if not isinstance(inner, Mapping):
-                continue
-            inner_row = find_kind(str(inner.get("apiVersion", "")), str(inner.get("kind", "")))
-            if inner_row is None:
-                continue
-            for ref in iter_pod_templates(inner, inner_row):
-                yield PodTemplateRef(
-                    path=(*path, *ref.path),
-                    podset=f"{inner.get('kind')}/{ref.podset}",
-                    count=ref.count,
-                    template=ref.template,
-                    partial=ref.partial,
-                )

@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 from jsonpointer import JsonPointer
 
-from webhook.core.planner import Change
+from webhook.core.draft import Change
 
 __all__ = ["apply_patch", "pointer", "to_json_patch"]
 

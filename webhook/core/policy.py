@@ -10,7 +10,8 @@ ConfigMap, so the server never needs the platform file itself. The preset's func
 
 from __future__ import annotations
 
-from typing import Literal
+from decimal import Decimal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +31,7 @@ from webhook.core.platform import (
     TeamSpec,
     TopologyMode,
 )
+from webhook.core.quantity import format_quantity, parse_quantity
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
@@ -75,6 +77,9 @@ class TopologyPlacement(_Frozen):
     nodeLabels: dict[str, str] = Field(
         default_factory=dict, description="labels selecting the team's TAS nodes (auto mode)"
     )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, description="the flavor's tolerations: node taints Kueue's TAS lets its pods pass"
+    )
 
 
 class TeamPolicyCompiled(_Frozen):
@@ -86,6 +91,11 @@ class TeamPolicyCompiled(_Frozen):
     podPriority: ValueRule | None = None
     topology: TopologyPlacement | None = None
     nodeAffinity: list[NodeSelectorRequirement] = Field(default_factory=list)
+    quotaLimits: dict[str, str] = Field(
+        default_factory=dict,
+        description="resource → the most the team's ClusterQueue can ever hold (nominalQuota + "
+        "borrowingLimit over its flavors, base units); resources whose borrowing has no limit are left out",
+    )
 
 
 class PolicySet(_Frozen):
@@ -118,9 +128,11 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
     name = rule.topologyName or next(f.topologyName for f in team_flavors if f.topologyName)
     topology = next(t for t in platform.topologies if t.name == name)
     node_labels: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
     for flavor in team_flavors:
         if flavor.topologyName == name:
             node_labels.update(flavor.nodeLabels)
+            tolerations = [t.model_dump(exclude_none=True) for t in flavor.tolerations]
             break
     return TopologyPlacement(
         mode=rule.mode,
@@ -131,7 +143,26 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
         sliceSize=rule.sliceSize,
         enforcement=rule.enforcement,
         nodeLabels=node_labels,
+        tolerations=tolerations,
     )
+
+
+def _quota_limits(team: TeamSpec) -> dict[str, str]:
+    """nominalQuota + borrowingLimit per resource over the team's flavors. Without a cohort there
+    is nothing to borrow; in a cohort a flavor without a borrowingLimit may borrow any amount, so
+    that resource has no limit here."""
+    limits: dict[str, Decimal] = {}
+    unlimited: set[str] = set()
+    for quota in team.quotas:
+        for resource, amount in quota.resources.items():
+            total = parse_quantity(amount.nominalQuota)
+            if team.cohort is not None:
+                if amount.borrowingLimit is None:
+                    unlimited.add(resource)
+                else:
+                    total += parse_quantity(amount.borrowingLimit)
+            limits[resource] = limits.get(resource, Decimal(0)) + total
+    return {name: format_quantity(value) for name, value in sorted(limits.items()) if name not in unlimited}
 
 
 def compile_policies(platform: Platform, extra_excluded: list[str] | None = None) -> PolicySet:
@@ -155,6 +186,7 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
                 kueuePriority=_value_rule(platform, team.policy.kueuePriority),
                 podPriority=_value_rule(platform, team.policy.podPriority),
                 topology=_topology(platform, team),
+                quotaLimits=_quota_limits(team),
                 nodeAffinity=list(team.policy.nodeAffinity),
             )
         )

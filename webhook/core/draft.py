@@ -1,0 +1,205 @@
+"""The plan of one request: its changes, denials and warnings, and the draft they are made on.
+
+:class:`Draft` is a copy-on-write working copy of the object: a rule edits it through
+:meth:`Draft.set` / :meth:`Draft.append`, which record each edit as a :class:`Change` (an ``add``
+of something missing, or a ``replace`` of a present value). :class:`Plan` gathers the changes and
+what to tell the user. Paths are tuples; :mod:`webhook.core.patch` turns them into RFC 6902
+operations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.core.admission import json_type
+from webhook.core.paths import Key, child, dotted, lookup
+from webhook.core.platform import Enforcement
+from webhook.core.policy import TeamPolicyCompiled, ValueRule
+
+__all__ = ["Change", "Draft", "Plan", "Rule", "Shape", "check_value", "json_value", "malformed", "string_map"]
+
+Rule = Literal["queue", "kueuePriority", "podPriority", "topology", "nodeAffinity", "suspend"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit: ``op`` at ``path`` (keys from the object root) with ``value``, and why."""
+
+    op: Literal["add", "replace"]
+    path: tuple[Key, ...]
+    value: Any
+    rule: Rule
+    reason: str
+
+
+@dataclass
+class Plan:
+    """The outcome for one request.
+
+    ``denials`` non-empty → the request is refused with those messages; ``warnings`` go back as
+    AdmissionReview warnings; ``skipped`` says why no rule applied (untouched object).
+    """
+
+    changes: list[Change] = field(default_factory=list)
+    denials: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: str = ""
+    invalid: bool = False
+    #: The rule of each denial and warning, in order (bounded values, for metrics).
+    denied_rules: list[str] = field(default_factory=list)
+    warned_rules: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.denials
+
+    def report(self, enforcement: Enforcement, rule: str, message: str) -> None:
+        """Record ``rule: message`` as a denial (``enforce``) or a warning (``warn``); nothing for
+        ``default``, which only fills in what is missing."""
+        if enforcement == "enforce":
+            self.denials.append(f"{rule}: {message}")
+            self.denied_rules.append(rule)
+        elif enforcement == "warn":
+            self.warnings.append(f"{rule}: {message}")
+            self.warned_rules.append(rule)
+
+
+class Draft:
+    """A working copy of the object plus the changes that produced it.
+
+    Copy-on-write: the draft shares the caller's maps and lists until a change touches them; then
+    each container on the changed path is copied once (the request object is never modified).
+    """
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.doc: dict[str, Any] = dict(obj)
+        self._owned: set[int] = {id(self.doc)}
+        self.changes: list[Change] = []
+
+    def get(self, path: tuple[Key, ...]) -> Any:
+        return lookup(self.doc, path)
+
+    def set(self, path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
+        """Set ``path`` to ``value``, adding missing maps as one whole map (never replacing one).
+
+        Raises:
+            Shape: a value on the way is not the map (or list) the next key needs.
+        """
+        node: Any = self.doc
+        for index, key in enumerate(path[:-1]):
+            found = child(node, key)
+            if found is None:
+                nested: Any = value
+                for inner in reversed(path[index + 1 :]):
+                    nested = {inner: nested}
+                self._record("add", path[: index + 1], nested, rule, reason)
+                return
+            expect_container(path[: index + 1], found, path[index + 1])
+            node = found
+        existed = isinstance(node, dict) and node.get(path[-1]) is not None
+        self._record("replace" if existed else "add", path, value, rule, reason)
+
+    def append(self, list_path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
+        """Append to the list at ``list_path`` (which must exist)."""
+        items = self.get(list_path)
+        assert isinstance(items, list)
+        self._record("add", (*list_path, len(items)), value, rule, reason)
+
+    def _own(self, path: tuple[Key, ...]) -> Any:
+        """The container at ``path``, with it and every container above it copied into the draft."""
+        node: Any = self.doc
+        for key in path:
+            found = child(node, key)
+            if id(found) not in self._owned:
+                found = dict(found) if isinstance(found, dict) else list(found)
+                self._owned.add(id(found))
+                node[key] = found
+            node = found
+        return node
+
+    def _record(
+        self, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
+    ) -> None:
+        parent = self._own(path[:-1])
+        key = path[-1]
+        if isinstance(parent, list):
+            assert isinstance(key, int)
+            parent.insert(key, _clone(value))
+        else:
+            parent[key] = _clone(value)
+        # The change keeps its own copy: later edits of the draft, or another change made from the
+        # same policy value, must not show through it (nor make YAML anchors in `kgov mutate`).
+        self.changes.append(Change(op, path, _clone(value), rule, reason))
+
+
+def expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:
+    """Raise :class:`Shape` unless ``found`` can take ``next_key`` (a map for names, a list for indexes)."""
+    if isinstance(next_key, int):
+        if not isinstance(found, list):
+            raise Shape(path, found, "array")
+    elif not isinstance(found, dict):
+        raise Shape(path, found)
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of a JSON value (maps, lists, scalars); much cheaper than ``copy.deepcopy``."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
+
+
+class Shape(Exception):
+    """A value of the wrong JSON type where the plan must write (``expected``: object or array)."""
+
+    def __init__(self, path: tuple[Key, ...], found: Any, expected: str = "object") -> None:
+        self.path = path
+        self.found = found
+        self.expected = expected
+
+
+def check_value(
+    plan: Plan, rule_name: str, rule: ValueRule, value: Any, where: str, team: TeamPolicyCompiled, what: str
+) -> None:
+    """Report ``value`` under ``rule``'s enforcement when it is outside the allowed set."""
+    if rule.allowed is None or value in rule.allowed:
+        return
+    allowed = ", ".join(rule.allowed) or "none"
+    message = f"{what} {json_value(value)} ({where}) is not allowed for team {team.team!r}; allowed: {allowed}"
+    plan.report(rule.enforcement, rule_name, message)
+
+
+def json_value(value: Any) -> str:
+    """``true``/``false``/``null`` and quoted strings, as a user wrote them in YAML or JSON."""
+    if isinstance(value, str):
+        return repr(value)
+    return json.dumps(value)
+
+
+def string_map(draft: Draft, path: tuple[Key, ...]) -> dict[str, Any]:
+    """The map at ``path`` in the draft ({} when absent).
+
+    Raises:
+        Shape: the value there is not a map.
+    """
+    value = draft.get(path)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Shape(path, value)
+    return value
+
+
+def malformed(shape: Shape) -> Plan:
+    """The plan for an object with a value of the wrong JSON type where the rules read or write."""
+    plan = Plan(invalid=True)
+    plan.report(
+        "enforce",
+        "malformed object",
+        f"{dotted(shape.path)} must be an {shape.expected}, got {json_type(shape.found)}",
+    )
+    return plan

@@ -1,0 +1,151 @@
+"""The shape of a workload-kind row: where a kind keeps its podsets, labels and suspend field.
+
+Data only (SPEC §4): :mod:`webhook.core.kinds` holds the rows, :mod:`webhook.core.view` reads
+objects through them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.core.paths import PathPattern
+
+__all__ = ["SPARK_ROLE", "TEMPLATE", "Factor", "Leader", "PodLayout", "PodSetRule", "Requirement", "WorkloadKind"]
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A pod-count factor read at ``path``: ``default`` when unset, at most the value at ``cap``
+    when that is set (a Job runs min(parallelism, completions) pods at once)."""
+
+    path: PathPattern
+    cap: PathPattern | None = None
+    default: int = 1
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A leader template at ``path`` (relative to the object) takes one pod of the group when set:
+    the podset is then called ``name`` and has ``count_offset`` pods more (Kueue's LWS adapter)."""
+
+    path: PathPattern
+    name: str
+    count_offset: int
+
+
+@dataclass(frozen=True)
+class PodLayout:
+    """Where a podset's pod fields live, relative to its base path.
+
+    A ``PodTemplateSpec`` (the default) keeps them under ``metadata`` and ``spec``; a Spark role
+    (``spec.driver``) has them as fields of its own. ``sized`` False: the per-pod requests are not
+    read from containers at these paths (Kueue computes them from other fields), so they are unknown.
+    """
+
+    annotations: PathPattern = ("metadata", "annotations")
+    labels: PathPattern = ("metadata", "labels")
+    priority: PathPattern = ("spec", "priorityClassName")
+    pod_priority: PathPattern | None = ("spec", "priority")
+    affinity: PathPattern = ("spec", "affinity")
+    node_selector: PathPattern = ("spec", "nodeSelector")
+    tolerations: PathPattern = ("spec", "tolerations")
+    spec: PathPattern | None = ("spec",)
+    maps: tuple[PathPattern, ...] = (("spec",), ("metadata",), ("metadata", "annotations"))
+
+
+TEMPLATE = PodLayout()
+SPARK_ROLE = PodLayout(
+    annotations=("annotations",),
+    labels=("labels",),
+    priority=("priorityClassName",),
+    pod_priority=None,
+    affinity=("affinity",),
+    node_selector=("nodeSelector",),
+    tolerations=("tolerations",),
+    spec=None,
+    maps=((), ("annotations",)),
+)
+
+
+@dataclass(frozen=True)
+class PodSetRule:
+    """Where one family of Kueue podsets lives in an object.
+
+    ``template``: pattern of the podset's base (a ``PodTemplateSpec`` unless ``layout`` says
+    otherwise); the empty tuple means the object itself (a bare Pod). ``count``: factors whose
+    values (integers or integer strings) multiply to the number of pods; ``count_offset`` is added
+    after. ``name``: Kueue's podset name, lower-cased as Kueue's ``NewPodSetReference`` does: a
+    fixed name, the wildcard's map key (``name="role"``: ``Worker`` → ``worker``) or a field of
+    that name next to the template (``name``, ``groupName``). ``leader``: see :class:`Leader`.
+    ``partial_if``: when this path is set the object is one member of a larger group whose other
+    members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
+    ``only_if``: the podset exists only when (path, value) holds (a RayJob's submitter).
+    ``default_requests``: per-pod requests Kueue assumes when the template is absent.
+    """
+
+    template: PathPattern
+    count: tuple[Factor, ...] = ()
+    count_offset: int = 0
+    name: str = "main"
+    leader: Leader | None = None
+    partial_if: PathPattern | None = None
+    only_if: tuple[PathPattern, Any] | None = None
+    default_requests: tuple[tuple[str, str], ...] = ()
+    layout: PodLayout = TEMPLATE
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A field Kueue's own webhook insists on for a workload it manages.
+
+    ``forbid`` False: ``path`` must equal ``value`` (added when missing, the request denied when
+    the user set another value). ``forbid`` True: ``path`` must not equal ``value`` (denied). Not
+    applied when the object has ``unless`` = (path, value). ``why`` quotes Kueue's reason.
+    """
+
+    path: PathPattern
+    value: Any
+    forbid: bool = False
+    unless: tuple[PathPattern, Any] | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One workload kind (at one or more API versions) Kueue manages.
+
+    ``labels_at``: path of the ``metadata`` map that carries the queue-name and priority-class
+    labels. ``suspend``: path of the boolean suspend field, None where the kind has none (Kueue
+    gates such kinds' pods instead). ``skip_if``: a workload with any of these paths set is left
+    alone (a RayJob with ``clusterSelector`` runs on an existing cluster). ``embedded``: pattern of
+    whole objects of other kinds inside this one (AppWrapper components), planned by their own
+    rows. ``requires``: what Kueue's webhook insists on for a workload it manages (see
+    :class:`Requirement`). ``owns_workloads``: objects this kind controls are Kueue children and
+    get nothing. ``pod_labels``: Kueue admits this kind's pods as Pods and copies only the queue
+    label into them (Kueue's Deployment webhook), so the queue and priority labels also go into
+    every pod template's labels. ``opaque``: the kind's pods come from somewhere the object does
+    not show (a TrainJob's runtime): the pod-template rules cannot be applied, and this says why.
+    ``declared``: the field next to each embedded object that may declare its podsets (AppWrapper
+    ``podSets``: ``path`` and ``replicas``), used instead of the embedded row's; embedded podsets
+    are then named ``<name>-<index>`` over the whole object (Kueue's AppWrapper adapter).
+    ``frozen_unless``: on UPDATE the pod templates may not change while this (path, value) holds
+    (a Job's template is immutable unless it is suspended, as the API server enforces).
+    """
+
+    group: str
+    kind: str
+    versions: tuple[str, ...]
+    resource: str
+    podsets: tuple[PodSetRule, ...] = ()
+    labels_at: PathPattern = ("metadata",)
+    suspend: PathPattern | None = None
+    skip_if: tuple[PathPattern, ...] = ()
+    embedded: PathPattern | None = None
+    requires: tuple[Requirement, ...] = ()
+    owns_workloads: bool = True
+    pod_labels: bool = False
+    opaque: str = ""
+    frozen_unless: tuple[PathPattern, Any] | None = None
+    declared: str = ""
+    notes: str = field(default="", compare=False)

@@ -1,0 +1,79 @@
+"""Key paths into JSON objects: reading one value, expanding ``"*"`` patterns, counting.
+
+A path is a tuple of keys (map keys and list indexes). A *pattern* may hold ``"*"``, which stands
+for every item of a list or every value of a map, in document order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = ["Key", "PathPattern", "bind", "child", "dotted", "expand", "lookup", "number"]
+
+Key = str | int
+PathPattern = tuple[str, ...]
+
+
+def child(node: Any, key: Key) -> Any:
+    """``node[key]`` for a map key or an in-range list index; None when absent."""
+    if type(node) is dict or isinstance(node, Mapping):  # exact dict first: the abc check is slow
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
+
+
+def lookup(node: Any, path: tuple[Key, ...]) -> Any:
+    """The value at ``path`` (no wildcards), or None when any step is absent."""
+    for key in path:
+        node = child(node, key)
+        if node is None:
+            return None
+    return node
+
+
+def expand(
+    node: Any, pattern: PathPattern, prefix: tuple[Key, ...] = ()
+) -> Iterator[tuple[tuple[Key, ...], tuple[Key, ...], Any]]:
+    """Yield (concrete path, wildcard bindings, value) for each match of ``pattern`` in ``node``."""
+    if not pattern:
+        yield prefix, (), node
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        items: list[tuple[Key, Any]]
+        if isinstance(node, list):
+            items = list(enumerate(node))
+        elif isinstance(node, Mapping):
+            items = list(node.items())
+        else:
+            return
+        for key, item in items:
+            for path, bindings, value in expand(item, rest, (*prefix, key)):
+                yield path, (key, *bindings), value
+    elif isinstance(node, Mapping) and head in node:
+        yield from expand(node[head], rest, (*prefix, head))
+
+
+def bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
+    """Read ``pattern`` with its wildcards replaced, in order, by ``bindings``; None if absent."""
+    keys = iter(bindings)
+    return lookup(node, tuple(next(keys) if head == "*" else head for head in pattern))
+
+
+def number(value: Any) -> int | None:
+    """A non-negative integer from an int or an ASCII-digit string (``"2"``), else None."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def dotted(path: tuple[Key, ...]) -> str:
+    """``spec.template.spec.containers[0]`` for a key path (``<object>`` for the root)."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out or "<object>"

@@ -1,0 +1,87 @@
+"""Node affinity rule: the team's ``matchExpressions`` in every podset's required node affinity (SPEC §3).
+
+ANDed into every existing ``nodeSelectorTerm`` (terms are ORed); a new term only when there is
+none; no duplicates. A term that is empty (no ``matchExpressions``, no ``matchFields``) matches no
+node in Kubernetes and is left so: adding the team's expressions would widen it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.draft import Draft, Plan, Shape, string_map
+from webhook.core.view import PodSet
+
+__all__ = ["normalize", "plan_node_affinity"]
+
+
+def plan_node_affinity(draft: Draft, podset: PodSet, expressions: list[dict[str, Any]], plan: Plan) -> None:
+    """AND ``expressions`` (normalized) into every nodeSelectorTerm (terms are ORed), or add one term.
+
+    A term whose own ``In`` expression on the same key shares no value with the team's can then
+    match no node: admitted, with a warning naming the term.
+    """
+    if not expressions or not podset.present:
+        return
+    where = f"podset {podset.name!r}"
+    affinity_path = podset.at(*podset.rule.layout.affinity)
+    required_path = (*affinity_path, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    terms_path = (*required_path, "nodeSelectorTerms")
+    for key_path in (affinity_path, (*affinity_path, "nodeAffinity"), required_path):
+        string_map(draft, key_path)
+    terms = draft.get(terms_path)
+    reason = f"{where}: team node affinity"
+    new_term = {"matchExpressions": expressions}
+    if terms is None:
+        draft.set(terms_path, [new_term], "nodeAffinity", reason)
+        return
+    if not isinstance(terms, list):
+        raise Shape(terms_path, terms, "array")
+    if not terms:
+        draft.append(terms_path, new_term, "nodeAffinity", reason)
+        return
+    for index, term in enumerate(terms):
+        term_path = (*terms_path, index)
+        if not isinstance(term, dict):
+            raise Shape(term_path, term)
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            continue  # an empty term matches no node; ANDing ours would widen it to the team's nodes
+        existing = term.get("matchExpressions")
+        if existing is None:
+            draft.set((*term_path, "matchExpressions"), expressions, "nodeAffinity", reason)
+            continue
+        if not isinstance(existing, list):
+            raise Shape((*term_path, "matchExpressions"), existing, "array")
+        for expression in expressions:
+            warn_disjoint(existing, expression, f"{where}: nodeSelectorTerms[{index}]", plan)
+            if not any(normalize(e) == expression for e in existing if isinstance(e, Mapping)):
+                draft.append((*term_path, "matchExpressions"), expression, "nodeAffinity", reason)
+                existing = draft.get((*term_path, "matchExpressions"))
+
+
+def warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: str, plan: Plan) -> None:
+    if expression.get("operator") != "In":
+        return
+    wanted = set(expression.get("values") or [])
+    for own in existing:
+        if not isinstance(own, Mapping) or own.get("key") != expression.get("key") or own.get("operator") != "In":
+            continue
+        values = own.get("values")
+        if isinstance(values, list) and not wanted.intersection(v for v in values if isinstance(v, str)):
+            message = (
+                f"{where} asks for {own.get('key')} in {json.dumps(values)}, but team nodes have "
+                f"{json.dumps(sorted(wanted))}: pods of this term can match no node"
+            )
+            plan.report("warn", "nodeAffinity", message)
+
+
+def normalize(expression: Mapping[str, Any]) -> dict[str, Any]:
+    """Key, operator and values, for comparing a user's expression with the team's; a value of
+    the wrong type is kept as is (then it equals nothing of ours)."""
+    out: dict[str, Any] = {"key": expression.get("key"), "operator": expression.get("operator")}
+    values = expression.get("values")
+    if values:
+        out["values"] = list(values) if isinstance(values, list) else values
+    return out

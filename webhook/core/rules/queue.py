@@ -1,0 +1,92 @@
+"""Queue rule: the ``kueue.x-k8s.io/queue-name`` label (SPEC §3), the suspend field Kueue's own
+webhook needs, the fields Kueue's webhook insists on, and the labels of pods Kueue admits one by one.
+
+Kueue reads an empty queue name as "no queue" (``jobframework.QueueNameForObject``), so ``""``
+is treated as missing: filled in, and under ``enforce`` a present ``""`` is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.draft import Draft, Plan, Rule, check_value, json_value, string_map
+from webhook.core.kinds import WorkloadKind
+from webhook.core.paths import Key, dotted, lookup
+from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.view import WorkloadView
+
+__all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue"]
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+def labels_path(row: WorkloadKind) -> tuple[Key, ...]:
+    return (*row.labels_at, "labels")
+
+
+def plan_queue(draft: Draft, row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """Add the team's LocalQueue (and ``suspend: true``) when missing; check a user's value."""
+    path = labels_path(row)
+    labels = string_map(draft, path)
+    queue = labels.get(QUEUE_LABEL)
+    managed = queue is not None
+    if queue in (None, "") and team.queue.default:
+        managed = True
+        reason = f"the LocalQueue of team {team.team!r}"
+        if queue == "":
+            message = f"an empty {QUEUE_LABEL} ({dotted(path)}) means no queue to Kueue; set to {team.queue.default!r}"
+            plan.report("warn", "queue", message)
+        draft.set((*path, QUEUE_LABEL), team.queue.default, "queue", reason)
+        if row.suspend is not None and draft.get(row.suspend) is not True:
+            draft.set(row.suspend, True, "suspend", "queue label added: Kueue starts the workload once admitted")
+    elif queue is not None:
+        check_value(plan, "queue", team.queue, queue, f"{dotted(path)}.{QUEUE_LABEL}", team, "LocalQueue")
+    if managed:
+        _plan_requirements(draft, row, plan)
+
+
+def _plan_requirements(draft: Draft, row: WorkloadKind, plan: Plan) -> None:
+    for need in row.requires:
+        if need.unless is not None and lookup(draft.doc, need.unless[0]) == need.unless[1]:
+            continue
+        current = draft.get(need.path)
+        if need.forbid:
+            if current == need.value:
+                message = f"Kueue refuses a {row.kind} with {dotted(need.path)}: {json_value(need.value)}"
+                plan.report("enforce", "queue", f"{message} ({need.why})")
+        elif current is None:
+            draft.set(need.path, need.value, "queue", f"Kueue requires it of a {row.kind}: {need.why}")
+        elif current != need.value:
+            message = f"Kueue manages a {row.kind} only with {dotted(need.path)}: {json_value(need.value)}"
+            plan.report("enforce", "queue", f"{message}, got {json_value(current)} ({need.why})")
+
+
+def plan_pod_labels(draft: Draft, view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """The workload's queue and priority labels in every pod template too (``pod_labels`` rows);
+    a template's own value is checked like the workload's."""
+    if not view.row.pod_labels:
+        return
+    path = labels_path(view.row)
+    checks: tuple[tuple[str, Rule, ValueRule | None, str], ...] = (
+        (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+        (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+    )
+    for label, rule_name, rule, what in checks:
+        value: Any = draft.get((*path, label))
+        for podset in view.podsets:
+            own_path = podset.at(*podset.rule.layout.labels)
+            own = string_map(draft, own_path).get(label)
+            if own is None and value is not None:
+                draft.set(
+                    (*own_path, label), value, rule_name, f"podset {podset.name!r}: Kueue admits these pods one by one"
+                )
+            elif own is not None and rule is not None:
+                check_value(plan, rule_name, rule, own, f"{dotted(own_path)}.{label}", team, what)
+
+
+def workload_labels(obj: Mapping[str, Any], row: WorkloadKind) -> Mapping[str, Any]:
+    """The labels map that carries the queue and priority labels ({} when absent)."""
+    labels = lookup(obj, labels_path(row))
+    return labels if isinstance(labels, Mapping) else {}

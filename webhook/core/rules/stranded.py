@@ -1,0 +1,140 @@
+"""Never silently stranded (SPEC §3): a workload Kueue can never admit is said so at creation.
+
+Two checks on the planned object, i.e. what Kueue will see:
+
+- **topology**: a podset (or podset group) whose ``podset-required-topology`` level has no domain
+  that holds all its pods, whose ``podset-slice-required-topology`` level has no domain that
+  holds one slice, or, without a required level, whose pods do not fit on all the team's
+  eligible nodes together (Kueue places every podset of a TAS ClusterQueue by topology), on an
+  *empty* cluster (node ``allocatable``, Kueue's TAS node filter). Needs
+  the node inventory and the team's Topology; reported under the topology rule's enforcement
+  (``enforce`` refuses, ``warn`` and ``default`` warn).
+- **quota**: a workload whose requests of a resource (Σ pods × per-pod request) exceed what the
+  team's ClusterQueue can ever hold (nominalQuota + borrowingLimit, see
+  :attr:`TeamPolicyCompiled.quotaLimits`); reported under the queue rule's enforcement.
+
+- **together**: podsets that each fit alone but not all together on the team's nodes
+  (first-fit decreasing, a heuristic: warned only, "may never be admitted").
+
+A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+
+from webhook.core.draft import Plan
+from webhook.core.inventory import NodeInventory, first_fit
+from webhook.core.platform import Enforcement
+from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.quantity import format_quantity, parse_quantity
+from webhook.core.rules.topology import (
+    REQUIRED,
+    SLICE_REQUIRED,
+    SLICE_SIZE,
+    constraints,
+    group_capacity,
+    podset_groups,
+)
+from webhook.core.view import PodSet, WorkloadView
+
+__all__ = ["check_fits_together", "check_quota", "check_topology_fits"]
+
+
+def _loud(enforcement: Enforcement) -> Enforcement:
+    return "enforce" if enforcement == "enforce" else "warn"
+
+
+def _shape(requests: Mapping[str, Decimal] | None) -> str:
+    items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((requests or {}).items()) if amount]
+    return "{" + ", ".join(items) + "}"
+
+
+def check_topology_fits(
+    view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
+) -> None:
+    """Report each podset (group) that no domain of its required level (or slice level) can hold."""
+    placement = team.topology
+    if placement is None or inventory is None or not len(inventory):
+        return
+    levels = placement.levels
+    for members in podset_groups([p for p in view.podsets if p.present]):
+        if any(p.partial or p.requests is None for p in members):
+            continue
+        annotations = members[0].annotations
+        count = sum(p.count for p in members)
+        wanted: list[tuple[str, int, str]] = []
+        level = annotations.get(REQUIRED)
+        if isinstance(level, str) and level in levels:
+            wanted.append((level, count, "all its pods"))
+        slice_level, slice_size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
+        if (
+            isinstance(slice_level, str)
+            and slice_level in levels
+            and isinstance(slice_size, str)
+            and slice_size.isdigit()
+        ):
+            wanted.append((slice_level, int(slice_size), "one slice"))
+        capacity = group_capacity(members, placement, inventory, team)
+        names = ", ".join(repr(p.name) for p in members)
+        requests = _shape(members[0].requests)
+        for level, pods, what in wanted:
+            largest = capacity[levels.index(level)]
+            if largest < pods:
+                message = (
+                    f"podset {names} can never be admitted: {what} ({pods} pods of {requests}) must fit in one "
+                    f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
+                )
+                plan.report(_loud(placement.enforcement), "topology", message)
+        if not wanted and capacity[-1] < count:
+            message = (
+                f"podset {names} can never be admitted: its {count} pods of {requests} fit on no set of the "
+                f"team's nodes (they hold {capacity[-1]} such pods on an empty cluster)"
+            )
+            plan.report(_loud(placement.enforcement), "topology", message)
+
+
+def check_fits_together(
+    view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
+) -> None:
+    """Warn when the workload's podsets, each of which fits alone, do not fit the team's nodes
+    together (first-fit decreasing on an empty cluster; a heuristic, so a warning only)."""
+    placement = team.topology
+    podsets = [p for p in view.podsets if p.present]
+    if placement is None or inventory is None or not len(inventory) or len(podsets) < 2:
+        return
+    if any(p.partial or p.requests is None for p in podsets):
+        return
+    nodes = inventory.select(placement.nodeLabels, placement.levels)
+    shapes = [(constraints(p, team), p.count) for p in podsets]
+    missing = first_fit(nodes, shapes, placement.tolerations)
+    if missing:
+        total = sum(p.count for p in podsets)
+        parts = ", ".join(f"{p.name!r} {p.count} × {_shape(p.requests)}" for p in podsets)
+        message = (
+            f"the workload may never be admitted: its {total} pods ({parts}) do not fit the team's "
+            f"{len(nodes)} nodes together on an empty cluster ({missing} left over)"
+        )
+        plan.report("warn", "topology", message)
+
+
+def _podset_share(podset: PodSet, resource: str) -> str:
+    amount = (podset.requests or {}).get(resource, Decimal(0))
+    return f"{podset.name!r} {podset.count} × {format_quantity(amount)}"
+
+
+def check_quota(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """Report each resource the workload needs more of than the team's ClusterQueue can ever hold."""
+    totals = view.total()
+    for resource, limit_text in team.quotaLimits.items():
+        needed = totals.get(resource, Decimal(0))
+        limit = parse_quantity(limit_text)
+        if needed <= limit:
+            continue
+        parts = ", ".join(_podset_share(p, resource) for p in view.podsets if (p.requests or {}).get(resource))
+        message = (
+            f"the workload can never be admitted: it needs {format_quantity(needed)} {resource} ({parts}), more "
+            f"than team {team.team!r}'s nominalQuota + borrowingLimit of {limit_text}"
+        )
+        plan.report(_loud(team.queue.enforcement), "queue", message)

@@ -1,0 +1,220 @@
+"""Topology rule: one ``kueue.x-k8s.io/podset-*-topology`` annotation set per podset (SPEC §3).
+
+Never added when the user set any TAS annotation on the podset (or a member of its podset
+group). Under ``enforce``/``warn`` a user's own annotations must name levels of the team's
+Topology and may not ask for less locality than the policy. Mode ``auto`` picks the narrowest
+level at which one domain of the live inventory, as Kueue's TAS sees it
+(:mod:`webhook.core.inventory`), holds the whole podset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.draft import Draft, Plan
+from webhook.core.inventory import NodeInventory, PodConstraints
+from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
+from webhook.core.view import PodSet
+
+__all__ = [
+    "PREFERRED",
+    "REQUIRED",
+    "SLICE_REQUIRED",
+    "SLICE_SIZE",
+    "TAS_ANNOTATIONS",
+    "UNCONSTRAINED",
+    "check_user_topology",
+    "constraints",
+    "plan_topology",
+    "podset_groups",
+]
+
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+#: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
+TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
+_LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
+_STRENGTH = {REQUIRED: 2, PREFERRED: 1}
+
+
+def _user_request(annotations: Mapping[str, Any], levels: list[str]) -> tuple[int, int]:
+    """How strongly a podset's own TAS annotations bind it: (2 required | 1 preferred | 0 other, depth)."""
+    for key, strength in _STRENGTH.items():
+        level = annotations.get(key)
+        if level is not None:
+            return strength, levels.index(level) if level in levels else -1
+    return 0, -1
+
+
+def check_user_topology(podset: PodSet, placement: TopologyPlacement, team: TeamPolicyCompiled, plan: Plan) -> None:
+    """Under ``enforce``/``warn``: a podset's own TAS annotations must name levels of the team's
+    Topology and may not ask for less locality than the policy (a weaker mode or a broader level)."""
+    annotations = podset.annotations
+    if placement.enforcement == "default" or not any(key in annotations for key in TAS_ANNOTATIONS):
+        return
+    enforcement = placement.enforcement
+    where = f"podset {podset.name!r}"
+    malformed = False
+    for key in _LEVEL_ANNOTATIONS:
+        level = annotations.get(key)
+        if level is not None and level not in placement.levels:
+            malformed = True
+            message = (
+                f"{key} {level!r} ({where}) is not a level of Topology {placement.topologyName!r} "
+                f"for team {team.team!r}; allowed: {', '.join(placement.levels)}"
+            )
+            plan.report(enforcement, "topology", message)
+    unconstrained = annotations.get(UNCONSTRAINED)
+    if unconstrained is not None and unconstrained not in ("true", "false"):
+        malformed = True
+        plan.report(
+            enforcement, "topology", f"{UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}"
+        )
+    if malformed or placement.mode not in ("required", "preferred") or placement.level is None:
+        return  # malformed annotations are reported once, without a second reason
+    wanted = (
+        _STRENGTH[REQUIRED if placement.mode == "required" else PREFERRED],
+        placement.levels.index(placement.level),
+    )
+    asked = _user_request(annotations, placement.levels)
+    if asked[0] < wanted[0] or (asked[0] == wanted[0] and asked[1] < wanted[1]):
+        message = (
+            f"{where} asks for less locality than team {team.team!r} allows: the policy is "
+            f"{placement.mode} at {placement.level}"
+        )
+        plan.report(enforcement, "topology", message)
+
+
+def podset_groups(podsets: Sequence[PodSet]) -> list[list[PodSet]]:
+    """Podsets sharing a ``podset-group-name`` as one group; every other podset alone."""
+    groups: dict[str, list[PodSet]] = {}
+    for index, podset in enumerate(podsets):
+        key = f"group:{podset.group}" if podset.group is not None else f"podset:{index}"
+        groups.setdefault(key, []).append(podset)
+    return list(groups.values())
+
+
+def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
+    """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
+    extra = [e.model_dump(exclude_none=True) for e in team.nodeAffinity]
+    terms: list[Any] | None = podset.affinity_terms
+    if extra:
+        if terms is None:
+            terms = [{"matchExpressions": extra}]
+        else:
+            terms = [
+                {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *extra]}
+                if isinstance(term, Mapping) and (term.get("matchExpressions") or term.get("matchFields"))
+                else term
+                for term in terms
+            ]
+    return PodConstraints(
+        requests=podset.requests or {},
+        tolerations=podset.tolerations,
+        node_selector=podset.node_selector,
+        affinity_terms=terms,
+    )
+
+
+def plan_topology(
+    draft: Draft,
+    podsets: Sequence[PodSet],
+    placement: TopologyPlacement,
+    inventory: NodeInventory | None,
+    team: TeamPolicyCompiled,
+) -> None:
+    """One TAS annotation set per podset; podsets sharing ``podset-group-name`` are planned as one
+    (Kueue requires the members of a group to ask for the same topology)."""
+    for members in podset_groups([p for p in podsets if p.present]):
+        if any(key in p.annotations for p in members for key in TAS_ANNOTATIONS):
+            continue  # the user placed this podset (or a member of its group): never add one
+        if placement.mode == "unconstrained" and members[0].group is not None:
+            continue  # Kueue refuses podset-group-name without a required or preferred topology
+        wanted = topology_annotations(members, placement, inventory, team)
+        for podset in members:
+            for key, (value, reason) in wanted.items():
+                path = podset.at(*podset.rule.layout.annotations, key)
+                draft.set(path, value, "topology", f"podset {podset.name!r}: {reason}")
+
+
+def topology_annotations(
+    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory | None, team: TeamPolicyCompiled
+) -> dict[str, tuple[str, str]]:
+    """The TAS annotations for one podset or podset group (key → (value, reason))."""
+    mode = placement.mode
+    if mode == "unconstrained":
+        return {UNCONSTRAINED: ("true", "team policy: unconstrained")}
+    if mode == "auto":
+        return _auto(members, placement, inventory, team)
+    assert placement.level is not None
+    out = {
+        REQUIRED if mode == "required" else PREFERRED: (placement.level, f"team policy: {mode} at {placement.level}")
+    }
+    if len(members) == 1:
+        out.update(_slice(members[0].count, placement))
+    return out
+
+
+def _slice(count: int, placement: TopologyPlacement) -> dict[str, tuple[str, str]]:
+    """Slice annotations when the podset divides into whole slices (Kueue rejects partial slices)."""
+    size = placement.sliceSize
+    if placement.sliceLevel is None or size is None or count < size or count % size:
+        return {}
+    reason = f"{count} pods in slices of {size} at {placement.sliceLevel}"
+    return {SLICE_REQUIRED: (placement.sliceLevel, reason), SLICE_SIZE: (str(size), reason)}
+
+
+def group_capacity(
+    members: Sequence[PodSet], placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
+) -> list[int]:
+    """Pods of the group's largest member shape that fit in the largest domain of each level."""
+    shapes = [constraints(p, team) for p in members]
+    requests: dict[str, Decimal] = {}
+    for shape in shapes:  # a group is sized by its largest pod: never too optimistic
+        for resource, amount in shape.requests.items():
+            requests[resource] = max(requests.get(resource, Decimal(0)), amount)
+    return inventory.largest_domain(placement.levels, placement.nodeLabels, shapes, placement.tolerations, requests)
+
+
+def _auto(
+    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory | None, team: TeamPolicyCompiled
+) -> dict[str, tuple[str, str]]:
+    """Topology mode ``auto`` (SPEC §3): the narrowest level at which one domain holds the whole
+    podset (or group) gets ``required``, never broader than ``placement.level`` when set; too large
+    for that, a slice rule if one fits, else ``preferred`` at that broadest level. Without an
+    inventory, or for a podset whose size is unknown (one Pod of a pod group), ``preferred``."""
+    levels = placement.levels
+    top = levels.index(placement.level) if placement.level in levels else 0
+    if inventory is None or not len(inventory):
+        level = placement.level or levels[-1]
+        return {PREFERRED: (level, "auto: no node inventory, so preferred (never blocks admission)")}
+    if any(p.partial or p.requests is None for p in members):
+        level = placement.level or levels[-1]
+        return {PREFERRED: (level, "auto: one member of a pod group, its size unknown, so preferred")}
+    count = sum(p.count for p in members)
+    capacity = group_capacity(members, placement, inventory, team)
+    pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
+    for depth in range(len(levels) - 1, top - 1, -1):
+        if capacity[depth] >= count:
+            return {
+                REQUIRED: (
+                    levels[depth],
+                    f"auto: {count} {pods} {fit} in one {levels[depth]} domain (the largest holds {capacity[depth]})",
+                )
+            }
+    if len(members) == 1:
+        sliced = _slice(count, placement)
+        if sliced:
+            return sliced
+    return {
+        PREFERRED: (
+            levels[top],
+            f"auto: {count} {pods} {'exceeds' if count == 1 else 'exceed'} the largest {levels[top]} domain "
+            f"({capacity[top]}), so preferred",
+        )
+    }

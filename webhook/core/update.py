@@ -1,0 +1,198 @@
+"""UPDATE of a governed workload (SPEC §3, "UPDATE never blocks Kueue or a re-apply").
+
+Kueue starts, stops and evicts jobs by UPDATE (unsuspend, node selectors, scheduling gates;
+later suspend again), and users re-apply their original manifests (``kubectl apply``,
+``apply --server-side``, ``replace``). So, for each governed value (the queue and priority
+labels, ``suspend``, each podset's ``priorityClassName``, TAS annotations and the team's node
+affinity, and the labels of pods Kueue admits one by one):
+
+- left as it was by the update → never refused, whoever sends it and whatever the policy says now
+  (a value the policy no longer allows stays; an object from before the webhook stays bare);
+- introduced or changed → checked as on CREATE;
+- dropped → put back as it was in the stored object, so a re-apply of the original manifest
+  keeps it (and an immutable field, like a started Job's pod template, stays unchanged);
+- a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
+  immutable (a Job's), where it is reported instead.
+
+Nothing else is patched: in particular no field the stored object did not have is added to a
+pod template the API server refuses to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.core.draft import Draft, Plan, Shape, check_value, malformed
+from webhook.core.inventory import NodeInventory
+from webhook.core.kinds import WorkloadKind
+from webhook.core.paths import Key, dotted, lookup
+from webhook.core.planner import managed_child, plan_object, skip_reason, validate_podset
+from webhook.core.platform import Enforcement
+from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.rules.pod_priority import check_pod_priority
+from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path
+from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology
+from webhook.core.view import PodSet, kueue_view
+
+__all__ = ["plan_update"]
+
+_AFFINITY = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def plan_update(
+    new: Mapping[str, Any],
+    old: Mapping[str, Any],
+    row: WorkloadKind,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None = None,
+) -> Plan:
+    """Plan an UPDATE of a workload of kind ``row`` (see the module docstring)."""
+    skipped = managed_child(new)
+    if skipped and managed_child(old):  # an owner added by this very update proves nothing
+        return Plan(skipped=skipped)
+    if skip_reason(new, row) and skip_reason(old, row):
+        return Plan(skipped=skip_reason(new, row))
+    plan = Plan()
+    draft = Draft(new)
+    try:
+        _labels(draft, old, row, team, plan)
+        if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
+            draft.set(row.suspend, True, "suspend", "put back: the update drops suspend, Kueue has not started it")
+        old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
+        for podset in kueue_view(new, row).podsets:
+            if not podset.present:
+                continue
+            before = old_podsets.get(podset.path)
+            if before is None:
+                _added(draft, new, podset, row, team, inventory, plan)
+            else:
+                _podset(draft, podset, before, team, plan, row.pod_labels)
+    except Shape as shape:
+        return malformed(shape)
+    plan.changes = draft.changes
+    if not plan.changes and not plan.denials and not plan.warnings:
+        plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
+    return plan
+
+
+def _restore(draft: Draft, path: tuple[Key, ...], value: Any, rule: Any, what: str) -> None:
+    draft.set(path, value, rule, f"put back: the update drops {what}")
+
+
+def _value(
+    draft: Draft,
+    path: tuple[Key, ...],
+    old: Any,
+    rule_name: Any,
+    rule: ValueRule | None,
+    team: TeamPolicyCompiled,
+    what: str,
+    plan: Plan,
+) -> None:
+    """One governed scalar: unchanged → nothing; dropped → put back; introduced/changed → checked."""
+    new = draft.get(path)
+    if rule is None or new == old:
+        return
+    if new is None:
+        _restore(draft, path, old, rule_name, dotted(path))
+    else:
+        check_value(plan, rule_name, rule, new, dotted(path), team, what)
+
+
+def _labels(draft: Draft, old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan) -> None:
+    path = labels_path(row)
+    for label, rule_name, rule, what in (
+        (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+        (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+    ):
+        _value(draft, (*path, label), lookup(old, (*path, label)), rule_name, rule, team, what, plan)
+
+
+def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, plan: Plan, pod_labels: bool) -> None:
+    layout = new.rule.layout
+    priority_path = new.at(*layout.priority)
+    new_priority, old_priority = draft.get(priority_path), lookup(old.base, layout.priority)
+    if new_priority is None and old_priority is not None:
+        _restore(draft, priority_path, old_priority, "podPriority", dotted(priority_path))
+    elif new_priority != old_priority:
+        check_pod_priority(new, team, plan)
+    old_tas = {k: v for k, v in old.annotations.items() if k in TAS_ANNOTATIONS}
+    new_tas = {k: v for k, v in new.annotations.items() if k in TAS_ANNOTATIONS}
+    if not new_tas and old_tas:
+        for key, value in old_tas.items():
+            _restore(draft, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
+    elif new_tas != old_tas and team.topology is not None:
+        check_user_topology(new, team.topology, team, plan)
+    if team.nodeAffinity:
+        old_affinity, new_affinity = lookup(old.base, layout.affinity), lookup(new.base, layout.affinity)
+        if _has_team_affinity(old_affinity, team) and not _has_team_affinity(new_affinity, team):
+            if new_affinity is None:
+                _restore(
+                    draft, new.at(*layout.affinity), old_affinity, "nodeAffinity", f"affinity of podset {new.name!r}"
+                )
+            else:
+                plan.report(
+                    "warn",
+                    "nodeAffinity",
+                    f"podset {new.name!r}: this update drops team {team.team!r}'s "
+                    "node affinity from an affinity it changes; Kueue may place its pods outside the team's nodes",
+                )
+    if pod_labels:
+        for label in (QUEUE_LABEL, PRIORITY_LABEL):
+            path = new.at(*layout.labels, label)
+            before = lookup(old.base, (*layout.labels, label))
+            if before is not None and draft.get(path) is None:
+                _restore(draft, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
+
+
+def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:
+    terms = lookup(affinity, (*_AFFINITY, "nodeSelectorTerms"))
+    if not isinstance(terms, list) or not terms:
+        return False
+    wanted = [e.model_dump() for e in team.nodeAffinity]
+    for term in terms:
+        expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        if not isinstance(expressions, list):
+            return False
+        mine = [
+            {"key": e.get("key"), "operator": e.get("operator"), "values": list(e.get("values") or [])}
+            for e in expressions
+            if isinstance(e, Mapping)
+        ]
+        if not all(w in mine for w in wanted):
+            return False
+    return True
+
+
+def _added(
+    draft: Draft,
+    new: Mapping[str, Any],
+    podset: PodSet,
+    row: WorkloadKind,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None,
+    plan: Plan,
+) -> None:
+    """A podset the update adds: checked and filled in as on CREATE, unless the pod templates are
+    immutable (then what CREATE would add is reported: it could never be added later)."""
+    validate_podset(podset, team, plan)
+    for change in plan_object(new, row, team, inventory).changes:
+        if change.path[: len(podset.path)] != podset.path or change.rule not in _PODSET_RULES:
+            continue
+        if row.frozen_unless is not None:
+            message = (
+                f"this update adds podset {podset.name!r} without what team {team.team!r} requires there "
+                f"({dotted(change.path)}), and its pod template cannot change later: set it in the object"
+            )
+            plan.report(_PODSET_RULES[change.rule](team), change.rule, message)
+            continue
+        reason = f"podset {podset.name!r} added by this update: {change.reason}"
+        draft.set(change.path, change.value, change.rule, reason)
+
+
+_PODSET_RULES: dict[str, Callable[[TeamPolicyCompiled], Enforcement]] = {
+    "podPriority": lambda team: team.podPriority.enforcement if team.podPriority else "default",
+    "topology": lambda team: team.topology.enforcement if team.topology else "default",
+    "nodeAffinity": lambda team: "warn",
+}
