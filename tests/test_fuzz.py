@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from test_properties import BASES
 from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory
 from webhook.core.patch import apply_patch
+from webhook.core.quantity import format_quantity
 from webhook.core.review import review
 from webhook.sources import load_nodes
 
@@ -151,3 +153,12 @@ def test_real_node_dump_loads(tmp_path: Any) -> None:
     path.write_text(json.dumps({"items": [{"metadata": {"name": "n", "labels": ["not", "a", "map"]}, "status": "x"}]}))
     inventory = load_nodes(path)
     assert [n.schedulable for n in inventory.nodes] == [False]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [("16", "16"), ("0.5", "0.5"), ("1E+9999", "1E+9999"), ("2.5E+40", "2.5E+40"), ("1e-30", "1E-30")],
+)
+def test_quantities_in_messages_stay_short(value: str, text: str) -> None:
+    """Regression: a request of 1E+9999 was quoted with 10,000 digits, and the cut message lost its numbers."""
+    assert format_quantity(Decimal(value)) == text

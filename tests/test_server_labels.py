@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.core.admission import clip
+from webhook.core.draft import Rule
 from webhook.core.kinds import KINDS
-from webhook.core.planner import Rule
 from webhook.metrics import KIND_LABELS, OTHER, RULE_LABELS, kind_label, operation_label, rule_label
 
 

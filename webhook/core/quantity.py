@@ -69,7 +69,17 @@ def parse_quantity(value: str | int | float) -> Decimal:
         raise QuantityError(f"{value!r} is out of the range of a Kubernetes quantity") from exc
 
 
+#: Longer plain renderings switch to exponent notation, so a message never carries thousands of digits.
+_PLAIN_DIGITS = 24
+
+
 def format_quantity(value: Decimal) -> str:
-    """Render a decimal in base units without exponent notation (``Decimal('16')`` → ``"16"``)."""
+    """Render a decimal in base units (``Decimal('16')`` → ``"16"``).
+
+    Plain notation up to 24 characters; beyond that Kubernetes' own exponent form
+    (``Decimal('1E+9999')`` → ``"1E+9999"``), so a message quoting a huge request stays short.
+    """
     text = format(value.normalize(), "f")
+    if len(text) > _PLAIN_DIGITS:
+        return format(value.normalize(), "E").replace(".0E", "E")
     return text

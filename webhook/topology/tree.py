@@ -90,8 +90,9 @@ def _quantity(value: Any) -> Decimal:
 def node_state(obj: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     """``(ready, cordoned, schedulable)`` of a core/v1 Node: Ready condition True;
     ``spec.unschedulable``; and whether Kueue's TAS counts it, by the rule of
-    :meth:`webhook.core.inventory.Node.from_object` (Ready, not cordoned, no ``node.kubernetes.io/*``
-    NoSchedule or NoExecute taint)."""
+    :meth:`webhook.core.inventory.Node.from_object` (Ready, not cordoned) and no ``node.kubernetes.io/*``
+    NoSchedule or NoExecute taint among its blocking taints (other taints depend on the pod's and
+    the flavor's tolerations, so the tree does not judge them)."""
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     ready = any(
         _map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in _list(status.get("conditions"))
