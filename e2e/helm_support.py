@@ -204,26 +204,16 @@ class ChartServer:
 
     async def _service_account_kubeconfig(self) -> Path:
         """A kubeconfig with a token of the chart's ServiceAccount (so the chart's RBAC applies)."""
+        spec = k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
         async with devcluster.api_client(self.kubeconfig) as api:
-            request = k8s.AuthenticationV1TokenRequest(
-                spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            )
             token = await k8s.CoreV1Api(api).create_namespaced_service_account_token(
-                self.fullname, self.namespace, request
+                self.fullname, self.namespace, k8s.AuthenticationV1TokenRequest(spec=spec)
             )
-        admin = yaml.safe_load(self.kubeconfig.read_text())
-        cluster = admin["clusters"][0]["cluster"]
+        cluster = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]
         path = self.root / "serviceaccount.kubeconfig"
-        ca_pem = (
-            base64.b64decode(cluster["certificate-authority-data"]) if "certificate-authority-data" in cluster else None
-        )
-        devcluster._write_kubeconfig(
-            path,
-            cluster["server"],
-            ca_pem if ca_pem is not None else Path(cluster["certificate-authority"]).read_bytes(),
-            f"system:serviceaccount:{self.namespace}:{self.fullname}",
-            token.status.token,
-        )
+        user = f"system:serviceaccount:{self.namespace}:{self.fullname}"
+        ca_pem = base64.b64decode(cluster["certificate-authority-data"])
+        devcluster._write_kubeconfig(path, cluster["server"], ca_pem, user, token.status.token)
         return path
 
     def start(self, timeout: float = 60) -> None:
