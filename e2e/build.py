@@ -104,7 +104,13 @@ def binaries() -> list[Binary]:
             "helm.sh/helm/v3",
             HELM_VERSION,
             "helm.sh/helm/v3/cmd/helm",
-            [f"-X 'helm.sh/helm/v3/internal/version.version={HELM_VERSION}'"],
+            [f"-X 'helm.sh/helm/v3/internal/version.version={HELM_VERSION}'"]
+            # The Kubernetes version helm assumes offline: that of the client-go it is built with (v0.37).
+            + [
+                f"-X 'helm.sh/helm/v3/pkg/{p}.k8sVersion{n}={v}'"
+                for p in ("chartutil", "lint/rules")
+                for n, v in (("Major", "1"), ("Minor", "37"))
+            ],
         ),
     ]
 

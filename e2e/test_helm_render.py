@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e import build
 from e2e.helm_support import CHART, CI_VALUES, PLATFORM_VALUES, Helm, HelmError, by_kind, one
 from webhook.core.kinds import webhook_rules
 from webhook.core.platform import load_platform
@@ -52,7 +53,8 @@ def test_ci_values_files_exist() -> None:
 
 @pytest.mark.parametrize(("name", "files"), VALUES_SETS, ids=[name for name, _ in VALUES_SETS])
 def test_helm_lint(helm: Helm, name: str, files: list[Path]) -> None:
-    output = helm.run("lint", "--strict", str(CHART), "-n", NAMESPACE, *[a for f in files for a in ("-f", str(f))])
+    args = ["--kube-version", build.KUBERNETES_VERSION, *[a for f in files for a in ("-f", str(f))]]
+    output = helm.run("lint", "--strict", str(CHART), "-n", NAMESPACE, *args)
     assert "1 chart(s) linted, 0 chart(s) failed" in output
 
 
@@ -149,18 +151,21 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
 
 def test_cert_manager_renders_are_identical(helm: Helm) -> None:
     files = [PLATFORM_VALUES, CHART / "ci" / "cert-manager-values.yaml"]
-    assert helm.run("template", "kgov", str(CHART), "-f", str(files[0]), "-f", str(files[1])) == helm.run(
-        "template", "kgov", str(CHART), "-f", str(files[0]), "-f", str(files[1])
-    )
+    args = ["template", "kgov", str(CHART), "--kube-version", build.KUBERNETES_VERSION]
+    args += ["-f", str(files[0]), "-f", str(files[1])]
+    assert helm.run(*args) == helm.run(*args)
 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"webhook.name": '"zz-governor"'}, "must sort before Kueue's kueue-mutating-webhook-configuration"),
-        ({"webhook.failurePolicy": '"Sometimes"'}, "failurePolicy"),
-        ({"webhook.timeoutSeconds": "45"}, "timeoutSeconds"),
-        ({"certs.mode": '"vault"'}, "certs.mode"),
+        (
+            {"webhook.failurePolicy": '"Sometimes"'},
+            "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'",
+        ),
+        ({"webhook.timeoutSeconds": "45"}, "at '/webhook/timeoutSeconds'"),
+        ({"certs.mode": '"vault"'}, "at '/certs/mode': value must be one of 'self-managed', 'cert-manager'"),
         ({"platform.policy": '""'}, "kgov chart values PLATFORM -o platform-values.yaml"),
     ],
 )
