@@ -108,7 +108,7 @@ class Helm:
         return self.run(*args, *self._value_args(values, settings))
 
     def uninstall(self, namespace: str = "kueue-governor-system", release: str = "kgov") -> str:
-        return self.run("uninstall", release, "-n", namespace, "--wait")
+        return self.run("uninstall", release, "-n", namespace)
 
     def close(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
