@@ -195,7 +195,10 @@ class ChartServer:
                 write_volume(self.root / name, files)
                 self._seen[name] = files
                 self.syncs[name] += 1
-        self.ca_file.write_bytes(tls["ca.crt"])
+        if not self.ca_file.is_file() or self.ca_file.read_bytes() != tls["ca.crt"]:
+            staging = self.ca_file.with_name(".ca.crt.tmp")
+            staging.write_bytes(tls["ca.crt"])
+            os.replace(staging, self.ca_file)  # read by the metrics client at any moment
 
     def _sync_loop(self) -> None:
         while not self._stop.wait(0.5):

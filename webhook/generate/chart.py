@@ -99,7 +99,7 @@ def _labels_expression(variable: str) -> str:
 
 def queue_label_expression(variable: str) -> str:
     """CEL: the queue label's value on ``variable`` (``object``/``oldObject``), ``''`` when absent."""
-    labels = _labels_expression(variable)
+    labels = f"({_labels_expression(variable)})"
     label = _cel_string(QUEUE_LABEL)
     return f"{label} in {labels} ? {labels}[{label}] : ''"
 
