@@ -92,8 +92,8 @@ class Helm:
         """``helm template`` → the rendered objects. ``server``: ``--dry-run=server`` (lookup reads
         the cluster, as an upgrade's render does). ``settings``: ``--set-json key=JSON``."""
         args = ["template", release, str(CHART), "-n", namespace, *self._value_args(values, settings)]
-        # Offline, the Kubernetes version the e2e API server runs (not helm's built-in guess).
-        args += ["--dry-run=server"] if server else ["--kube-version", build.KUBERNETES_VERSION]
+        # `helm template` assumes a Kubernetes version even with --dry-run=server: the e2e API server's.
+        args += ["--kube-version", build.KUBERNETES_VERSION, *(["--dry-run=server"] if server else [])]
         return [doc for doc in yaml.safe_load_all(self.run(*args)) if doc]
 
     def upgrade(

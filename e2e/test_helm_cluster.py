@@ -76,14 +76,18 @@ def no_other_governor(e2e_cluster: E2ECluster, bundled_config: support.Generated
 
 @contextlib.asynccontextmanager
 async def installed(helm: Helm, namespace: str, settings: dict[str, str], api: k8s.ApiClient) -> AsyncIterator[None]:
-    """``helm upgrade --install`` for the block; ``helm uninstall`` after, then nothing of it is left."""
+    """``helm upgrade --install`` for the block; ``helm uninstall`` after, then nothing of it is left
+    (checked when the block succeeded; a failure of its own is not hidden behind that check)."""
+    succeeded = False
     try:
         await asyncio.to_thread(helm.upgrade, settings=settings, namespace=namespace)
         yield
+        succeeded = True
     finally:
         with contextlib.suppress(HelmError):
             await asyncio.to_thread(helm.uninstall, namespace)
-        await assert_nothing_left(api, namespace)
+        if succeeded:
+            await assert_nothing_left(api, namespace)
         with contextlib.suppress(k8s.ApiException):
             await k8s.CoreV1Api(api).delete_namespace(namespace)
 
