@@ -392,7 +392,7 @@ async def test_upgrade_and_certificate_rotation_under_load(
                 created.append(cleanup.add(await create(dynamic, RESEARCH, job(f"load-{index}"))))
             except Exception as exc:  # every kind of failure counts
                 failures.append(f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)
 
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(server.stop)  # after the uninstall: admission never fails closed
