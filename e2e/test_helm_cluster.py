@@ -299,7 +299,8 @@ async def test_a_sixteen_pod_job_reaches_the_webhook_once(
                 # A bare Pod (no owner) in the same namespace is sent: Pods are counted when they reach us.
                 bare = cleanup.add(await create(dynamic, RESEARCH, BARE_POD))
                 assert bare["metadata"]["labels"][QUEUE_LABEL] == RESEARCH_QUEUE
-                assert server.requests("Pod", "CREATE") - pods_before == 1
+                # Once, or twice when Kueue's pod webhook changes it after us (reinvocationPolicy IfNeeded).
+                assert server.requests("Pod", "CREATE") - pods_before in (1, 2)
             finally:
                 for pod in await _pods_of(api, RESEARCH, uid) if uid else []:
                     with contextlib.suppress(k8s.ApiException):
