@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client as k8s
 
-from e2e import build, devcluster, support
+from e2e import build, devcluster, manifests, support
 
 CHART = support.REPO / "helm" / "kueue-governor"
 PLATFORM_VALUES = CHART / "ci" / "platform-values.yaml"
@@ -292,16 +292,32 @@ class ChartServer:
         )
 
 
-@contextlib.contextmanager
-def bundled_governor_stopped(state_dir: Path | None) -> Iterator[None]:
-    """Stop the session's ``kgov-governor`` (registered by the harness) for the block, so only the
-    chart's webhook answers; start it again afterwards if it was running."""
-    info = devcluster.load_info(state_dir) if state_dir is not None else None
-    running = info is not None and info.governor_url is not None
-    if running and state_dir is not None:
-        devcluster.stop_governor(state_dir)
+@contextlib.asynccontextmanager
+async def bundled_governor_unregistered(api: k8s.ApiClient, dynamic: Any) -> AsyncIterator[None]:
+    """Take the session's ``kgov-governor`` configuration (registered by the harness) away for the
+    block, so only the chart's webhook answers, and put it back afterwards as the governor tests do
+    (server-side apply by the suite's field manager), then give the API server's webhook informer a
+    moment. Its server keeps running."""
+    registration = k8s.AdmissionregistrationV1Api(api)
     try:
+        stored = await registration.read_mutating_webhook_configuration(manifests.GOVERNOR_WEBHOOK_CONFIGURATION)
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+        yield
+        return
+    body = api.sanitize_for_serialization(stored)
+    body = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": body["metadata"]["name"], "labels": body["metadata"].get("labels") or {}},
+        "webhooks": body["webhooks"],
+    }
+    await registration.delete_mutating_webhook_configuration(manifests.GOVERNOR_WEBHOOK_CONFIGURATION)
+    try:
+        await asyncio.sleep(2)
         yield
     finally:
-        if running and state_dir is not None:
-            devcluster.start_governor(state_dir, support.BUNDLED_PLATFORM)
+        resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+        await dynamic.server_side_apply(resource, body, field_manager=support.FIELD_MANAGER, force_conflicts=True)
+        await asyncio.sleep(2)

@@ -34,7 +34,15 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import devcluster, support
 from e2e.conftest import E2ECluster
-from e2e.helm_support import CHART, PLATFORM_VALUES, ChartServer, Helm, HelmError, bundled_governor_stopped, by_kind
+from e2e.helm_support import (
+    CHART,
+    PLATFORM_VALUES,
+    ChartServer,
+    Helm,
+    HelmError,
+    bundled_governor_unregistered,
+    by_kind,
+)
 from webhook.certs import load_certificate
 from webhook.certs.store import split_bundle
 from webhook.cli import main
@@ -65,12 +73,14 @@ def release_namespace() -> str:
 
 
 @pytest.fixture
-def no_other_governor(e2e_cluster: E2ECluster, bundled_config: support.Generated) -> Iterator[None]:
-    """The team namespaces exist, and only the chart's webhook answers (the harness's is stopped)."""
-    state = Path(e2e_cluster.local.state_dir) if e2e_cluster.local else None
+async def no_other_governor(
+    api: k8s.ApiClient, dynamic: DynamicClient, e2e_cluster: E2ECluster, bundled_config: support.Generated
+) -> AsyncIterator[None]:
+    """The team namespaces exist, and only the chart's webhook answers (the harness's is unregistered).
+    Local control plane only: the webhook these tests run listens on this machine's 127.0.0.1."""
     if e2e_cluster.local is None:
-        pytest.skip("stops and starts kgov serve next to the local control plane")
-    with bundled_governor_stopped(state):
+        pytest.skip("runs kgov serve on 127.0.0.1 next to the local control plane")
+    async with bundled_governor_unregistered(api, dynamic):
         yield
 
 
