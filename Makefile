@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit lint generate-check bench e2e-build e2e-up e2e-down e2e-status e2e-test
+.PHONY: install example test test-unit lint generate-check helm-check bench e2e-build e2e-up e2e-down e2e-status e2e-test
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -25,8 +25,8 @@ example: install
 	$(KGOV) mutate --platform kueue-config/platform.yaml -n hyperpod-ns-research \
 		-f examples/pytorchjob.yaml --nodes examples/nodes.json --explain
 
-## Everything CI runs: lint, unit tests, generated-config drift check, end-to-end suite.
-test: lint test-unit generate-check e2e-test
+## Everything CI runs: lint, unit tests, generated-config drift check, chart lint/render, end-to-end suite.
+test: lint test-unit generate-check helm-check e2e-test
 
 ## Unit, property and example-case tests (no cluster, no Go).
 test-unit: install
@@ -41,6 +41,12 @@ lint: install
 ## The checked-in kueue-config/generated/ must match what the platform file generates.
 generate-check: install
 	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
+	$(KGOV) chart kinds --check
+	$(KGOV) chart values kueue-config/platform.yaml -o helm/kueue-governor/ci/platform-values.yaml --check
+
+## helm lint and renders of helm/kueue-governor with each values file of its ci/ (helm is built from its Go module).
+helm-check: install
+	$(PYTHON) -m pytest e2e/test_helm_render.py
 
 ## Benchmarks (figures printed next to a baseline measured in the same run).
 bench: install

@@ -33,6 +33,7 @@ BUILD_DIR = Path(__file__).resolve().parent / "build"
 ETCD_VERSION = "v3.6.16"
 KUBERNETES_VERSION = "v1.34.4"
 KUEUE_VERSION = "v0.17.0"
+HELM_VERSION = "v3.22.0"
 
 
 def _kubernetes_version_ldflags(version: str, commit: str) -> list[str]:
@@ -97,6 +98,19 @@ def binaries() -> list[Binary]:
             KUEUE_VERSION,
             "sigs.k8s.io/kueue/cmd/kueue",
             _kueue_version_ldflags(KUEUE_VERSION, module_origin_commit("sigs.k8s.io/kueue", KUEUE_VERSION)),
+        ),
+        Binary(  # the chart tests' helm (lint, template, install/upgrade/uninstall); version ldflags as its Makefile
+            "helm",
+            "helm.sh/helm/v3",
+            HELM_VERSION,
+            "helm.sh/helm/v3/cmd/helm",
+            [f"-X 'helm.sh/helm/v3/internal/version.version={HELM_VERSION}'"]
+            # The Kubernetes version helm assumes offline: that of the client-go it is built with (v0.37).
+            + [
+                f"-X 'helm.sh/helm/v3/pkg/{p}.k8sVersion{n}={v}'"
+                for p in ("chartutil", "lint/rules")
+                for n, v in (("Major", "1"), ("Minor", "37"))
+            ],
         ),
     ]
 
@@ -213,7 +227,7 @@ def ensure_binaries(force: set[str] | None = None) -> dict[str, Path]:
     """Build every missing binary, one after the other (memory stays sane on small machines).
 
     Returns:
-        name ("etcd", "kube-apiserver", "kueue") -> path of the executable.
+        name ("etcd", "kube-apiserver", "kueue", "helm") -> path of the executable.
     """
     if shutil.which("go") is None and not all(binary_path(b).exists() for b in binaries()):
         raise RuntimeError("the Go toolchain is needed to build the e2e control plane binaries")

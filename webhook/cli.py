@@ -476,11 +476,13 @@ def policy_command(platform: Path | None, exclude_namespace: tuple[str, ...]) ->
 
 
 def _register_generator() -> None:
+    from webhook.generate.chart_commands import chart_group
     from webhook.generate.commands import diff_command, generate_command, import_hyperpod_command
 
     main.add_command(generate_command, "generate")
     main.add_command(diff_command, "diff")
     main.add_command(import_hyperpod_command, "import-hyperpod")
+    main.add_command(chart_group, "chart")
 
 
 _register_generator()
@@ -493,6 +495,15 @@ def _register_topology() -> None:
 
 
 _register_topology()
+
+
+def _register_certs() -> None:
+    from webhook.certs.commands import certs_group
+
+    main.add_command(certs_group, "certs")
+
+
+_register_certs()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,4 +1,4 @@
-"""Certificates for the webhook: a private CA and serving certificates it signs.
+"""Certificates for the webhook: a private CA and serving certificates it signs (SPEC §7).
 
 Everything here uses the ``cryptography`` library and works on PEM bytes:
 

@@ -1,0 +1,181 @@
+"""The Helm chart without a cluster: ``helm lint`` and renders with several values files (SPEC §8, §8b).
+
+Runs in ``make helm-check`` (part of ``make test``); needs only the helm binary, built from its Go
+module like the control plane's binaries. The live checks are in ``test_helm_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e import build
+from e2e.helm_support import CHART, CI_VALUES, PLATFORM_VALUES, Helm, HelmError, by_kind, one
+from webhook.core.kinds import webhook_rules
+from webhook.core.platform import load_platform
+from webhook.generate.chart import kinds_document, platform_values
+
+NAMESPACE = "kueue-governor-system"
+VALUES_SETS = [("default", [PLATFORM_VALUES])] + [(path.stem, [PLATFORM_VALUES, path]) for path in CI_VALUES]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Iterator[Helm]:
+    tool = Helm()
+    yield tool
+    tool.close()
+
+
+def _values(files: list[Path]) -> dict[str, Any]:
+    merged: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    for path in files:
+        _merge(merged, yaml.safe_load(path.read_text()))
+    return merged
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def test_ci_values_files_exist() -> None:
+    names = sorted(path.name for path in CI_VALUES)
+    assert names == ["cert-manager-values.yaml", "fail-open-values.yaml", "kueue-objects-values.yaml"]
+
+
+@pytest.mark.parametrize(("name", "files"), VALUES_SETS, ids=[name for name, _ in VALUES_SETS])
+def test_helm_lint(helm: Helm, name: str, files: list[Path]) -> None:
+    args = ["--kube-version", build.KUBERNETES_VERSION, *[a for f in files for a in ("-f", str(f))]]
+    output = helm.run("lint", "--strict", str(CHART), "-n", NAMESPACE, *args)
+    assert "1 chart(s) linted, 0 chart(s) failed" in output
+
+
+@pytest.mark.parametrize(("name", "files"), VALUES_SETS, ids=[name for name, _ in VALUES_SETS])
+def test_render(helm: Helm, name: str, files: list[Path]) -> None:
+    values = _values(files)
+    objects = helm.template(files, namespace=NAMESPACE)
+    kinds = kinds_document()
+
+    webhook = one(objects, "MutatingWebhookConfiguration")
+    assert webhook["metadata"]["name"] < "kueue-mutating-webhook-configuration"
+    (hook,) = webhook["webhooks"]
+    assert hook["sideEffects"] == "None"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["timeoutSeconds"] == values["webhook"]["timeoutSeconds"] <= 5
+    assert hook["failurePolicy"] == values["webhook"]["failurePolicy"]
+    assert hook["rules"] == webhook_rules()
+    (selector,) = hook["namespaceSelector"]["matchExpressions"]
+    assert selector["key"] == "kubernetes.io/metadata.name" and selector["operator"] == "NotIn"
+    assert {"kube-system", "kube-node-lease", NAMESPACE} <= set(selector["values"])
+    conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+    assert conditions == {
+        "not-a-kueue-managed-child": kinds["cel"]["notAManagedChild"],
+        "not-left-alone": kinds["cel"]["notLeftAlone"],
+    }
+
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == values["replicaCount"] >= 2
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert [c["topologyKey"] for c in spec["topologySpreadConstraints"]] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == "https"
+
+    role = one(objects, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces", "nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert by_kind(objects, "Role") == []
+
+    config_map = one(objects, "ConfigMap")
+    expected = platform_values(load_platform(str(PLATFORM_VALUES.parents[3] / "kueue-config" / "platform.yaml")))
+    assert json.loads(config_map["data"]["policy.json"]) == json.loads(expected["platform"]["policy"])
+
+    teams = values["platform"]["teams"]
+    policies = by_kind(objects, "ValidatingAdmissionPolicy")
+    bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert [p["metadata"]["name"] for p in policies] == [f"kgov-governor-queue-{t['name']}" for t in teams]
+    for team, policy, binding in zip(teams, policies, bindings, strict=True):
+        (validation,) = policy["spec"]["validations"]
+        assert f'team "{team["name"]}"' in validation["message"]
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        (expression,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert expression == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": team["namespaces"]}
+        if team["queueEnforced"]:
+            assert f"variables.queue in {json.dumps(team['queues'])}" in validation["expression"]
+
+    mode = values["certs"]["mode"]
+    if mode == "self-managed":
+        secrets = {s["metadata"]["name"]: s for s in by_kind(objects, "Secret")}
+        assert set(secrets) == {"kgov-kueue-governor-ca", "kgov-kueue-governor-tls"}
+        assert hook["clientConfig"]["caBundle"] == secrets["kgov-kueue-governor-ca"]["data"]["ca.crt"]
+        assert by_kind(objects, "Certificate") == []
+    else:
+        assert "caBundle" not in hook["clientConfig"]
+        annotation = webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert annotation == f"{NAMESPACE}/kgov-kueue-governor-serving"
+        serving = next(c for c in by_kind(objects, "Certificate") if c["metadata"]["name"].endswith("-serving"))
+        assert serving["spec"]["secretName"] == "kgov-kueue-governor-tls"
+        assert serving["spec"]["dnsNames"] == [
+            f"kgov-kueue-governor.{NAMESPACE}.svc",
+            f"kgov-kueue-governor.{NAMESPACE}.svc.cluster.local",
+        ]
+        assert by_kind(objects, "Secret") == []
+
+    kueue_kinds = {"Topology", "ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
+    rendered_kinds = {obj["kind"] for obj in objects}
+    if values["kueueObjects"]["enabled"]:
+        assert kueue_kinds <= rendered_kinds
+        assert len(by_kind(objects, "Namespace")) == len(values["platform"]["namespaces"]) == 4
+    else:
+        assert not kueue_kinds & rendered_kinds
+
+
+def test_cert_manager_renders_are_identical(helm: Helm) -> None:
+    files = [PLATFORM_VALUES, CHART / "ci" / "cert-manager-values.yaml"]
+    args = ["template", "kgov", str(CHART), "--kube-version", build.KUBERNETES_VERSION]
+    args += ["-f", str(files[0]), "-f", str(files[1])]
+    assert helm.run(*args) == helm.run(*args)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"webhook.name": '"zz-governor"'}, "must sort before Kueue's kueue-mutating-webhook-configuration"),
+        (
+            {"webhook.failurePolicy": '"Sometimes"'},
+            "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'",
+        ),
+        ({"webhook.timeoutSeconds": "45"}, "at '/webhook/timeoutSeconds'"),
+        ({"certs.mode": '"vault"'}, "at '/certs/mode': value must be one of 'self-managed', 'cert-manager'"),
+        ({"platform.policy": '""'}, "kgov chart values PLATFORM -o platform-values.yaml"),
+    ],
+)
+def test_bad_values_are_refused_with_the_reason(helm: Helm, settings: dict[str, str], message: str) -> None:
+    with pytest.raises(HelmError) as caught:
+        helm.template([PLATFORM_VALUES], settings)
+    assert message in caught.value.stderr
+
+
+def test_without_platform_values_the_chart_says_how_to_make_them(helm: Helm) -> None:
+    with pytest.raises(HelmError) as caught:
+        helm.template([])
+    assert "kgov chart values PLATFORM" in caught.value.stderr

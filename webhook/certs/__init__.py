@@ -1,0 +1,23 @@
+"""Certificates for the webhook (SPEC §7): the PKI primitives (:mod:`webhook.certs.pki`), the
+certificate directory ``kgov certs`` keeps (:mod:`webhook.certs.store`) and the ``caBundle`` of our
+webhook configurations (:mod:`webhook.certs.inject`). The CLI is :mod:`webhook.certs.commands`."""
+
+from webhook.certs.pki import (
+    CLOCK_SKEW,
+    expires_within,
+    generate_ca,
+    issue_serving_certificate,
+    load_certificate,
+    load_private_key,
+    write_private,
+)
+
+__all__ = [
+    "CLOCK_SKEW",
+    "expires_within",
+    "generate_ca",
+    "issue_serving_certificate",
+    "load_certificate",
+    "load_private_key",
+    "write_private",
+]
