@@ -91,6 +91,13 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    server = values["server"]
+    assert f"--metrics-port={server['metricsPort']}" in container["args"]
+    assert {"name": "metrics", "containerPort": server["metricsPort"], "protocol": "TCP"} in container["ports"]
+    assert f"--shutdown-delay={server['shutdownDelaySeconds']}" in container["args"]
+    assert f"--shutdown-timeout={server['shutdownTimeoutSeconds']}" in container["args"]
+    # The pod is not killed mid-drain: the grace period outlasts the not-ready delay plus the drain.
+    assert spec["terminationGracePeriodSeconds"] > server["shutdownDelaySeconds"] + server["shutdownTimeoutSeconds"]
     assert [c["topologyKey"] for c in spec["topologySpreadConstraints"]] == [
         "kubernetes.io/hostname",
         "topology.kubernetes.io/zone",
@@ -167,6 +174,7 @@ def test_cert_manager_renders_are_identical(helm: Helm) -> None:
         ({"webhook.timeoutSeconds": "45"}, "at '/webhook/timeoutSeconds'"),
         ({"certs.mode": '"vault"'}, "at '/certs/mode': value must be one of 'self-managed', 'cert-manager'"),
         ({"platform.policy": '""'}, "kgov chart values PLATFORM -o platform-values.yaml"),
+        ({"terminationGracePeriodSeconds": "25"}, "the pod would be killed mid-drain"),
     ],
 )
 def test_bad_values_are_refused_with_the_reason(helm: Helm, settings: dict[str, str], message: str) -> None:
