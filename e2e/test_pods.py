@@ -10,6 +10,7 @@ governor (``kueue-config/platform.yaml``) labels it and Kueue admits it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import NotFoundError
 
 from e2e import manifests
 from e2e.support import (
@@ -50,6 +52,7 @@ RUN_LABEL = "kueue-governor.io/e2e-run"
 RACK = manifests.TOPOLOGY_LEVELS[2]
 HOSTNAME = manifests.TOPOLOGY_LEVELS[3]
 GPU = "nvidia.com/gpu"
+KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
 
 
 @pytest.fixture
@@ -66,6 +69,21 @@ async def pod_cleanup(dynamic: DynamicClient, run_id: str) -> AsyncIterator[list
     yield objects
     for body in objects:
         await delete(dynamic, body)
+    # KWOK's general pod-delete stage removes a deleted pod only once it has no finalizer; a
+    # kubelet would stop the containers, and Kueue would then drop the finalizer it keeps on a
+    # bare pod group's pods. Drop it here for those still running.
+    pods = await dynamic.resources.get(api_version="v1", kind="Pod")
+    for pod in await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}"):
+        if pod["metadata"].get("deletionTimestamp") and KUEUE_POD_FINALIZER in pod["metadata"].get("finalizers", []):
+            kept = [f for f in pod["metadata"]["finalizers"] if f != KUEUE_POD_FINALIZER]
+            with contextlib.suppress(NotFoundError):
+                await dynamic.patch(
+                    pods,
+                    {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"], "finalizers": kept}},
+                    name=pod["metadata"]["name"],
+                    namespace=RESEARCH,
+                    content_type="application/merge-patch+json",
+                )
 
     async def gone() -> bool:
         pods = await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}")
