@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit lint generate-check helm-check bench e2e-build e2e-up e2e-down e2e-status e2e-test
+.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster e2e-build e2e-up e2e-down e2e-status e2e-test
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -54,11 +54,16 @@ bench: install
 	$(PYTHON) benchmarks/bench_generate.py
 	$(PYTHON) benchmarks/bench_topology.py
 
-## Build etcd, kube-apiserver and Kueue from their Go modules (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
+## The simulated cluster under load: 256 KWOK nodes, 2,000 Job pods (several minutes; builds the binaries first).
+bench-cluster: install
+	$(PYTHON) benchmarks/bench_cluster.py
+
+## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue and KWOK from their Go modules
+## (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
 e2e-build: install
 	$(PYTHON) -m e2e.build
 
-## Start the local control plane (state in ${KGOV_E2E_STATE:-e2e/.state}); prints the kubeconfig path.
+## Start the simulated cluster (state in ${KGOV_E2E_STATE:-e2e/.state}); prints the kubeconfig path.
 e2e-up: install
 	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM))
 

@@ -1,8 +1,10 @@
-"""Build (once) and locate the binaries and manifests of the local e2e control plane.
+"""Build (once) and locate the binaries and manifests of the local e2e cluster.
 
-etcd, kube-apiserver and the Kueue manager are compiled from their Go modules, each in a small
-wrapper module under ``e2e/build/<name>/`` whose ``go.mod``/``go.sum`` pin every dependency
-(``tool`` directives name the main package).  Binaries are cached outside the repository in
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kueue manager and KWOK are
+compiled from their Go modules in small wrapper modules under ``e2e/build/<wrapper>/`` whose
+``go.mod``/``go.sum`` pin every dependency (``tool`` directives name the main packages). The
+binaries of one wrapper (the three Kubernetes components) are built by one ``go build``, so
+their common packages are compiled once. Binaries are cached outside the repository in
 ``${KGOV_CACHE:-~/.cache/kueue-governor}/bin/<name>-<version>`` and rebuilt only when missing.
 
 The YAML that the control plane needs (Kueue's CRDs, webhook configurations and default
@@ -31,8 +33,11 @@ from pathlib import Path
 BUILD_DIR = Path(__file__).resolve().parent / "build"
 
 ETCD_VERSION = "v3.6.16"
-KUBERNETES_VERSION = "v1.34.4"
-KUEUE_VERSION = "v0.17.0"
+# The newest Kubernetes release Kueue v0.19.2 runs its e2e suite against (hack/make/test.mk,
+# E2E_K8S_VERSIONS) and whose client libraries (v0.36) it is built with.
+KUBERNETES_VERSION = "v1.36.1"
+KUEUE_VERSION = "v0.19.2"
+KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
 
 
@@ -63,34 +68,53 @@ def _kueue_version_ldflags(version: str, commit: str) -> list[str]:
     return flags
 
 
+def _kwok_version_ldflags(version: str) -> list[str]:
+    """KWOK's release build (hack/releases.sh) sets ``pkg/consts.Version``."""
+    return [f"-X 'sigs.k8s.io/kwok/pkg/consts.Version={version}'"]
+
+
 @dataclass(frozen=True)
 class Binary:
-    """One binary: which wrapper module builds it, from which main package, at which version."""
+    """One binary: which wrapper module builds it, from which main package, at which version.
+
+    ``wrapper_name`` is the directory under ``e2e/build/`` (default: the binary's name); the
+    binaries that share one are built together by one ``go build`` (so their ``ldflags`` must be
+    the same).
+    """
 
     name: str
     module: str
     version: str
     package: str
     ldflags: list[str] = field(default_factory=list)
+    wrapper_name: str = ""
 
     @property
     def wrapper(self) -> Path:
         """The wrapper module directory (holds go.mod/go.sum)."""
-        return BUILD_DIR / self.name
+        return BUILD_DIR / (self.wrapper_name or self.name)
+
+
+KUBERNETES_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 def binaries() -> list[Binary]:
-    """The binaries of the control plane, in the order they are built (smallest first)."""
+    """The binaries of the cluster, in the order they are built (smallest first)."""
+    kubernetes_ldflags = _kubernetes_version_ldflags(
+        KUBERNETES_VERSION, module_origin_commit("k8s.io/kubernetes", KUBERNETES_VERSION)
+    )
     return [
         Binary("etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION, "go.etcd.io/etcd/server/v3"),
-        Binary(
-            "kube-apiserver",
-            "k8s.io/kubernetes",
-            KUBERNETES_VERSION,
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            _kubernetes_version_ldflags(
-                KUBERNETES_VERSION, module_origin_commit("k8s.io/kubernetes", KUBERNETES_VERSION)
-            ),
+        *(
+            Binary(
+                component,
+                "k8s.io/kubernetes",
+                KUBERNETES_VERSION,
+                f"k8s.io/kubernetes/cmd/{component}",
+                kubernetes_ldflags,
+                wrapper_name="kubernetes",
+            )
+            for component in KUBERNETES_COMPONENTS
         ),
         Binary(
             "kueue",
@@ -111,6 +135,9 @@ def binaries() -> list[Binary]:
                 for p in ("chartutil", "lint/rules")
                 for n, v in (("Major", "1"), ("Minor", "37"))
             ],
+        ),
+        Binary(
+            "kwok", "sigs.k8s.io/kwok", KWOK_VERSION, "sigs.k8s.io/kwok/cmd/kwok", _kwok_version_ldflags(KWOK_VERSION)
         ),
     ]
 
@@ -193,46 +220,79 @@ def module_origin_commit(module: str, version: str) -> str:
 def build(binary: Binary, force: bool = False, log: bool = True) -> Path:
     """Build BINARY into the cache unless it is already there; return its path.
 
-    The binary is written to a temporary name and renamed, so an interrupted build never leaves
-    a truncated file behind that would later count as cached.
-
     Raises:
         subprocess.CalledProcessError: ``go build`` failed (its output went to stderr).
     """
-    target = binary_path(binary)
-    if target.exists() and not force:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    command = [
-        "go",
-        "build",
-        "-trimpath",
-        "-ldflags=" + " ".join(["-s", "-w", *binary.ldflags]),
-        "-o",
-        str(partial),
-        binary.package,
-    ]
+    return build_together([binary], force=force, log=log)[binary.name]
+
+
+def build_together(group: list[Binary], force: bool = False, log: bool = True) -> dict[str, Path]:
+    """Build the binaries of one wrapper module that are missing (all of them with ``force``)
+    with one ``go build``, so the packages they share are compiled once.
+
+    Each binary is written to a temporary directory and renamed into the cache, so an
+    interrupted build never leaves a truncated file behind that would later count as cached.
+
+    Returns:
+        name -> path of the executable, for every binary of ``group``.
+
+    Raises:
+        ValueError: the binaries do not share one wrapper module and one set of ldflags.
+        subprocess.CalledProcessError: ``go build`` failed (its output went to stderr).
+    """
+    if len({(b.wrapper, tuple(b.ldflags)) for b in group}) > 1:
+        raise ValueError(f"{[b.name for b in group]} do not share one wrapper module and ldflags")
+    paths = {b.name: binary_path(b) for b in group}
+    missing = [b for b in group if force or not paths[b.name].exists()]
+    if not missing:
+        return paths
+    cache_bin = cache_dir() / "bin"
+    cache_bin.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if log:
-        print(f"building {binary.name} {binary.version} ({binary.package})", file=sys.stderr)
-    subprocess.run(command, cwd=binary.wrapper, env=_go_env(), check=True)
-    partial.replace(target)
+        names = ", ".join(f"{b.name} {b.version}" for b in missing)
+        print(f"building {names} (in {missing[0].wrapper.name})", file=sys.stderr)
+    with tempfile.TemporaryDirectory(dir=cache_bin, prefix=".partial-") as scratch:
+        # With several packages, `-o DIR/` writes each main package as DIR/<last path element>.
+        output = f"{scratch}/" if len(missing) > 1 else f"{scratch}/{missing[0].package.rsplit('/', 1)[-1]}"
+        command = [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags=" + " ".join(["-s", "-w", *missing[0].ldflags]),
+            "-o",
+            output,
+            *(b.package for b in missing),
+        ]
+        subprocess.run(command, cwd=missing[0].wrapper, env=_go_env(), check=True)
+        for b in missing:
+            (Path(scratch) / b.package.rsplit("/", 1)[-1]).replace(paths[b.name])
     if log:
-        print(f"built {target} in {time.monotonic() - started:.0f}s", file=sys.stderr)
-    return target
+        print(f"built {', '.join(b.name for b in missing)} in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    return paths
 
 
 def ensure_binaries(force: set[str] | None = None) -> dict[str, Path]:
-    """Build every missing binary, one after the other (memory stays sane on small machines).
+    """Build every missing binary, one wrapper module after the other (memory stays sane on
+    small machines).
 
     Returns:
-        name ("etcd", "kube-apiserver", "kueue", "helm") -> path of the executable.
+        name ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
+        "kwok", "helm") -> path of the executable.
     """
     if shutil.which("go") is None and not all(binary_path(b).exists() for b in binaries()):
-        raise RuntimeError("the Go toolchain is needed to build the e2e control plane binaries")
+        raise RuntimeError("the Go toolchain is needed to build the e2e cluster binaries")
     force = force or set()
-    return {b.name: build(b, force=b.name in force) for b in binaries()}
+    groups: dict[Path, list[Binary]] = {}
+    for b in binaries():
+        groups.setdefault(b.wrapper, []).append(b)
+    paths: dict[str, Path] = {}
+    for group in groups.values():
+        forced = [b for b in group if b.name in force]
+        if forced:
+            paths |= build_together(forced, force=True)
+        paths |= build_together(group)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:

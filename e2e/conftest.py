@@ -4,10 +4,11 @@ Which cluster:
 
 * ``KGOV_E2E_KUBECONFIG`` (or ``KUBECONFIG_E2E``) set: that cluster (kind, or anything real);
   nothing is started or stopped.
-* otherwise the local control plane of :mod:`e2e.devcluster` (etcd, kube-apiserver, Kueue as
-  processes), brought up once for the session in a temporary state directory and torn down at the
-  end. With ``KGOV_E2E_STATE`` set, that state directory is used instead; a cluster already running
-  there (``make e2e-up``) is reused and left running.
+* otherwise the local cluster of :mod:`e2e.devcluster` (etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler, Kueue and KWOK as processes), brought up once for the
+  session in a temporary state directory and torn down at the end. With ``KGOV_E2E_STATE`` set,
+  that state directory is used instead; a cluster already running there (``make e2e-up``) is
+  reused and left running.
 
 ``KGOV_E2E_SHAPE`` (e.g. ``1x2x2x2``) sets the fake node tree of a local cluster. When a test
 fails, the tail of each control-plane log is added to its report.
@@ -78,7 +79,7 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     request.config.stash[_STATE_KEY] = root
     paths = devcluster.Paths(root)
     already_running = devcluster.load_info(root) is not None and all(
-        devcluster.process_alive(paths, name) for name in ("etcd", "kube-apiserver", "kueue")
+        devcluster.process_alive(paths, name) for name in devcluster.CONTROL_PLANE
     )
     shape = manifests.TopologyShape.parse(os.environ.get("KGOV_E2E_SHAPE", str(manifests.TopologyShape())))
     try:
@@ -115,24 +116,19 @@ def _slug(text: str, limit: int) -> str:
 
 
 @pytest.fixture
-async def namespace(request: pytest.FixtureRequest, api: k8s.ApiClient) -> AsyncIterator[str]:
-    """A fresh namespace for one test, deleted afterwards.
+async def namespace(request: pytest.FixtureRequest, api: k8s.ApiClient, dynamic: DynamicClient) -> AsyncIterator[str]:
+    """A fresh namespace for one test, deleted afterwards (the namespace controller removes what
+    is in it).
 
-    It gets a ``default`` ServiceAccount (Pods need one, and a local control plane has no
-    kube-controller-manager to create it) and the label ``kueue-governor.io/e2e=true``.
+    It has the label ``kueue-governor.io/e2e=true`` and, before the test starts, the ``default``
+    ServiceAccount the service-account controller makes (Pods need it).
     """
     name = f"e2e-{_slug(request.node.name, 40)}-{secrets.token_hex(3)}"
     core = k8s.CoreV1Api(api)
     await core.create_namespace(
         k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels={E2E_NAMESPACE_LABEL: "true"}))
     )
-    try:
-        await core.create_namespaced_service_account(
-            name, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default"))
-        )
-    except k8s.ApiException as error:
-        if error.status != 409:  # a real cluster's controller may have been first
-            raise
+    await support.wait_default_service_account(dynamic, name)
     yield name
     try:
         await core.delete_namespace(name, propagation_policy="Background")
@@ -188,8 +184,8 @@ def bundled_config(e2e_cluster: E2ECluster, tmp_path_factory: pytest.TempPathFac
 
     Topology, ResourceFlavor, Cohort, ClusterQueues (waited for until Active), LocalQueues,
     priority classes, the team namespaces (each with a ``default`` ServiceAccount) and the policy
-    ConfigMap. Team namespaces cannot be deleted on a local control plane (they would stay
-    Terminating), so they stay; tests name their objects uniquely and delete them.
+    ConfigMap. Team namespaces are shared by the session's tests, so tests name their objects
+    uniquely and delete them.
     """
     generated = support.generate(support.BUNDLED_PLATFORM, tmp_path_factory.mktemp("bundled-generated"))
 

@@ -1,6 +1,7 @@
-"""A real, local control plane for the e2e suite: etcd, kube-apiserver and the Kueue manager.
+"""A whole simulated cluster for the e2e suite: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, the Kueue manager and KWOK.
 
-Everything runs as local processes on 127.0.0.1 (no containers, no kubelet):
+Everything runs as local processes on 127.0.0.1 (no containers, no real kubelet):
 
 * etcd on free loopback ports, its data in the state directory;
 * kube-apiserver with a serving certificate from our own CA, RBAC + Node authorization, a static
@@ -10,8 +11,12 @@ Everything runs as local processes on 127.0.0.1 (no containers, no kubelet):
   in-cluster Services to URLs on 127.0.0.1 with our CA bundle;
 * the Kueue manager out of cluster (``--kubeconfig``, ``--config``), serving its webhooks on
   127.0.0.1 with a certificate from our CA;
-* fake GPU nodes: Node objects with AWS network topology labels, allocatable GPUs and Ready=True
-  (set through the status subresource; without a kube-controller-manager nothing flips them);
+* kube-controller-manager (Job, ReplicaSet, Deployment and StatefulSet controllers, garbage
+  collector, namespace and service-account controllers, node lifecycle) and kube-scheduler;
+* fake GPU nodes: Node objects with AWS network topology labels and allocatable GPUs, kept Ready
+  by KWOK with KWOK's own stages (node heartbeat with leases; pods go Running on the node the
+  scheduler bound them to, and a Job's pods Succeeded after the delay in the pod's
+  ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation, 1 s plus up to 5 s jitter by default);
 * optionally our own webhook, ``kgov serve``, registered as the ``kgov-governor``
   MutatingWebhookConfiguration.
 
@@ -54,15 +59,15 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import api_exception
+from kubernetes_asyncio.dynamic.exceptions import ConflictError, api_exception
 from kubernetes_asyncio.dynamic.resource import ResourceInstance
 
 from e2e import build
 from e2e.manifests import (
+    FAKE_NODE_LABEL,
     GOVERNOR_WEBHOOK_CONFIGURATION,
     KUEUE_FRAMEWORKS,
     KUEUE_NAMESPACE,
-    NOT_READY_TAINT,
     SYSTEM_NAMESPACES,
     TopologyShape,
     deep_merge,
@@ -78,11 +83,49 @@ DEFAULT_STATE_DIR = Path(__file__).resolve().parent / ".state"
 FIELD_MANAGER = "kgov-devcluster"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# Kueue v0.17 reads its metrics serving certificate from this fixed path whenever its internal
-# certificate management is off (cmd/kueue/main.go); it cannot be configured.
+# Kueue (v0.17 to v0.19.2) reads its metrics serving certificate from this fixed path whenever
+# its internal certificate management is off (cmd/kueue/main.go); it cannot be configured.
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# Pod IPs KWOK hands out (no networking: only the pod status carries them).
+KWOK_POD_CIDR = "10.0.0.1/16"
+# KWOK's stages, from its module (kustomize/stage/...): nodes become Ready and renew a Lease as a
+# kubelet does; pods are created, go Running and (owned by a Job) complete, and are deleted, each
+# after the delay its ``<stage>.stage.kwok.x-k8s.io/delay`` annotation names.
+KWOK_STAGES = [
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/general/pod-create.yaml",
+    "kustomize/stage/pod/general/pod-init-container-running.yaml",
+    "kustomize/stage/pod/general/pod-init-container-completed.yaml",
+    "kustomize/stage/pod/general/pod-ready.yaml",
+    "kustomize/stage/pod/general/pod-complete.yaml",
+    "kustomize/stage/pod/general/pod-delete.yaml",
+]
+# The controllers of kube-controller-manager this cluster needs (the rest, volumes, endpoints,
+# certificates, quota, would only add load on 2 cores).
+CONTROLLERS = [
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "statefulset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
+    "disruption-controller",
+]
+# Client rate limits of the controllers: the Job controller and the scheduler create and bind
+# thousands of pods in the benchmarks; the defaults (20 and 50 QPS) would pace them.
+CONTROLLER_QPS, CONTROLLER_BURST = 200, 400
 
-PROCESS_ORDER = ["etcd", "kube-apiserver", "kueue", "governor"]
+PROCESS_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok", "governor"]
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok")
 
 
 class DevClusterError(RuntimeError):
@@ -102,6 +145,9 @@ class ClusterInfo:
     kueue_health_port: int
     kueue_metrics_port: int
     shape: str
+    controller_manager_port: int = 0
+    scheduler_port: int = 0
+    kwok_port: int = 0
     node_names: list[str] = field(default_factory=list)
     governor_url: str | None = None
     #: The governor's plain-HTTP metrics port (``/metrics``), None when it runs elsewhere.
@@ -375,20 +421,24 @@ def _write_pki(paths: Paths) -> dict[str, str]:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
 
-    tokens = {name: secrets.token_urlsafe(32) for name in ("admin", "kueue", "governor")}
+    users = {
+        "admin": "kgov-admin",
+        "kueue": "kueue-manager",
+        "governor": "kgov-governor",
+        "kube-controller-manager": "system:kube-controller-manager",
+        "kube-scheduler": "system:kube-scheduler",
+        "kwok": "kwok-controller",
+    }
+    tokens = {name: secrets.token_urlsafe(32) for name in users}
     write_private(
         paths.tokens,
-        (
-            f'{tokens["admin"]},kgov-admin,uid-admin,"system:masters"\n'
-            f'{tokens["kueue"]},kueue-manager,uid-kueue,"system:masters"\n'
-            f'{tokens["governor"]},kgov-governor,uid-governor,"system:masters"\n'
-        ).encode(),
+        "".join(f'{tokens[name]},{user},uid-{name},"system:masters"\n' for name, user in users.items()).encode(),
     )
     return tokens
 
 
 def _ensure_kueue_metrics_cert(ca_crt: bytes, ca_key: bytes) -> None:
-    """Kueue v0.17 insists on a metrics certificate at a fixed path; provide one if missing."""
+    """Kueue insists on a metrics certificate at a fixed path; provide one if missing."""
     crt_path = KUEUE_METRICS_CERT_DIR / "tls.crt"
     if crt_path.exists() and (KUEUE_METRICS_CERT_DIR / "tls.key").exists():
         return
@@ -442,10 +492,13 @@ def kueue_configuration(kueue_dir: Path, paths: Paths, ports: dict[str, int]) ->
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": SYSTEM_NAMESPACES}
             ]
         },
-        # TopologyAwareScheduling is beta (on by default) in v0.17; stated so a change shows.
-        # VisibilityOnDemand would start an aggregated API server that reads its certificate
-        # from a fixed path (/visibility) when internal cert management is off.
-        "featureGates": {"TopologyAwareScheduling": True, "VisibilityOnDemand": False},
+        # TopologyAwareScheduling is beta (on by default) since v0.14, TASMultiLayerTopology
+        # since v0.19 (pkg/features/kube_features.go); stated so a change shows. The other TAS
+        # gates keep v0.19.2's defaults (failed-node replacement on; replacing a node that is
+        # NotReady for a fixed time is deprecated and off). VisibilityOnDemand would start an
+        # aggregated API server that reads its certificate from a fixed path (/visibility) when
+        # internal cert management is off.
+        "featureGates": {"TopologyAwareScheduling": True, "TASMultiLayerTopology": True, "VisibilityOnDemand": False},
         "integrations": {"frameworks": KUEUE_FRAMEWORKS},
     }
     return deep_merge(base, overrides)
@@ -536,35 +589,69 @@ async def _apply_crds(dynamic: DynamicClient, crds: list[dict[str, Any]], timeou
         raise DevClusterError(f"CRDs not Established after {timeout:.0f}s: {sorted(pending)}")
 
 
-async def apply_nodes(dynamic: DynamicClient, nodes: list[dict[str, Any]]) -> None:
-    """Create or update the fake nodes, set their status, and lift the not-ready taint.
+async def apply_nodes(dynamic: DynamicClient, nodes: list[dict[str, Any]], concurrency: int = 32) -> None:
+    """Create (or update) the fake nodes, ``concurrency`` at a time.
 
-    The status goes through the status subresource (the main resource ignores it). The API
-    server's TaintNodesByCondition admission plugin gives every new Node the
-    ``node.kubernetes.io/not-ready:NoSchedule`` taint, which the node lifecycle controller of a
-    kube-controller-manager lifts once the node reports Ready; there is none here, so this does
-    that one step itself (Kueue's TAS skips nodes with that taint).
+    A Node is created with its status (capacity, allocatable, nodeInfo) in one request, as a
+    kubelet registers itself; KWOK then sets its conditions (Ready) and renews its Lease, and the
+    node lifecycle controller lifts the ``node.kubernetes.io/not-ready`` taint the API server's
+    TaintNodesByCondition plugin put on it. A node that already exists gets its labels and
+    status applied instead.
     """
     resource = await dynamic.resources.get(api_version="v1", kind="Node")
-    for node in nodes:
-        name = node["metadata"]["name"]
-        await apply(dynamic, {key: node[key] for key in ("apiVersion", "kind", "metadata", "spec")})
-        with_status = await apply(
-            dynamic,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": node["status"]},
-            "status",
-        )
-        current = with_status.to_dict()
-        taints = current.get("spec", {}).get("taints") or []
-        kept = [taint for taint in taints if taint["key"] != NOT_READY_TAINT]
-        if kept != taints:
-            # A merge patch replaces the whole list; the resourceVersion makes it conditional.
-            await dynamic.patch(
-                resource,
-                {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"taints": kept}},
-                name=name,
-                content_type="application/merge-patch+json",
-            )
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(node: dict[str, Any]) -> None:
+        async with limit:
+            try:
+                await dynamic.create(resource, body=node)
+            except ConflictError:
+                await apply(dynamic, {key: node[key] for key in ("apiVersion", "kind", "metadata", "spec")})
+                await apply(
+                    dynamic,
+                    {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"], "status": node["status"]},
+                    "status",
+                )
+
+    await asyncio.gather(*(one(node) for node in nodes))
+
+
+async def wait_nodes_ready(dynamic: DynamicClient, names: list[str], timeout: float = 120.0) -> None:
+    """Wait until every named node is Ready and carries no NoSchedule/NoExecute taint.
+
+    Raises:
+        DevClusterError: some are not after ``timeout`` seconds (up to 5 are named, with their
+            conditions and taints).
+    """
+    resource = await dynamic.resources.get(api_version="v1", kind="Node")
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    pending: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        listed = (await dynamic.get(resource, label_selector=f"{FAKE_NODE_LABEL}=true")).to_dict()["items"]
+        pending = {
+            node["metadata"]["name"]: node
+            for node in listed
+            if node["metadata"]["name"] in wanted and not _ready_untainted(node)
+        }
+        missing = wanted - {node["metadata"]["name"] for node in listed}
+        if not pending and not missing:
+            return
+        await asyncio.sleep(0.5)
+    sample = {
+        name: {
+            "conditions": {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []},
+            "taints": (node.get("spec") or {}).get("taints"),
+        }
+        for name, node in sorted(pending.items())[:5]
+    }
+    raise DevClusterError(f"{len(pending)} nodes not Ready and untainted after {timeout:.0f}s, e.g. {sample}")
+
+
+def _ready_untainted(node: dict[str, Any]) -> bool:
+    conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+    taints = (node.get("spec") or {}).get("taints") or []
+    return conditions.get("Ready") == "True" and not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
 
 
 # --------------------------------------------------------------------------- up / down / status
@@ -620,6 +707,71 @@ def _apiserver_command(binary: Path, paths: Paths, etcd_url: str, port: int) -> 
     ]
 
 
+def _component_serving_flags(paths: Paths, port: int, kubeconfig: Path) -> list[str]:
+    """Secure serving and delegated authn/authz of kube-controller-manager and kube-scheduler:
+    /healthz on 127.0.0.1 with the API server's certificate (issued by our CA for 127.0.0.1)."""
+    return [
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={paths.pki / 'apiserver' / 'tls.crt'}",
+        f"--tls-private-key-file={paths.pki / 'apiserver' / 'tls.key'}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--profiling=false",
+    ]
+
+
+def _controller_manager_command(binary: Path, paths: Paths, port: int, kubeconfig: Path) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        *_component_serving_flags(paths, port, kubeconfig),
+        "--leader-elect=false",
+        f"--controllers={','.join(CONTROLLERS)}",
+        # service-account tokens and the kube-root-ca.crt ConfigMap that pods' projected volumes name
+        f"--service-account-private-key-file={paths.pki / 'sa.key'}",
+        f"--root-ca-file={paths.ca_crt}",
+        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        f"--kube-api-qps={CONTROLLER_QPS}",
+        f"--kube-api-burst={CONTROLLER_BURST}",
+        # the garbage collector and the Job controller work through thousands of objects in the
+        # benchmarks; the defaults are 20 and 5 workers
+        "--concurrent-gc-syncs=20",
+        "--concurrent-job-syncs=10",
+        "--v=1",
+    ]
+
+
+def _scheduler_configuration(kubeconfig: Path) -> dict[str, Any]:
+    """KubeSchedulerConfiguration: the default profile, no leader election, our client limits."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": CONTROLLER_QPS, "burst": CONTROLLER_BURST},
+        "leaderElection": {"leaderElect": False},
+    }
+
+
+def _scheduler_command(binary: Path, paths: Paths, port: int, kubeconfig: Path, config: Path) -> list[str]:
+    return [str(binary), f"--config={config}", *_component_serving_flags(paths, port, kubeconfig), "--v=1"]
+
+
+def _kwok_command(binary: Path, kwok_dir: Path, port: int, kubeconfig: Path) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={','.join(str(kwok_dir / stage) for stage in KWOK_STAGES)}",
+        f"--manage-nodes-with-label-selector={FAKE_NODE_LABEL}=true",
+        # a Lease per node renewed every 10 s, as a kubelet does (node-heartbeat-with-lease)
+        "--node-lease-duration-seconds=40",
+        f"--cidr={KWOK_POD_CIDR}",
+        "--node-ip=127.0.0.1",
+        f"--server-address=127.0.0.1:{port}",
+        # INFO logs a line per Lease renewal: 25 lines a second with 256 nodes
+        "--v=WARN",
+    ]
+
+
 def _context(ca_file: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca_file))
 
@@ -630,9 +782,10 @@ def up(
     governor_platform: Path | None = None,
     timeout: float = 180.0,
 ) -> ClusterInfo:
-    """Bring the control plane up (building binaries first if needed) and return its info.
+    """Bring the cluster up (building binaries first if needed) and return its info.
 
-    A cluster already running in the same state directory is returned as it is.
+    A cluster already running in the same state directory is returned as it is. It returns once
+    every fake node is Ready and untainted.
 
     Raises:
         DevClusterError: a component did not start or become ready (its log tail is included).
@@ -640,7 +793,7 @@ def up(
     paths = Paths(root or state_dir())
     shape = shape or TopologyShape()
     existing = load_info(paths.root)
-    if existing is not None and all(process_alive(paths, n) for n in ("etcd", "kube-apiserver", "kueue")):
+    if existing is not None and all(process_alive(paths, n) for n in CONTROL_PLANE):
         if governor_platform is not None and existing.governor_url is None:
             start_governor(paths.root, governor_platform)
             existing = load_info(paths.root) or existing
@@ -658,7 +811,10 @@ def up(
     tokens = _write_pki(paths)
     ca_pem = paths.ca_crt.read_bytes()
     _ensure_kueue_metrics_cert(ca_pem, paths.ca_key.read_bytes())
-    etcd_client, etcd_peer, apiserver, kueue_webhook, kueue_health, kueue_metrics = _free_ports(6)
+    kwok_dir = build.dependency_dir("kwok", "sigs.k8s.io/kwok")
+    ports_list = _free_ports(9)
+    etcd_client, etcd_peer, apiserver, kueue_webhook, kueue_health, kueue_metrics = ports_list[:6]
+    controller_manager_port, scheduler_port, kwok_port = ports_list[6:]
     ports = {"kueue_webhook": kueue_webhook, "kueue_health": kueue_health, "kueue_metrics": kueue_metrics}
     etcd_url = f"http://127.0.0.1:{etcd_client}"
     apiserver_url = f"https://127.0.0.1:{apiserver}"
@@ -672,10 +828,14 @@ def up(
         kueue_health_port=kueue_health,
         kueue_metrics_port=kueue_metrics,
         shape=str(shape),
+        controller_manager_port=controller_manager_port,
+        scheduler_port=scheduler_port,
+        kwok_port=kwok_port,
         versions={
             "etcd": build.ETCD_VERSION,
-            "kube-apiserver": build.KUBERNETES_VERSION,
+            **{component: build.KUBERNETES_VERSION for component in build.KUBERNETES_COMPONENTS},
             "kueue": build.KUEUE_VERSION,
+            "kwok": build.KWOK_VERSION,
         },
     )
 
@@ -696,6 +856,27 @@ def up(
     _write_kubeconfig(paths.kubeconfig, apiserver_url, ca_pem, "kgov-admin", tokens["admin"])
     kueue_kubeconfig = paths.root / "kueue.kubeconfig"
     _write_kubeconfig(kueue_kubeconfig, apiserver_url, ca_pem, "kueue-manager", tokens["kueue"])
+    kubeconfigs = {}
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        kubeconfigs[component] = paths.root / f"{component}.kubeconfig"
+        _write_kubeconfig(kubeconfigs[component], apiserver_url, ca_pem, component, tokens[component])
+
+    start_process(
+        paths,
+        "kube-controller-manager",
+        _controller_manager_command(
+            binaries["kube-controller-manager"], paths, controller_manager_port, kubeconfigs["kube-controller-manager"]
+        ),
+    )
+    scheduler_config = paths.root / "kube-scheduler-config.yaml"
+    scheduler_config.write_text(yaml.safe_dump(_scheduler_configuration(kubeconfigs["kube-scheduler"])))
+    start_process(
+        paths,
+        "kube-scheduler",
+        _scheduler_command(
+            binaries["kube-scheduler"], paths, scheduler_port, kubeconfigs["kube-scheduler"], scheduler_config
+        ),
+    )
 
     crds = kueue_crds(kueue_dir, kueue_webhook, ca_pem) + workload_crds()
 
@@ -727,6 +908,17 @@ def up(
         "kueue",
     )
 
+    for component, port in (("kube-controller-manager", controller_manager_port), ("kube-scheduler", scheduler_port)):
+        _wait_until(
+            f"{component} /healthz",
+            lambda port=port: _http_ok(f"https://127.0.0.1:{port}/healthz", context),
+            timeout,
+            paths,
+            component,
+        )
+    start_process(paths, "kwok", _kwok_command(binaries["kwok"], kwok_dir, kwok_port, kubeconfigs["kwok"]))
+    _wait_until("KWOK /healthz", lambda: _http_ok(f"http://127.0.0.1:{kwok_port}/healthz"), timeout, paths, "kwok")
+
     nodes = fake_nodes(shape)
 
     async def install_rest() -> None:
@@ -734,6 +926,7 @@ def up(
             for configuration in kueue_webhook_configurations(kueue_dir, kueue_webhook, ca_pem):
                 await apply(dynamic, configuration)
             await apply_nodes(dynamic, nodes)
+            await wait_nodes_ready(dynamic, [node["metadata"]["name"] for node in nodes], timeout)
 
     asyncio.run(install_rest())
     info.node_names = [node["metadata"]["name"] for node in nodes]
@@ -753,7 +946,6 @@ def _tls_handshake(port: int, context: ssl.SSLContext) -> bool:
 
 def _save(paths: Paths, info: ClusterInfo) -> None:
     paths.cluster_json.write_text(json.dumps(asdict(info), indent=2) + "\n")
-
 
 
 def _governor_command() -> list[str]:

@@ -159,6 +159,7 @@ class ChartServer:
     fullname: str
     root: Path
     port: int = field(default_factory=devcluster.free_port)
+    metrics_port: int = field(default_factory=devcluster.free_port)
     process: subprocess.Popen[bytes] | None = None
     syncs: dict[str, int] = field(default_factory=lambda: {"tls": 0, "policy": 0})
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -168,6 +169,11 @@ class ChartServer:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The plain-HTTP port that serves ``/metrics``."""
+        return f"http://127.0.0.1:{self.metrics_port}"
 
     @property
     def ca_file(self) -> Path:
@@ -237,6 +243,10 @@ class ChartServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--shutdown-delay",
+            "0",
             "--watch-cluster",
             "--kubeconfig",
             str(kubeconfig),
@@ -249,7 +259,7 @@ class ChartServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"kgov serve exited {self.process.returncode}: {self.log_file.read_text()[-3000:]}")
             with contextlib.suppress(Exception):
-                support.read_metrics(self.url, str(self.ca_file))
+                support.read_metrics(self.metrics_url)
                 if devcluster._http_ok(f"{self.url}/readyz", devcluster._context(self.ca_file)):
                     break
             time.sleep(0.3)
@@ -271,7 +281,7 @@ class ChartServer:
                 self.process.wait()
 
     def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        return support.read_metrics(self.url, str(self.ca_file))
+        return support.read_metrics(self.metrics_url)
 
     def requests(self, kind: str, operation: str | None = None) -> float:
         """``kgov_admission_requests_total`` summed over results (and operations unless given)."""

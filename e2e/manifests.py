@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,8 @@ TOPOLOGY_LEVELS = [
 ]
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 FAKE_NODE_LABEL = "kueue-governor.io/fake-node"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
-# Kueue integrations switched on, and the CRDs (from the Go modules Kueue v0.17 is built
+# Kueue integrations switched on, and the CRDs (from the Go modules Kueue v0.19 is built
 # against) that make their kinds exist. (module, directory in the module, file glob).
 KUEUE_FRAMEWORKS = [
     "batch/job",
@@ -172,13 +171,62 @@ def _merge_webhooks(configuration: dict[str, Any], patch: dict[str, Any]) -> Non
             target.update(deep_merge(target, hook_patch))
 
 
+def _field_path(path: str) -> list[str]:
+    """Kustomize's ``fieldPath`` split into steps: ``webhooks.[name=a.b].namespaceSelector`` ->
+    ``["webhooks", "[name=a.b]", "namespaceSelector"]`` (dots inside brackets are no separators)."""
+    return re.findall(r"\[[^\]]*\]|[^.\[\]]+", path)
+
+
+def _field_parent(document: dict[str, Any], steps: list[str]) -> dict[str, Any] | None:
+    """The map holding the last step of a field path (None when a list item is not there)."""
+    node: Any = document
+    for step in steps[:-1]:
+        if step.startswith("["):
+            key, _, value = step[1:-1].partition("=")
+            node = next((item for item in node if isinstance(item, dict) and item.get(key) == value), None)
+            if node is None:
+                return None
+        else:
+            node = node.setdefault(step, {})
+    return node if isinstance(node, dict) else None
+
+
+def _apply_replacements(documents: list[dict[str, Any]], replacements: list[dict[str, Any]]) -> None:
+    """Kustomize ``replacements`` whose source and targets select documents by kind and name:
+    the source field's value is copied to every target field path."""
+
+    def selected(select: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            doc
+            for doc in documents
+            if doc.get("kind") == select.get("kind") and doc["metadata"].get("name") == select.get("name")
+        ]
+
+    for replacement in replacements:
+        source = replacement["source"]
+        (source_doc,) = selected(source)
+        steps = _field_path(source["fieldPath"])
+        holder = _field_parent(source_doc, steps)
+        if holder is None or steps[-1] not in holder:
+            raise ValueError(f"replacement source {source['fieldPath']} is not in {source['name']}")
+        value = holder[steps[-1]]
+        for target in replacement["targets"]:
+            for doc in selected(target["select"]):
+                for path in target["fieldPaths"]:
+                    target_steps = _field_path(path)
+                    parent = _field_parent(doc, target_steps)
+                    if parent is not None:
+                        parent[target_steps[-1]] = copy.deepcopy(value)
+
+
 def kueue_webhook_configurations(kueue_dir: Path, webhook_port: int, ca_pem: bytes) -> list[dict[str, Any]]:
     """Kueue's Mutating/ValidatingWebhookConfigurations, by URL on 127.0.0.1.
 
-    ``config/components/webhook/manifests.yaml`` plus the inline patches of its kustomization
-    (namespace selectors for pods, deployments, statefulsets), with the release's ``kueue-``
-    name prefix and every ``service:`` reference turned into ``url: https://127.0.0.1:<port><path>``
-    with our ``caBundle``.
+    ``config/components/webhook/manifests.yaml`` with its kustomization applied: the inline
+    patches, then the ``replacements`` (v0.19 patches the pod webhook's namespace selector, which
+    keeps kube-system and kueue-system out, and copies it to every job webhook), the release's
+    ``kueue-`` name prefix, and every ``service:`` reference turned into
+    ``url: https://127.0.0.1:<port><path>`` with our ``caBundle``.
     """
     webhook_dir = kueue_dir / "config/components/webhook"
     configurations = _load_yaml_documents(webhook_dir / "manifests.yaml")
@@ -192,6 +240,8 @@ def kueue_webhook_configurations(kueue_dir: Path, webhook_port: int, ca_pem: byt
                 and patch["metadata"]["name"] == configuration["metadata"]["name"]
             ):
                 _merge_webhooks(configuration, patch)
+    _apply_replacements(configurations, kustomization.get("replacements", []))
+    for configuration in configurations:
         configuration["metadata"]["name"] = "kueue-" + configuration["metadata"]["name"]
         for hook in configuration["webhooks"]:
             service = hook["clientConfig"].pop("service")
@@ -218,11 +268,13 @@ def workload_crds() -> list[dict[str, Any]]:
 def fake_nodes(shape: TopologyShape) -> list[dict[str, Any]]:
     """Node objects (metadata + spec + status) for ``shape``, broadest level first.
 
+    The status has capacity, allocatable and nodeInfo but no conditions: KWOK's
+    ``node-initialize`` stage takes a node that is not Ready and makes it so, keeping the rest.
+
     Names and labels: layer-1 ``nn-spine-<s>``, layer-2 ``nn-block-<s>-<b>``, layer-3
     ``nn-rack-<s>-<b>-<r>``, hostname ``gpu-<s>-<b>-<r>-<h>``.
     """
     nodes = []
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     resources = {
         "cpu": "192",
         "memory": "2Ti",
@@ -255,16 +307,6 @@ def fake_nodes(shape: TopologyShape) -> list[dict[str, Any]]:
                             "status": {
                                 "capacity": resources,
                                 "allocatable": resources,
-                                "conditions": [
-                                    {
-                                        "type": "Ready",
-                                        "status": "True",
-                                        "reason": "KubeletReady",
-                                        "message": "fake node of the kueue-governor e2e control plane",
-                                        "lastHeartbeatTime": now,
-                                        "lastTransitionTime": now,
-                                    }
-                                ],
                                 "nodeInfo": {
                                     "architecture": "amd64",
                                     "operatingSystem": "linux",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError
+from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError
 
 T = TypeVar("T")
 
@@ -73,19 +73,33 @@ async def get(
 
 
 async def list_objects(
-    dynamic: DynamicClient, api_version: str, kind: str, namespace: str | None = None
+    dynamic: DynamicClient,
+    api_version: str,
+    kind: str,
+    namespace: str | None = None,
+    label_selector: str | None = None,
 ) -> list[dict[str, Any]]:
-    """All objects of a kind (in ``namespace``, or cluster-wide), as dicts."""
+    """All objects of a kind (in ``namespace``, or cluster-wide; those ``label_selector``
+    selects, e.g. ``"app=x"``), as dicts."""
     resource = await dynamic.resources.get(api_version=api_version, kind=kind)
-    found = await dynamic.get(resource, namespace=namespace)
+    found = await dynamic.get(resource, namespace=namespace, label_selector=label_selector)
     return [dict(item) for item in found.to_dict()["items"]]
 
 
 async def delete(dynamic: DynamicClient, body: dict[str, Any]) -> None:
-    """Delete the object ``body`` names; one that is already gone is fine."""
+    """Delete the object ``body`` names, its dependents (a Job's pods and Workload…) by the
+    garbage collector in the background; one that is already gone is fine.
+
+    Background is stated because batch/v1 Jobs would otherwise orphan their pods.
+    """
     resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
     with contextlib.suppress(NotFoundError):
-        await dynamic.delete(resource, name=body["metadata"]["name"], namespace=body["metadata"].get("namespace"))
+        await dynamic.delete(
+            resource,
+            name=body["metadata"]["name"],
+            namespace=body["metadata"].get("namespace"),
+            propagation_policy="Background",
+        )
 
 
 async def workload_for(dynamic: DynamicClient, namespace: str, owner_uid: str) -> dict[str, Any] | None:
@@ -255,11 +269,12 @@ async def history(
 
 
 async def delete_workload_object(dynamic: DynamicClient, body: dict[str, Any], timeout: float = 30.0) -> None:
-    """Delete a workload object and the Kueue Workloads it owns, and wait until they are gone.
+    """Delete a workload object (background propagation) and wait until the garbage collector
+    has removed the Kueue Workloads it owns, so their quota and topology capacity are free for
+    the next test.
 
-    Without a garbage collector (the local control plane has no kube-controller-manager) a
-    Workload outlives its owner and keeps its quota and topology capacity; deleting both frees
-    them for the next test. On a real cluster the explicit delete only races the collector.
+    Raises:
+        TimeoutError: an owned Workload is still there after ``timeout`` seconds.
     """
     namespace = body["metadata"].get("namespace")
     current = await get(dynamic, body["apiVersion"], body["kind"], body["metadata"]["name"], namespace)
@@ -271,19 +286,13 @@ async def delete_workload_object(dynamic: DynamicClient, body: dict[str, Any], t
         await dynamic.delete(
             resource, name=body["metadata"]["name"], namespace=namespace, propagation_policy="Background"
         )
-    workloads = await dynamic.resources.get(api_version=KUEUE_API, kind="Workload")
 
     async def owned_workloads_gone() -> bool:
-        owned = [
+        return not [
             workload
             for workload in await list_objects(dynamic, KUEUE_API, "Workload", namespace)
             if any(owner.get("uid") == uid for owner in workload["metadata"].get("ownerReferences", []))
         ]
-        for workload in owned:
-            if not workload["metadata"].get("deletionTimestamp"):
-                with contextlib.suppress(NotFoundError):
-                    await dynamic.delete(workloads, name=workload["metadata"]["name"], namespace=namespace)
-        return not owned
 
     await wait_for(owned_workloads_gone, f"the Workloads of {body['kind']} {body['metadata']['name']} to go", timeout)
 
@@ -475,8 +484,8 @@ async def apply_generated(dynamic: DynamicClient, generated: Generated) -> None:
     """Server-side apply every generated object, as ``kubectl apply --server-side -k`` would.
 
     The namespace of the policy ConfigMap (the webhook's own, not generated) is created first
-    when missing; each team namespace gets a ``default`` ServiceAccount (a local control plane has
-    no controller that makes it, and Pods need it).
+    when missing; then it waits for the ``default`` ServiceAccount of each team namespace (made
+    by the service-account controller; Pods need it).
     """
     for namespace in sorted(
         {obj["metadata"]["namespace"] for obj in generated.objects if obj["kind"] == "ConfigMap"}
@@ -486,10 +495,17 @@ async def apply_generated(dynamic: DynamicClient, generated: Generated) -> None:
     for obj in generated.objects:
         await _apply(dynamic, obj)
     for namespace in generated.team_namespaces:
-        if await get(dynamic, "v1", "ServiceAccount", "default", namespace) is None:
-            with contextlib.suppress(ConflictError):  # a real cluster's controller was first
-                account = {"name": "default", "namespace": namespace}
-                await create(dynamic, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": account})
+        await wait_default_service_account(dynamic, namespace)
+
+
+async def wait_default_service_account(dynamic: DynamicClient, namespace: str, timeout: float = 30.0) -> None:
+    """Wait for the ``default`` ServiceAccount the service-account controller makes in a new
+    namespace (the API server refuses a Pod whose ServiceAccount does not exist yet)."""
+
+    async def exists() -> bool:
+        return await get(dynamic, "v1", "ServiceAccount", "default", namespace) is not None
+
+    await wait_for(exists, f"the default ServiceAccount of {namespace}", timeout)
 
 
 async def _apply(dynamic: DynamicClient, body: dict[str, Any]) -> None:

@@ -97,8 +97,8 @@ async def gpu_queue(dynamic: DynamicClient, namespace: str) -> AsyncIterator[str
 
     await wait_for(cluster_queue_active, f"ClusterQueue cq-{namespace} to become Active")
     yield "gpus"
-    # The Jobs first, with their Workloads: without a garbage collector an admitted Workload
-    # would keep its topology capacity (two GPU hosts) for the rest of the session.
+    # The Jobs first, waiting for the garbage collector to take their Workloads: an admitted
+    # Workload would keep its topology capacity (two GPU hosts) until then.
     for job in await list_objects(dynamic, "batch/v1", "Job", namespace):
         await delete_workload_object(dynamic, {**job, "apiVersion": "batch/v1", "kind": "Job"})
     for obj in reversed(objects):

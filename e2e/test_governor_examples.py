@@ -22,7 +22,16 @@ from kubernetes_asyncio.dynamic import DynamicClient
 from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 
 from e2e import manifests
-from e2e.support import REPO, Refused, create, create_with_warnings, get, load_yaml_documents, strip_kueue
+from e2e.support import (
+    REPO,
+    Refused,
+    create,
+    create_with_warnings,
+    get,
+    load_yaml_documents,
+    strip_kueue,
+    wait_default_service_account,
+)
 from webhook.core.kinds import find_kind
 from webhook.core.paths import lookup
 from webhook.core.view import kueue_view
@@ -76,9 +85,7 @@ async def no_team_namespace(dynamic: DynamicClient) -> str:
     """A namespace no team owns (so the governor changes nothing there), with a ServiceAccount."""
     if await get(dynamic, "v1", "Namespace", NO_TEAM_NAMESPACE) is None:
         await create(dynamic, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NO_TEAM_NAMESPACE}})
-    if await get(dynamic, "v1", "ServiceAccount", "default", NO_TEAM_NAMESPACE) is None:
-        account = {"name": "default", "namespace": NO_TEAM_NAMESPACE}
-        await create(dynamic, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": account})
+    await wait_default_service_account(dynamic, NO_TEAM_NAMESPACE)
     return NO_TEAM_NAMESPACE
 
 
@@ -153,4 +160,3 @@ async def test_example_is_accepted_after_our_mutation(
         assert terms is not None, f"{where}: no required node affinity"
         for term in terms["nodeSelectorTerms"]:
             assert INSTANCE_TYPE_EXPRESSION in term["matchExpressions"], f"{where}: {term}"
-

@@ -403,7 +403,10 @@ def random_template(rng: Any, nodes: list[dict[str, Any]], restart: str = "Never
 
 def random_workload(rng: Any, nodes: list[dict[str, Any]]) -> dict[str, Any]:
     kind = rng.choice(["Job", "Job", "JobSet", "PyTorchJob"])
-    pods = lambda: rng.choice([1, 1, 2, 2, 3, 4, 5, 8, 9, 16])  # noqa: E731
+
+    def pods() -> int:
+        return int(rng.choice([1, 1, 2, 2, 3, 4, 5, 8, 9, 16]))
+
     if kind == "Job":
         count = pods()
         return {
@@ -594,8 +597,8 @@ async def test_kueue_starts_and_evicts_a_job_after_the_policy_was_narrowed(
 
     await wait_for(suspended, "Kueue to suspend the evicted job under the narrowed policy", 90)
     info = devcluster.load_info(Path(e2e_cluster.local.state_dir))
-    assert info is not None and info.governor_url is not None
-    metrics = read_metrics(info.governor_url, info.ca_file)
+    assert info is not None and info.governor_metrics_url is not None
+    metrics = read_metrics(info.governor_metrics_url)
     denials = sum(v for (name, _), v in metrics.items() if name == "kgov_admission_denials_total")
     print(f"\nnarrowed policy: Kueue started and evicted the job; governor denials: {int(denials)}")
     assert denials == 0

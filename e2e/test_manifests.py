@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e import build, manifests
+from e2e import build, devcluster, manifests
 from e2e.support import Domain, decode_topology_assignment
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ def test_fake_nodes_form_a_tree() -> None:
         status = node["status"]
         assert status["allocatable"]["nvidia.com/gpu"] == "8"
         assert status["allocatable"] == status["capacity"]
-        assert status["conditions"][0]["type"] == "Ready" and status["conditions"][0]["status"] == "True"
+        assert "conditions" not in status  # KWOK's node-initialize stage makes the node Ready
         assert "taints" not in node["spec"]
     assert Counter(n["metadata"]["labels"][layer1] for n in nodes) == {"nn-spine-1": 12, "nn-spine-2": 12}
     assert set(Counter(n["metadata"]["labels"][layer3] for n in nodes).values()) == {2}
@@ -142,7 +142,7 @@ def test_workload_crds_serve_the_versions_kueue_integrates() -> None:
 
 
 def test_decode_topology_assignment() -> None:
-    # As Kueue v0.17 wrote it for two pods on two hosts of one rack.
+    # As Kueue wrote it (v0.17, and v0.19 with hostname-prefix encoding) for two pods on two hosts of one rack.
     levels, domains = decode_topology_assignment(
         {
             "levels": ["kubernetes.io/hostname"],
@@ -179,3 +179,39 @@ def test_decode_topology_assignment() -> None:
         }
     )
     assert domains == [Domain(("r1", "a.x"), 3), Domain(("r1", "b.x"), 1), Domain(("r2", "c"), 2)]
+
+
+def test_kueue_job_webhooks_get_the_pod_webhooks_namespace_selector(kueue_dir: Path) -> None:
+    # v0.19's kustomization copies vpod.kb.io's selector (a patch) to every job webhook
+    # (replacements); without it they would be called for kube-system too.
+    configurations = manifests.kueue_webhook_configurations(kueue_dir, PORT, CA)
+    hooks = {hook["name"]: hook for c in configurations for hook in c["webhooks"]}
+    selector = hooks["vpod.kb.io"]["namespaceSelector"]
+    assert selector["matchExpressions"][0]["values"] == ["kube-system", "kueue-system"]
+    for name in ("mjob.kb.io", "vjob.kb.io", "mjobset.kb.io", "mdeployment.kb.io", "vstatefulset.kb.io"):
+        assert hooks[name]["namespaceSelector"] == selector, name
+    assert "namespaceSelector" not in hooks["vclusterqueue.kb.io"]
+
+
+def test_kwok_runs_its_own_stages() -> None:
+    kwok_dir = build.dependency_dir("kwok", "sigs.k8s.io/kwok")
+    stages = {}
+    for path in devcluster.KWOK_STAGES:
+        (stage,) = yaml.safe_load_all((kwok_dir / path).read_text())
+        assert stage["kind"] == "Stage", path
+        stages[stage["metadata"]["name"]] = stage
+    assert {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"} <= set(stages)
+    # A Job's pod completes after the delay its own annotation names.
+    delay = stages["pod-complete"]["spec"]["delay"]
+    assert delay["durationFrom"]["expressionFrom"] == '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
+    kinds = [e for e in stages["pod-complete"]["spec"]["selector"]["matchExpressions"] if "ownerReferences" in e["key"]]
+    assert kinds == [{"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]}]
+
+
+def test_kubernetes_components_are_built_together() -> None:
+    by_name = {binary.name: binary for binary in build.binaries()}
+    components = [by_name[name] for name in build.KUBERNETES_COMPONENTS]
+    assert {binary.wrapper for binary in components} == {build.BUILD_DIR / "kubernetes"}
+    assert len({tuple(binary.ldflags) for binary in components}) == 1
+    assert f"-X 'k8s.io/component-base/version.gitVersion={build.KUBERNETES_VERSION}'" in components[0].ldflags
+    assert by_name["kwok"].ldflags == [f"-X 'sigs.k8s.io/kwok/pkg/consts.Version={build.KWOK_VERSION}'"]

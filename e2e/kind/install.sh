@@ -10,12 +10,12 @@
 # Settings (environment): KIND_CLUSTER (kgov-e2e), KGOV_KIND_STATE (e2e/.state/kind: kubeconfig,
 # generated config, governor PKI), IMAGE (kueue-governor:e2e), GPUS_PER_NODE (8), PYTHON
 # (.venv/bin/python), KUEUE_FEATURE_GATES (extra Kueue feature gates, e.g.
-# TopologyAwareScheduling=true on a Kueue release where TAS is still alpha; v0.17 has it on).
+# TopologyAwareScheduling=true on a Kueue release where TAS is still alpha; v0.19 has it on).
 set -euo pipefail
 
-KUEUE_VERSION=v0.17.0
-# The versions Kueue v0.17.0 pins in its go.mod (as the local control plane's CRDs).
-JOBSET_VERSION=v0.11.1
+KUEUE_VERSION=v0.19.2
+# The versions Kueue v0.19.2 pins in its go.mod (as the local control plane's CRDs).
+JOBSET_VERSION=v0.12.0
 TRAINING_OPERATOR_VERSION=v1.9.3
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -72,7 +72,7 @@ kubectl apply --server-side -f "https://github.com/kubernetes-sigs/jobset/releas
 kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/base/crds?ref=$TRAINING_OPERATOR_VERSION"
 kubectl -n jobset-system wait deploy --all --for=condition=Available --timeout=300s
 
-step "Kueue $KUEUE_VERSION (release manifests; TopologyAwareScheduling is on by default in v0.17)"
+step "Kueue $KUEUE_VERSION (release manifests; TopologyAwareScheduling is on by default in v0.19)"
 kubectl apply --server-side -f "https://github.com/kubernetes-sigs/kueue/releases/download/$KUEUE_VERSION/manifests.yaml"
 if [[ -n ${KUEUE_FEATURE_GATES:-} ]]; then
   kubectl -n kueue-system patch deploy kueue-controller-manager --type=json \
