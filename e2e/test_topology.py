@@ -20,7 +20,6 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from e2e import manifests
 from e2e.conftest import E2ECluster
 from e2e.support import (
     condition,
@@ -42,6 +41,10 @@ GPU = "nvidia.com/gpu"
 LAYER = "topology.k8s.aws/network-node-layer-{}"
 TAS_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 HOSTNAME = "kubernetes.io/hostname"
+
+
+#: The label the test's own Node objects carry (not KWOK's fake-node label: those would turn Ready).
+OWN_LABEL = "kueue-governor.io/e2e-topology-node"
 
 
 def kgov(*args: str) -> subprocess.CompletedProcess[str]:
@@ -177,14 +180,15 @@ async def test_live_tree_counts_bound_pods_and_admitted_workloads(
 @pytest.fixture
 async def labelled_nodes(api: k8s.ApiClient) -> AsyncIterator[dict[str, str]]:
     """Three Node objects with AWS providerIDs (node name → instance id), cordoned and never
-    Ready (no kubelet), deleted afterwards."""
+    Ready: without the fake-node label KWOK does not manage them, so nothing heartbeats for them.
+    Deleted afterwards."""
     core = k8s.CoreV1Api(api)
     suffix = secrets.token_hex(3)
     nodes = {f"e2e-topology-{suffix}-{i}": f"i-0{secrets.token_hex(8)}" for i in range(3)}
     for name, instance in nodes.items():
         await core.create_node(
             k8s.V1Node(
-                metadata=k8s.V1ObjectMeta(name=name, labels={manifests.FAKE_NODE_LABEL: "true"}),
+                metadata=k8s.V1ObjectMeta(name=name, labels={OWN_LABEL: "true"}),
                 spec=k8s.V1NodeSpec(provider_id=f"aws:///us-east-1a/{instance}", unschedulable=True),
             )
         )
@@ -257,7 +261,7 @@ async def test_label_applies_describe_instance_topology(
         assert {key: labels.get(key) for key in (LAYER.format(i) for i in range(1, 5))} == {
             LAYER.format(i): layers[i - 1] if i <= len(layers) else None for i in range(1, 5)
         }
-        assert labels[manifests.FAKE_NODE_LABEL] == "true"  # other labels kept
+        assert labels[OWN_LABEL] == "true"  # other labels kept
 
     again = kgov("topology", "label", "--from", str(document), "--kubeconfig", kubeconfig, "--apply")
     assert again.returncode == 0, again.stderr
