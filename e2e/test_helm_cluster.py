@@ -119,10 +119,15 @@ async def assert_nothing_left(api: k8s.ApiClient, namespace: str) -> None:
     ] == []
 
 
-def job(name: str, labels: dict[str, str] | None = None, parallelism: int = 1) -> dict[str, Any]:
+def job(
+    name: str, labels: dict[str, str] | None = None, parallelism: int = 1, requests: dict[str, str] | None = None
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {"generateName": f"{name}-"}
     if labels is not None:
         metadata["labels"] = labels
+    container: dict[str, Any] = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
+    if requests is not None:
+        container["resources"] = {"requests": requests}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -133,7 +138,7 @@ def job(name: str, labels: dict[str, str] | None = None, parallelism: int = 1) -
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"]}],
+                    "containers": [container],
                 }
             },
         },
@@ -295,11 +300,13 @@ async def test_a_sixteen_pod_job_reaches_the_webhook_once(
             await asyncio.to_thread(server.start)
             try:
                 jobs_before, pods_before = server.requests("Job", "CREATE"), server.requests("Pod")
-                created = cleanup.add(await create(dynamic, RESEARCH, job("sixteen", parallelism=16)))
+                created = cleanup.add(
+                    await create(dynamic, RESEARCH, job("sixteen", parallelism=16, requests=SIXTEEN_REQUESTS))
+                )
                 assert created["metadata"]["labels"][QUEUE_LABEL] == RESEARCH_QUEUE
                 uid = created["metadata"]["uid"]
                 pods = await _sixteen_pods(api, dynamic, created)
-                assert len(pods) == 16
+                assert len(pods) == 16, await _workload_conditions(dynamic, uid)
                 jobs = server.requests("Job", "CREATE") - jobs_before
                 child_requests = server.requests("Pod") - pods_before
                 print(
@@ -320,6 +327,27 @@ async def test_a_sixteen_pod_job_reaches_the_webhook_once(
         server.stop()
 
 
+# The research ClusterQueue's only flavor is a TAS flavor (a TAS-only queue: Kueue treats every
+# podset as asking for topology). Kueue's flavor assigner gives a podset a flavor per resource it
+# requests that the queue covers (cpu, memory, GPUs, EFA; not ``pods``), so a podset that requests
+# none of them gets no flavor and its Workload stays pending forever with "no TAS flavor assigned"
+# (pkg/scheduler/flavorassigner/tas_flavorassigner.go, onlyTASFlavor), whatever the webhook writes.
+# The Job's pods therefore request a little CPU, as every real job does.
+SIXTEEN_REQUESTS = {"cpu": "100m"}
+
+
+async def _workload_conditions(dynamic: DynamicClient, job_uid: str) -> str:
+    """The conditions of the Workload Kueue made for the Job ``job_uid``: why its pods are missing."""
+    resource = await dynamic.resources.get(api_version=support.KUEUE_API, kind="Workload")
+    found = await dynamic.get(resource, namespace=RESEARCH, label_selector=f"kueue.x-k8s.io/job-uid={job_uid}")
+    conditions = [
+        f"{c['type']}={c['status']} ({c.get('reason')}: {c.get('message')})"
+        for item in found.to_dict()["items"]
+        for c in item.get("status", {}).get("conditions", [])
+    ]
+    return "Workload conditions: " + ("; ".join(conditions) or "none (no Workload)")
+
+
 BARE_POD = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -330,8 +358,9 @@ BARE_POD = {
 
 async def _sixteen_pods(api: k8s.ApiClient, dynamic: DynamicClient, created: dict[str, Any]) -> list[Any]:
     """The Job's 16 pods. A Job controller (kube-controller-manager) creates them once Kueue admits
-    the Job; without one, the 16 Pods it would create are created here, with the Job as their
-    controller owner: the API server evaluates the same matchConditions for them."""
+    the Job (which needs its pods to request a resource the queue covers: ``SIXTEEN_REQUESTS``);
+    without one, the 16 Pods it would create are created here, with the Job as their controller owner:
+    the API server evaluates the same matchConditions for them."""
     uid = created["metadata"]["uid"]
     if "kube-controller-manager" in devcluster.PROCESS_ORDER:
         deadline = time.monotonic() + 60
