@@ -268,7 +268,7 @@ async def history(
     return versions
 
 
-async def delete_workload_object(dynamic: DynamicClient, body: dict[str, Any], timeout: float = 30.0) -> None:
+async def delete_workload_object(dynamic: DynamicClient, body: dict[str, Any], timeout: float = 90.0) -> None:
     """Delete a workload object (background propagation) and wait until the garbage collector
     has removed the Kueue Workloads it owns, so their quota and topology capacity are free for
     the next test.
