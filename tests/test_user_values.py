@@ -1,0 +1,67 @@
+"""A user's own values that Kueue or the API server can never act on are said so (SPEC §3,
+never silently stranded), and the messages about them read well."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support import job, platform_with, review_body, teams_from
+
+from webhook.core.review import review
+
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+
+
+def run(obj: dict[str, Any], policy: dict[str, Any], old: dict[str, Any] | None = None, inventory: Any = None) -> Any:
+    operation = "CREATE" if old is None else "UPDATE"
+    body = review_body(obj, "ml", operation=operation, old=old)
+    return review(body, teams_from(platform_with(policy)), inventory=inventory)
+
+
+def job_with_annotations(annotations: dict[str, str]) -> dict[str, Any]:
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": annotations}
+    return obj
+
+
+def test_a_topology_level_the_flavor_lacks_is_warned_under_default() -> None:
+    """Defect: under topology enforcement ``default`` a user's required level that is not a level
+    of the flavor's Topology passed silently; Kueue can never admit such a workload."""
+    policy = {"topology": {"mode": "auto", "enforcement": "default"}}
+    outcome = run(job_with_annotations({REQUIRED: "cloud.google.com/gke-nodepool"}), policy)
+    assert outcome.plan.allowed
+    assert outcome.plan.warnings == [
+        "topology: kueue.x-k8s.io/podset-required-topology 'cloud.google.com/gke-nodepool' (podset 'main') "
+        "is not a level of Topology 'aws' for team 'ml'; allowed: topology.k8s.aws/network-node-layer-1, "
+        "topology.k8s.aws/network-node-layer-2, topology.k8s.aws/network-node-layer-3, kubernetes.io/hostname; "
+        "Kueue can never admit the workload"
+    ]
+
+
+def test_a_slice_level_the_flavor_lacks_is_warned_under_default_and_refused_under_enforce() -> None:
+    annotations = {
+        REQUIRED: "topology.k8s.aws/network-node-layer-1",
+        SLICE_REQUIRED: "rack",
+        "kueue.x-k8s.io/podset-slice-size": "1",
+    }
+    warned = run(job_with_annotations(annotations), {"topology": {"mode": "auto", "enforcement": "default"}})
+    assert warned.plan.allowed
+    assert [w.split(" (")[0] for w in warned.plan.warnings] == [
+        "topology: kueue.x-k8s.io/podset-slice-required-topology 'rack'"
+    ]
+    denied = run(
+        job_with_annotations(annotations),
+        {"topology": {"mode": "preferred", "level": "kubernetes.io/hostname", "enforcement": "enforce"}},
+    )
+    assert not denied.plan.allowed
+    assert [d.split(" (")[0] for d in denied.plan.denials] == [
+        "topology: kueue.x-k8s.io/podset-slice-required-topology 'rack'"
+    ]
+
+
+def test_known_levels_under_default_stay_quiet() -> None:
+    policy = {"topology": {"mode": "auto", "enforcement": "default"}}
+    outcome = run(job_with_annotations({REQUIRED: "kubernetes.io/hostname"}), policy)
+    assert outcome.plan.allowed and outcome.plan.warnings == [] and outcome.plan.denials == []
+
