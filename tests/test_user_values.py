@@ -3,10 +3,12 @@ never silently stranded), and the messages about them read well."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from support import job, platform_with, review_body, teams_from
 
+from webhook.core.patch import apply_patch
 from webhook.core.review import review
 
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -65,3 +67,18 @@ def test_known_levels_under_default_stay_quiet() -> None:
     outcome = run(job_with_annotations({REQUIRED: "kubernetes.io/hostname"}), policy)
     assert outcome.plan.allowed and outcome.plan.warnings == [] and outcome.plan.denials == []
 
+def test_an_update_that_empties_the_queue_label_gets_the_stored_one_back() -> None:
+    """Defect: CREATE with an empty queue label got the team's queue with a warning, but an UPDATE
+    that emptied the stored label was refused with "LocalQueue '' … is not allowed"."""
+    policy = {"queue": {"enforcement": "enforce"}}
+    stored = apply_patch(job(), run(job(), policy).patch)
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "ml-queue"
+    emptied = copy.deepcopy(stored)
+    emptied["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = ""
+    outcome = run(emptied, policy, old=stored)
+    assert outcome.plan.allowed
+    assert outcome.plan.warnings == [
+        "queue: an empty kueue.x-k8s.io/queue-name (metadata.labels.kueue.x-k8s.io/queue-name) means no queue "
+        "to Kueue; kept 'ml-queue'"
+    ]
+    assert apply_patch(emptied, outcome.patch) == stored
