@@ -67,6 +67,7 @@ def test_known_levels_under_default_stay_quiet() -> None:
     outcome = run(job_with_annotations({REQUIRED: "kubernetes.io/hostname"}), policy)
     assert outcome.plan.allowed and outcome.plan.warnings == [] and outcome.plan.denials == []
 
+
 def test_an_update_that_empties_the_queue_label_gets_the_stored_one_back() -> None:
     """Defect: CREATE with an empty queue label got the team's queue with a warning, but an UPDATE
     that emptied the stored label was refused with "LocalQueue '' … is not allowed"."""
@@ -82,3 +83,33 @@ def test_an_update_that_empties_the_queue_label_gets_the_stored_one_back() -> No
         "to Kueue; kept 'ml-queue'"
     ]
     assert apply_patch(emptied, outcome.patch) == stored
+
+
+def test_the_kueue_priority_does_not_follow_a_pod_priority_with_no_priority_class() -> None:
+    """Defect: in a team without a podPriority rule, a pod priorityClassName naming a platform
+    priority without ``podPriorityClass`` (no PriorityClass exists) was accepted and the Kueue
+    priority label followed it."""
+    platform = platform_with({"kueuePriority": {"default": "low", "allowed": ["low", "batch"], "enforcement": "warn"}})
+    platform["priorities"].append({"name": "batch", "value": 50})
+    obj = job()
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "batch"
+    outcome = review(review_body(obj, "ml"), teams_from(platform))
+    assert outcome.plan.allowed
+    assert apply_patch(obj, outcome.patch)["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
+    assert outcome.plan.warnings == [
+        "kueuePriority: the pods' priorityClassName 'batch' is not a PriorityClass team 'ml''s policy lets its "
+        "pods use, so the Kueue priority does not follow it (the API server refuses pods whose PriorityClass "
+        "does not exist); set kueue.x-k8s.io/priority-class to choose one"
+    ]
+
+
+def test_the_kueue_priority_follows_a_pod_priority_the_pod_priority_rule_allows() -> None:
+    policy = {
+        "kueuePriority": {"default": "high", "allowed": ["low", "high"], "enforcement": "enforce"},
+        "podPriority": {"default": "high", "allowed": ["low", "high"], "enforcement": "enforce"},
+    }
+    obj = job()
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "low"
+    outcome = run(obj, policy)
+    assert outcome.plan.warnings == []
+    assert apply_patch(obj, outcome.patch)["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
