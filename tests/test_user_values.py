@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from support import job, platform_with, review_body, teams_from
+from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.patch import apply_patch
 from webhook.core.review import review
@@ -113,3 +113,17 @@ def test_the_kueue_priority_follows_a_pod_priority_the_pod_priority_rule_allows(
     outcome = run(obj, policy)
     assert outcome.plan.warnings == []
     assert apply_patch(obj, outcome.patch)["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
+
+
+def test_a_stranded_pod_without_requests_reads_well() -> None:
+    """Defect: the message said "its 1 pods of {}" for one pod with no resource requests."""
+    lone = job()
+    lone["spec"]["parallelism"] = 1
+    pod = lone["spec"]["template"]["spec"]
+    pod["containers"][0].pop("resources")
+    pod["nodeSelector"] = {"node.kubernetes.io/instance-type": "trn1.32xlarge"}
+    outcome = run(lone, {"topology": {"mode": "auto", "enforcement": "default"}}, inventory=aws_nodes())
+    assert outcome.plan.warnings == [
+        "topology: podset 'main' can never be admitted: its 1 pod with no resource requests fits on no set of "
+        "the team's nodes (they hold 0 such pods on an empty cluster)"
+    ]
