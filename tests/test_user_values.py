@@ -127,3 +127,21 @@ def test_a_stranded_pod_without_requests_reads_well() -> None:
         "topology: podset 'main' can never be admitted: its 1 pod with no resource requests fits on no set of "
         "the team's nodes (they hold 0 such pods on an empty cluster)"
     ]
+
+
+def test_spark_roles_under_auto_give_the_true_reason() -> None:
+    """Defect: a SparkApplication's driver and executor were called "one member of a pod group";
+    they are not: Spark builds their pods from its own fields, so their size is not judged."""
+    spark = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": "s"},
+        "spec": {"driver": {"cores": 1}, "executor": {"instances": 2, "cores": 1}},
+    }
+    outcome = run(spark, {"topology": {"mode": "auto"}}, inventory=aws_nodes())
+    reasons = {c.reason for c in outcome.plan.changes if c.rule == "topology"}
+    assert reasons == {
+        f"podset {name!r}: auto: the operator builds these pods from the object's own fields (such as Spark's "
+        "cores and instances), so their size is not judged; preferred"
+        for name in ("driver", "executor")
+    }

@@ -194,15 +194,23 @@ def _auto(
     """Topology mode ``auto`` (SPEC §3): the narrowest level at which one domain holds the whole
     podset (or group) gets ``required``, never broader than ``placement.level`` when set; too large
     for that, a slice rule if one fits, else ``preferred`` at that broadest level. Without an
-    inventory, or for a podset whose size is unknown (one Pod of a pod group), ``preferred``."""
+    inventory, or for a podset whose size is unknown (one Pod of a pod group, or pods an operator
+    builds from its own fields, a Spark role), ``preferred``."""
     levels = placement.levels
     top = levels.index(placement.level) if placement.level in levels else 0
     if inventory is None or not len(inventory):
         level = placement.level or levels[-1]
         return {PREFERRED: (level, "auto: no node inventory, so preferred (never blocks admission)")}
-    if any(p.partial or p.requests is None for p in members):
+    if any(p.partial for p in members):
         level = placement.level or levels[-1]
         return {PREFERRED: (level, "auto: one member of a pod group, its size unknown, so preferred")}
+    if any(p.requests is None for p in members):
+        level = placement.level or levels[-1]
+        reason = (
+            "auto: the operator builds these pods from the object's own fields (such as Spark's cores and "
+            "instances), so their size is not judged; preferred"
+        )
+        return {PREFERRED: (level, reason)}
     count = sum(p.count for p in members)
     capacity = group_capacity(members, placement, inventory, team)
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
