@@ -10,7 +10,8 @@ affinity, and the labels of pods Kueue admits one by one):
   (a value the policy no longer allows stays; an object from before the webhook stays bare);
 - introduced or changed → checked as on CREATE;
 - dropped → put back as it was in the stored object, so a re-apply of the original manifest
-  keeps it (and an immutable field, like a started Job's pod template, stays unchanged);
+  keeps it (and an immutable field, like a started Job's pod template, stays unchanged); a queue
+  label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too, with a warning;
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
   immutable (a Job's), where it is reported instead.
 
@@ -100,10 +101,25 @@ def _value(
         check_value(plan, rule_name, rule, new, dotted(path), team, what)
 
 
+def _emptied_queue(draft: Draft, path: tuple[Key, ...], old: Any, plan: Plan) -> bool:
+    """An update that empties a stored queue label: Kueue reads ``""`` as no queue
+    (``jobframework.QueueNameForObject``), so it is dropped in effect, and put back (with a warning)."""
+    if draft.get(path) != "" or not isinstance(old, str) or old == "":
+        return False
+    draft.set(path, old, "queue", f"put back: the update empties {dotted(path)}, which Kueue reads as no queue")
+    plan.report("warn", "queue", f"an empty {QUEUE_LABEL} ({dotted(path)}) means no queue to Kueue; kept {old!r}")
+    return True
+
+
 def _labels(draft: Draft, old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan) -> None:
     path = labels_path(row)
+    queue_path = (*path, QUEUE_LABEL)
+    stored = lookup(old, queue_path)
+    if _emptied_queue(draft, queue_path, stored, plan) or (draft.get(queue_path) == "" and stored is None):
+        pass  # put back, or "" where there was none: still no queue to Kueue, as before the update
+    else:
+        _value(draft, queue_path, stored, "queue", team.queue, team, "LocalQueue", plan)
     for label, rule_name, rule, what in (
-        (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
         (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
     ):
         _value(draft, (*path, label), lookup(old, (*path, label)), rule_name, rule, team, what, plan)
@@ -142,6 +158,8 @@ def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, pl
         for label in (QUEUE_LABEL, PRIORITY_LABEL):
             path = new.at(*layout.labels, label)
             before = lookup(old.base, (*layout.labels, label))
+            if label == QUEUE_LABEL and _emptied_queue(draft, path, before, plan):
+                continue
             if before is not None and draft.get(path) is None:
                 _restore(draft, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
 

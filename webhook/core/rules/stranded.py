@@ -48,7 +48,13 @@ def _loud(enforcement: Enforcement) -> Enforcement:
 
 def _shape(requests: Mapping[str, Decimal] | None) -> str:
     items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((requests or {}).items()) if amount]
-    return "{" + ", ".join(items) + "}"
+    return "{" + ", ".join(items) + "}" if items else "no resource requests"
+
+
+def _pods(count: int, requests: Mapping[str, Decimal] | None) -> str:
+    """``1 pod of {cpu: 2}``, ``4 pods with no resource requests``."""
+    shape = _shape(requests)
+    return f"{count} {'pod' if count == 1 else 'pods'} {'of' if shape.startswith('{') else 'with'} {shape}"
 
 
 def check_topology_fits(
@@ -78,18 +84,19 @@ def check_topology_fits(
             wanted.append((slice_level, int(slice_size), "one slice"))
         capacity = group_capacity(members, placement, inventory, team)
         names = ", ".join(repr(p.name) for p in members)
-        requests = _shape(members[0].requests)
+        requests = members[0].requests
         for level, pods, what in wanted:
             largest = capacity[levels.index(level)]
             if largest < pods:
                 message = (
-                    f"podset {names} can never be admitted: {what} ({pods} pods of {requests}) must fit in one "
+                    f"podset {names} can never be admitted: {what} ({_pods(pods, requests)}) must fit in one "
                     f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
                 )
                 plan.report(_loud(placement.enforcement), "topology", message)
         if not wanted and capacity[-1] < count:
+            fit = "fits" if count == 1 else "fit"
             message = (
-                f"podset {names} can never be admitted: its {count} pods of {requests} fit on no set of the "
+                f"podset {names} can never be admitted: its {_pods(count, requests)} {fit} on no set of the "
                 f"team's nodes (they hold {capacity[-1]} such pods on an empty cluster)"
             )
             plan.report(_loud(placement.enforcement), "topology", message)

@@ -52,10 +52,13 @@ def _user_request(annotations: Mapping[str, Any], levels: list[str]) -> tuple[in
 
 
 def check_user_topology(podset: PodSet, placement: TopologyPlacement, team: TeamPolicyCompiled, plan: Plan) -> None:
-    """Under ``enforce``/``warn``: a podset's own TAS annotations must name levels of the team's
-    Topology and may not ask for less locality than the policy (a weaker mode or a broader level)."""
+    """A podset's own TAS annotations must name levels of the team's Topology: Kueue can never
+    admit a podset asking for a level its flavor's Topology lacks, so this is refused under
+    ``enforce`` and warned under ``warn`` and ``default`` (SPEC §3, never silently stranded).
+    Under ``enforce``/``warn`` they also may not ask for less locality than the policy (a weaker
+    mode or a broader level)."""
     annotations = podset.annotations
-    if placement.enforcement == "default" or not any(key in annotations for key in TAS_ANNOTATIONS):
+    if not any(key in annotations for key in TAS_ANNOTATIONS):
         return
     enforcement = placement.enforcement
     where = f"podset {podset.name!r}"
@@ -68,8 +71,12 @@ def check_user_topology(podset: PodSet, placement: TopologyPlacement, team: Team
                 f"{key} {level!r} ({where}) is not a level of Topology {placement.topologyName!r} "
                 f"for team {team.team!r}; allowed: {', '.join(placement.levels)}"
             )
-            plan.report(enforcement, "topology", message)
+            if enforcement != "enforce":
+                message += "; Kueue can never admit the workload"
+            plan.report("enforce" if enforcement == "enforce" else "warn", "topology", message)
     unconstrained = annotations.get(UNCONSTRAINED)
+    if enforcement == "default":
+        return  # under default the user's own placement is theirs, once it can be admitted
     if unconstrained is not None and unconstrained not in ("true", "false"):
         malformed = True
         plan.report(
@@ -187,15 +194,23 @@ def _auto(
     """Topology mode ``auto`` (SPEC §3): the narrowest level at which one domain holds the whole
     podset (or group) gets ``required``, never broader than ``placement.level`` when set; too large
     for that, a slice rule if one fits, else ``preferred`` at that broadest level. Without an
-    inventory, or for a podset whose size is unknown (one Pod of a pod group), ``preferred``."""
+    inventory, or for a podset whose size is unknown (one Pod of a pod group, or pods an operator
+    builds from its own fields, a Spark role), ``preferred``."""
     levels = placement.levels
     top = levels.index(placement.level) if placement.level in levels else 0
     if inventory is None or not len(inventory):
         level = placement.level or levels[-1]
         return {PREFERRED: (level, "auto: no node inventory, so preferred (never blocks admission)")}
-    if any(p.partial or p.requests is None for p in members):
+    if any(p.partial for p in members):
         level = placement.level or levels[-1]
         return {PREFERRED: (level, "auto: one member of a pod group, its size unknown, so preferred")}
+    if any(p.requests is None for p in members):
+        level = placement.level or levels[-1]
+        reason = (
+            "auto: the operator builds these pods from the object's own fields (such as Spark's cores and "
+            "instances), so their size is not judged; preferred"
+        )
+        return {PREFERRED: (level, reason)}
     count = sum(p.count for p in members)
     capacity = group_capacity(members, placement, inventory, team)
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
