@@ -306,7 +306,7 @@ def test_non_json_node_dump_is_refused(tmp_path: Path) -> None:
     bad.write_text('{"items": [{"kind": "Node", "metadata": {}')
     result = kgov("topology", "--nodes", str(bad))
     assert result.exit_code == 2
-    assert f"{bad}: not valid YAML" in result.output
+    assert f"{bad}: not valid JSON: Expecting ',' delimiter at line 1 column 43" in result.output
 
 
 # --------------------------------------------------------------------------- EC2 labels
