@@ -7,6 +7,7 @@ import ipaddress
 import stat
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from cryptography import x509
 
@@ -112,3 +113,47 @@ def test_renew_without_a_ca_and_bad_inputs_are_usage_errors(tmp_path: Path) -> N
     code, output = _run("inject", str(tmp_path / "empty"), "--webhook-configuration", "x")
     assert code == 2 and "no CA" in output
     assert not CertificateDirectory(tmp_path / "empty").has_ca()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--service", "Bad Svc!", "--namespace", "ns"), "--service: 'Bad Svc!' is not a DNS-1123 label"),
+        (("--service", "kgov", "--namespace", "NS_bad"), "--namespace: 'NS_bad' is not a DNS-1123 label"),
+        (("--dns", "local host"), "--dns: 'local host' is not a DNS-1123 subdomain"),
+        (("--dns", "Webhook.example.com"), "--dns: 'Webhook.example.com' is not a DNS-1123 subdomain"),
+        (("--ip", "localhost"), "--ip: 'localhost' is not an IPv4 or IPv6 address"),
+    ],
+)
+def test_create_refuses_names_a_certificate_cannot_carry(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    code, output = _run("create", str(tmp_path / "certs"), *args)
+    assert code == 2 and message in output
+    assert not (tmp_path / "certs").exists()
+
+
+def test_create_accepts_a_wildcard_and_an_ipv6_address(tmp_path: Path) -> None:
+    code, output = _run("create", str(tmp_path), "--dns", "*.kgov.example.com", "--ip", "::1")
+    assert code == 0, output
+    assert _sans(tmp_path / "tls.crt") == (["*.kgov.example.com"], ["::1"])
+
+
+def test_renew_with_a_corrupt_ca_key_names_the_file(tmp_path: Path) -> None:
+    assert _run("create", str(tmp_path), "--dns", "localhost")[0] == 0
+    (tmp_path / "ca.key").write_text("-----BEGIN PRIVATE KEY-----\nnot base64\n")
+    code, output = _run("renew", str(tmp_path), "--force")
+    assert code == 2 and f"{tmp_path / 'ca.key'}: not a PEM private key" in output
+
+
+def test_renew_with_a_corrupt_certificate_names_the_file(tmp_path: Path) -> None:
+    assert _run("create", str(tmp_path), "--dns", "localhost")[0] == 0
+    (tmp_path / "tls.crt").write_text("garbage")
+    code, output = _run("renew", str(tmp_path))
+    assert code == 2 and f"{tmp_path / 'tls.crt'}: not a PEM certificate" in output
+
+
+def test_renew_reissues_over_a_corrupt_serving_key(tmp_path: Path) -> None:
+    assert _run("create", str(tmp_path), "--dns", "localhost")[0] == 0
+    (tmp_path / "tls.key").write_text("garbage")
+    code, output = _run("renew", str(tmp_path))
+    assert code == 0 and "tls.key is not a PEM private key" in output
+    load_private_key((tmp_path / "tls.key").read_bytes())

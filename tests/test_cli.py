@@ -347,6 +347,8 @@ def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "a value JSON cannot carry"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!set {a}}\n", "a value JSON cannot carry"),
         ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+        ("a: &a [*a]\n", "holds a recursive YAML alias (an anchor that refers to itself"),
+        ("a: &a {b: *a}\n", "holds a recursive YAML alias"),
     ],
 )
 def test_mutate_refuses_yaml_that_json_cannot_carry(tmp_path: Path, content: str, message: str) -> None:

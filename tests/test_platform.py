@@ -541,3 +541,19 @@ def test_pod_priority_class_may_not_use_the_reserved_system_prefix() -> None:
     assert problems == [
         "priorities[0].name: PriorityClass name 'system-urgent': the 'system-' prefix is reserved by Kubernetes"
     ]
+
+
+def test_a_priority_both_default_and_allowed_is_reported_once() -> None:
+    """Regression: a podPriority default that is also allowed gave the same problem twice."""
+    doc = doc_with(
+        {
+            "priorities|0|podPriorityClass": False,
+            "teams|0|policy": {"podPriority": {"default": "high", "allowed": ["high"]}},
+        }
+    )
+    assert problems(doc) == [
+        (
+            "teams[0].policy.podPriority",
+            "priority 'high' has no Kubernetes PriorityClass (set podPriorityClass: true)",
+        )
+    ]

@@ -306,7 +306,7 @@ def test_non_json_node_dump_is_refused(tmp_path: Path) -> None:
     bad.write_text('{"items": [{"kind": "Node", "metadata": {}')
     result = kgov("topology", "--nodes", str(bad))
     assert result.exit_code == 2
-    assert f"{bad}: not valid YAML" in result.output
+    assert f"{bad}: not valid JSON: Expecting ',' delimiter at line 1 column 43" in result.output
 
 
 # --------------------------------------------------------------------------- EC2 labels
@@ -393,6 +393,10 @@ def test_label_plan_from_a_four_layer_document() -> None:
 def test_pages_as_an_array_are_merged() -> None:
     pages = [json.loads(P5_DOCUMENT.read_text()), json.loads(P6_DOCUMENT.read_text())]
     assert len(parse_instance_topology(pages)) == 8
+    # Every page but the last carries the NextToken of the next one: that is a complete result.
+    pages[0]["NextToken"] = "eyJuZXh0IjogMn0="
+    pages[1]["NextToken"] = ""
+    assert len(parse_instance_topology(pages)) == 8
 
 
 @pytest.mark.parametrize(
@@ -419,6 +423,16 @@ def test_pages_as_an_array_are_merged() -> None:
             '{"Instances": [{"InstanceId": "i-0a1b2c3d4e5f60001", "NetworkNodes": ["a", "b", "c"]},'
             ' {"InstanceId": "i-0a1b2c3d4e5f60001", "NetworkNodes": ["a", "b", "d"]}]}',
             "Instances[1]: i-0a1b2c3d4e5f60001 is listed twice with different NetworkNodes",
+        ),
+        ("[]", "an empty array; expected `aws ec2 describe-instance-topology` output"),
+        (
+            '{"Instances": [{"InstanceId": "i-0a1b2c3d4e5f60001", "NetworkNodes": ["a", "b", "c"]}],'
+            ' "NextToken": "eyJuZXh0IjogMn0="}',
+            "NextToken is set, so this is one page of an incomplete result",
+        ),
+        (
+            '[{"Instances": [], "NextToken": "t1"}, {"Instances": [], "NextToken": "t2"}]',
+            "[1]: NextToken is set",
         ),
     ],
 )

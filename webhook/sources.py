@@ -159,7 +159,11 @@ def _as_json(document: Any, where: str) -> Any:
         raise InputError(f"{where} holds a value JSON cannot carry (YAML binary data or a set)") from None
     except InputError:
         raise
-    except ValueError:  # NaN, .inf
+    except ValueError as exc:  # NaN, .inf; or an alias inside its own anchor
+        if str(exc).startswith("Circular reference"):
+            raise InputError(
+                f"{where} holds a recursive YAML alias (an anchor that refers to itself, such as `a: &a [*a]`)"
+            ) from None
         raise InputError(f"{where} holds a number JSON cannot carry (NaN or infinity)") from None
     return json.loads("".join(chunks))
 
@@ -168,8 +172,9 @@ def load_manifests(text: str, source: str) -> list[Any]:
     """The documents of a YAML or JSON manifest stream (empty documents dropped), as JSON values.
 
     Raises:
-        InputError: invalid YAML, nesting too deep, or a document JSON cannot carry (NaN,
-            binary, sets) or that expands past :data:`MAX_DOCUMENT_BYTES`.
+        InputError: invalid YAML (invalid JSON, with its line and column, when ``source`` names a
+            ``.json`` file), nesting too deep, or a document JSON cannot carry (NaN, binary, sets,
+            a recursive alias) or that expands past :data:`MAX_DOCUMENT_BYTES`.
     """
     documents = []
     try:
@@ -177,6 +182,13 @@ def load_manifests(text: str, source: str) -> list[Any]:
             if document is not None:
                 documents.append(_as_json(document, f"{source}: document {index}"))
     except yaml.YAMLError as exc:
+        if source.lower().endswith(".json"):
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as json_exc:
+                raise InputError(
+                    f"{source}: not valid JSON: {json_exc.msg} at line {json_exc.lineno} column {json_exc.colno}"
+                ) from None
         raise InputError(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:
         raise InputError(f"{source}: nested too deeply") from None

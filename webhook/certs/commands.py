@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import os
+import re
 from pathlib import Path
 
 import click
 
 from webhook.certs.store import CertificateDirectory, Outcome
+from webhook.core.platform import dns1123_label_error
 
 __all__ = ["certs_group"]
 
@@ -150,6 +153,7 @@ def create_command(
     """
     if (service is None) != (namespace is None):
         raise click.UsageError("give --service and --namespace together")
+    _check_names(service, namespace, dns, ip)
     names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"] if service else []
     names += [name for name in dns if name not in names]
     store = CertificateDirectory(directory)
@@ -168,6 +172,32 @@ def create_command(
         raise click.UsageError(f"{directory}: {exc.strerror or exc}") from None
     _report(store, outcome)
     _publish(store, mutating, validating, kubeconfig)
+
+
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_names(service: str | None, namespace: str | None, dns: tuple[str, ...], ip: tuple[str, ...]) -> None:
+    """Refuse (usage error, exit 2) a --service or --namespace that is not a DNS-1123 label (what
+    Kubernetes requires of Service and Namespace names), a --dns name that is not a DNS-1123
+    subdomain (253 characters at most; a leading ``*.`` wildcard is allowed) and an --ip that is
+    not an IPv4 or IPv6 address."""
+    for option, value in (("--service", service), ("--namespace", namespace)):
+        error = dns1123_label_error(value) if value is not None else None
+        if error:
+            raise click.UsageError(f"{option}: {error}")
+    for name in dns:
+        host = name[2:] if name.startswith("*.") else name
+        if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(host):
+            raise click.UsageError(
+                f"--dns: {name!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
+                "each part starting and ending with a letter or digit, at most 253 characters)"
+            )
+    for address in ip:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise click.UsageError(f"--ip: {address!r} is not an IPv4 or IPv6 address") from None
 
 
 @certs_group.command("renew", epilog=_EXIT_CODES)

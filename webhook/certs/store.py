@@ -24,7 +24,13 @@ from pathlib import Path
 
 from cryptography import x509
 
-from webhook.certs.pki import generate_ca, issue_serving_certificate, load_certificate, write_private
+from webhook.certs.pki import (
+    generate_ca,
+    issue_serving_certificate,
+    load_certificate,
+    load_private_key,
+    write_private,
+)
 
 __all__ = ["CertificateDirectory", "Outcome", "split_bundle"]
 
@@ -46,6 +52,24 @@ def _valid_now(cert_pem: bytes) -> bool:
         return load_certificate(cert_pem).not_valid_after_utc > datetime.datetime.now(datetime.UTC)
     except ValueError:
         return False
+
+
+def _read_certificate(path: Path) -> x509.Certificate:
+    """The PEM certificate in ``path``; ValueError naming the file when it is not one."""
+    try:
+        return load_certificate(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a PEM certificate ({exc})") from None
+
+
+def _check_private_key(path: Path) -> bytes:
+    """The bytes of ``path`` once they parse as a PEM private key; ValueError naming the file."""
+    data = path.read_bytes()
+    try:
+        load_private_key(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a PEM private key ({exc})") from None
+    return data
 
 
 def _sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
@@ -96,7 +120,7 @@ class CertificateDirectory:
         Raises:
             FileNotFoundError: no ``tls.crt``; ValueError: it is not a PEM certificate.
         """
-        return _sans(load_certificate(self.tls_crt.read_bytes()))
+        return _sans(_read_certificate(self.tls_crt))
 
     def _new_ca(self, common_name: str, days: int) -> None:
         previous = [c for c in split_bundle(self.ca_bundle()) if _valid_now(c)] if self.has_ca() else []
@@ -108,8 +132,9 @@ class CertificateDirectory:
         self.bundle.chmod(0o644)
 
     def _issue(self, dns_names: list[str], ip_addresses: list[str], days: int) -> datetime.datetime:
+        _read_certificate(self.ca_crt)
         cert, key = issue_serving_certificate(
-            self.ca_crt.read_bytes(), self.ca_key.read_bytes(), dns_names, ip_addresses, days
+            self.ca_crt.read_bytes(), _check_private_key(self.ca_key), dns_names, ip_addresses, days
         )
         write_private(self.tls_crt, cert)
         self.tls_crt.chmod(0o644)
@@ -119,8 +144,12 @@ class CertificateDirectory:
     def _why_reissue(self, dns_names: list[str], ip_addresses: list[str], before: datetime.timedelta) -> str:
         if not (self.tls_crt.is_file() and self.tls_key.is_file()):
             return "no serving certificate yet"
-        cert = load_certificate(self.tls_crt.read_bytes())
-        if cert.issuer != load_certificate(self.ca_crt.read_bytes()).subject or not _signed_by(cert, self.ca_crt):
+        try:
+            _check_private_key(self.tls_key)
+        except ValueError:
+            return f"{self.tls_key.name} is not a PEM private key"
+        cert = _read_certificate(self.tls_crt)
+        if cert.issuer != _read_certificate(self.ca_crt).subject or not _signed_by(cert, self.ca_crt):
             return "the serving certificate was issued by another CA"
         if _sans(cert) != (dns_names, [str(ipaddress.ip_address(ip)) for ip in ip_addresses]):
             return "the subject alternative names changed"

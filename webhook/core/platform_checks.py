@@ -73,7 +73,7 @@ def check_platform(platform: Platform) -> list[Problem]:
     not above ``nominalQuota``; every name the naming preset derives fits where it lands (label
     values, namespace names); each effective namespace belongs to one team, none is a system
     namespace, no two teams share a ``namespaceSelector``; ``policy.queue`` names no other team's
-    LocalQueue.
+    LocalQueue. Each problem is listed once, in the order found.
     """
     problems: list[Problem] = []
     topologies = {t.name: t for t in platform.topologies}
@@ -186,7 +186,8 @@ def check_platform(platform: Platform) -> list[Problem]:
     problems.extend(_check_derived_names(platform))
     problems.extend(_check_namespaces(platform))
     problems.extend(_check_queues(platform))
-    return problems
+    # One finding can be reached twice (a priority both the default and allowed): report it once.
+    return list(dict.fromkeys(problems))
 
 
 #: Kubernetes label values and namespace names have at most 63 characters.

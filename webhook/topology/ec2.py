@@ -63,9 +63,15 @@ def parse_instance_topology(document: Any, source: str = "input") -> list[Instan
         TopologyDocumentError: not an object with an ``Instances`` list; an instance without a
             string ``InstanceId`` of the form ``i-<hex>``; ``NetworkNodes`` not a list of label
             values, or of a length other than 3 or 4; one instance listed twice with different
-            network nodes. The message names ``source`` and the JSON path.
+            network nodes; an empty array of pages; a last page with a non-empty ``NextToken``
+            (the later pages are missing). The message names ``source`` and the JSON path.
     """
     pages = document if isinstance(document, list) else [document]
+    if not pages:
+        raise TopologyDocumentError(
+            f"{source}: an empty array; expected `aws ec2 describe-instance-topology` output "
+            f"(an object with an Instances list, or an array of such pages)"
+        )
     seen: dict[str, InstanceTopology] = {}
     for page_index, page in enumerate(pages):
         where = f"{source}: [{page_index}]" if isinstance(document, list) else source
@@ -81,6 +87,15 @@ def parse_instance_topology(document: Any, source: str = "input") -> list[Instan
                     f"{where}: Instances[{index}]: {instance.instance_id} is listed twice with different NetworkNodes"
                 )
             seen[instance.instance_id] = instance
+    last = pages[-1]
+    if last.get("NextToken"):
+        where = f"{source}: [{len(pages) - 1}]" if isinstance(document, list) else source
+        raise TopologyDocumentError(
+            f"{where}: NextToken is set, so this is one page of an incomplete result and nodes on the "
+            f"later pages would be reported as having no instance; pass all pages (a JSON array of the "
+            f"pages, or the output of `aws ec2 describe-instance-topology` with its automatic pagination, "
+            f"not --no-paginate or --max-items)"
+        )
     return list(seen.values())
 
 
