@@ -7,7 +7,7 @@ The dumps are written to a temporary directory as ``kubectl get nodes|pods -o js
 
 Prints the median wall time of:
 
-- ``load``: reading the node and pod dumps (``webhook.topology.commands.load_objects``: the YAML
+- ``load``: reading the node and pod dumps (``webhook.sources.load_objects``: the YAML
   or JSON parse every input file goes through), the baseline no report can avoid;
 - ``tree``: building the tree and counting the pods' requests;
 - ``table``: tree + :func:`~webhook.topology.render.render_table` (the default report);
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webhook.topology.commands import load_objects
+from webhook.sources import load_objects
 from webhook.topology.render import render_table
 from webhook.topology.tree import TopologyTree, default_levels
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from webhook.core.platform import PlatformError, load_platform
-from webhook.sources import InputError, read_document
+from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
     TopologyDocumentError,
     kubectl_commands,
@@ -26,7 +26,7 @@ from webhook.topology.picture import FORMATS as PICTURE_FORMATS
 from webhook.topology.render import render_json, render_table, render_tree
 from webhook.topology.tree import TopologyTree, default_levels, pick_resource
 
-__all__ = ["load_objects", "topology_group"]
+__all__ = ["topology_group"]
 
 TEXT_FORMATS = ("table", "tree", "json")
 _EXIT_CODES = """\b
@@ -40,47 +40,6 @@ class UsageFailure(click.ClickException):
     """An input that cannot be used (exit code 2, like click's own usage errors)."""
 
     exit_code = 2
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _read_json(path: Path) -> Any:
-    """A JSON file parsed as JSON (``kubectl -o json`` output: far faster than the YAML parser,
-    with the same values); anything else through :func:`webhook.sources.read_document`."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(64).lstrip()
-    except OSError:
-        return read_document(path)  # says why, in the project's words
-    if head[:1] in (b"{", b"["):
-        try:
-            return json.loads(path.read_bytes(), parse_constant=_refuse_constant)
-        except (ValueError, RecursionError, OSError):
-            pass  # not plain JSON: the YAML reader gives the precise message
-    return read_document(path)
-
-
-def load_objects(path: Path, kind: str) -> list[dict[str, Any]]:
-    """The objects of a ``kubectl get <kind>s -o json`` dump (a List, one object, or an array).
-
-    Raises:
-        InputError: unreadable, not YAML/JSON, or an item that is not a ``kind`` with metadata.
-    """
-    data = _read_json(path)
-    if isinstance(data, dict) and isinstance(data.get("items"), list):
-        items = data["items"]
-    elif isinstance(data, dict) and data.get("kind") == kind:
-        items = [data]
-    elif isinstance(data, list):
-        items = data
-    else:
-        raise InputError(f"{path}: expected `kubectl get {kind.lower()}s -o json` output (an object with items)")
-    for index, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("kind", kind) != kind or not isinstance(item.get("metadata"), dict):
-            raise InputError(f"{path}: items[{index}] is not a {kind} with metadata")
-    return list(items)
 
 
 def _platform_levels(platform: Path, name: str) -> list[str]:
