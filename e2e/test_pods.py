@@ -140,8 +140,10 @@ async def node_labels(dynamic: DynamicClient) -> dict[str, dict[str, str]]:
     return {node["metadata"]["name"]: node["metadata"]["labels"] for node in await list_objects(dynamic, "v1", "Node")}
 
 
-async def running_pods(dynamic: DynamicClient, run_id: str, count: int, timeout: float = 90) -> list[dict[str, Any]]:
-    """Wait until ``count`` pods of the run are Running (bound, started by KWOK)."""
+async def running_pods(dynamic: DynamicClient, run_id: str, count: int, timeout: float = 240) -> list[dict[str, Any]]:
+    """Wait until ``count`` pods of the run are Running (bound, started by KWOK). The wait is long:
+    the run's Job is admitted only once the garbage collector has removed earlier tests' Workloads
+    and their topology capacity is free again."""
 
     async def running() -> list[dict[str, Any]] | None:
         pods = await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}")
