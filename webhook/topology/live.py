@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.topology.ec2 import LabelChange
 
-__all__ = ["ClusterError", "ClusterState", "apply_labels", "read_cluster", "read_nodes"]
+__all__ = ["ClusterError", "ClusterState", "apply_labels", "client_for", "get_json", "items_of", "read_cluster", "read_nodes"]
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -76,6 +76,12 @@ async def _get(api: Any, path: str, query: list[tuple[str, str]] | None = None) 
 def _items(listing: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     items = (listing or {}).get("items")
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+#: Public names of the helpers above, for other readers of the cluster (``kgov why``, ``kgov status``).
+client_for = _client
+get_json = _get
+items_of = _items
 
 
 async def read_nodes(kubeconfig: str) -> list[dict[str, Any]]:

@@ -1,0 +1,202 @@
+"""``kgov why``: one workload's state, quota, topology and the cause that keeps it pending.
+
+:func:`explain` joins a :class:`~webhook.why.snapshot.Snapshot` in memory. The cause of a pending
+workload is the first that holds of:
+
+- ``never fits``: a resource needs more than the ClusterQueue can ever get (nominal + what its
+  borrowing limit and cohort allow), or no domain of the podset's level holds it on the current
+  nodes even with nothing running;
+- ``taint``: it would fit with no pods running if untolerated taints did not exclude nodes;
+- ``no domain free``: a domain could hold it, but other pods and workloads use the room now;
+- ``over quota``: its ClusterQueue (with what the cohort can lend) lacks a resource now;
+- ``behind higher priority``: it fits, and workloads of its ClusterQueue come before it;
+- ``not evaluated yet``: none of the above (Kueue has not tried it since its last change).
+
+Amounts are base units (GPUs, CPU cores, bytes) as :class:`~decimal.Decimal`;
+:func:`webhook.why.report.to_json` turns them into JSON numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.resources import pod_requests
+from webhook.why.causes import classify
+from webhook.why.decision import Decision
+from webhook.why.placement import PodsetPlacement, free_capacity, place_podset
+from webhook.why.quota import CohortView, ResourceQuota
+from webhook.why.snapshot import Snapshot
+from webhook.why.state import WorkloadState, workload_state
+
+__all__ = ["Position", "QuotaNeed", "WhyReport", "explain", "position_in_queue"]
+
+_ZERO = Decimal(0)
+
+
+@dataclass
+class QuotaNeed:
+    """One resource of one flavor: what the workload needs and what its ClusterQueue has."""
+
+    quota: ResourceQuota
+    needed: Decimal
+
+    @property
+    def short(self) -> Decimal:
+        return max(_ZERO, self.needed - self.quota.available)
+
+
+@dataclass
+class Position:
+    """Place in the ClusterQueue's pending workloads (0 = head); ``source`` is ``visibility``
+    (Kueue's visibility API) or ``estimated`` (priority, then creation time, as Kueue orders)."""
+
+    in_cluster_queue: int
+    in_local_queue: int | None
+    source: str
+    ahead: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class WhyReport:
+    """Everything ``kgov why`` says about one workload (see :func:`explain`)."""
+
+    kind: str
+    namespace: str
+    name: str
+    workload: str | None
+    state: WorkloadState | None
+    local_queue: str = ""
+    cluster_queue: str = ""
+    cohort: str = ""
+    priority: int = 0
+    priority_class: str = ""
+    queueing_strategy: str = ""
+    position: Position | None = None
+    quota: list[QuotaNeed] = field(default_factory=list)
+    placements: list[tuple[str, PodsetPlacement]] = field(default_factory=list)
+    cause: str = ""
+    summary: str = ""
+    helps: list[str] = field(default_factory=list)
+    decision: Decision | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _meta(obj: Mapping[str, Any], key: str) -> str:
+    return str((obj.get("metadata") or {}).get(key, ""))
+
+
+def _active_pending(workload: Mapping[str, Any]) -> bool:
+    return workload_state(workload).state in ("queued", "pending", "waiting for quota", "waiting for topology")
+
+
+def position_in_queue(snapshot: Snapshot, workload: Mapping[str, Any], cluster_queue: str) -> Position:
+    """Where ``workload`` stands among its ClusterQueue's pending workloads (Kueue's visibility
+    answer when the snapshot has one, else estimated by priority then creation time)."""
+    pending = [w for w in snapshot.workloads if _active_pending(w) and snapshot.queue_of(w) == cluster_queue]
+    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), _meta(w, "creationTimestamp")))
+    names = [(_meta(w, "namespace"), _meta(w, "name")) for w in pending]
+    mine = (_meta(workload, "namespace"), _meta(workload, "name"))
+    index = names.index(mine) if mine in names else len(names)
+    ahead = [
+        {
+            "workload": f"{_meta(w, 'namespace')}/{_meta(w, 'name')}",
+            "priority": int((w.get("spec") or {}).get("priority") or 0),
+            "created": _meta(w, "creationTimestamp"),
+            "state": workload_state(w).state,
+        }
+        for w in pending[:index]
+    ]
+    seen = (snapshot.pending_positions or {}).get(mine[1])
+    if seen is not None:
+        return Position(seen["positionInClusterQueue"], seen["positionInLocalQueue"], "visibility", ahead)
+    local = [n for n, w in zip(names, pending, strict=True) if (w.get("spec") or {}).get("queueName") == (workload.get("spec") or {}).get("queueName") and n[0] == mine[0]]
+    return Position(index, local.index(mine) if mine in local else None, "estimated", ahead)
+
+
+def _needs(workload: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
+    """Per podset name: total requests (``status.resourceRequests`` when Kueue wrote it)."""
+    out: dict[str, dict[str, Decimal]] = {}
+    for podset in (workload.get("spec") or {}).get("podSets") or []:
+        count = int(podset.get("count") or 0)
+        per_pod = pod_requests((podset.get("template") or {}).get("spec") or {})
+        out[str(podset.get("name"))] = {r: a * count for r, a in per_pod.items()}
+    for recorded in (workload.get("status") or {}).get("resourceRequests") or []:
+        try:
+            out[str(recorded.get("name"))] = {r: parse_quantity(v) for r, v in (recorded.get("resources") or {}).items()}
+        except (QuantityError, TypeError):
+            continue
+    return out
+
+
+def _flavors_for(queue: Mapping[str, Any], podset: str, needs: Mapping[str, Decimal], workload: Mapping[str, Any]) -> list[str]:
+    """The flavor a podset got (admitted) or the first flavor of the resource group covering it."""
+    for assignment in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        if assignment.get("name") == podset and assignment.get("flavors"):
+            return sorted(set(assignment["flavors"].values()))
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        covered = set(group.get("coveredResources") or [])
+        if covered & set(needs):
+            return [str(f.get("name")) for f in (group.get("flavors") or [])[:1]]
+    return []
+
+
+def _placements(snapshot: Snapshot, workload: Mapping[str, Any], queue: Mapping[str, Any], needs: Mapping[str, Mapping[str, Decimal]]) -> list[tuple[str, PodsetPlacement]]:
+    free = free_capacity(snapshot.nodes, snapshot.pods, [w for w in snapshot.workloads if w is not workload])
+    out: list[tuple[str, PodsetPlacement]] = []
+    for podset in (workload.get("spec") or {}).get("podSets") or []:
+        name = str(podset.get("name"))
+        for flavor_name in _flavors_for(queue, name, needs.get(name, {}), workload):
+            flavor = snapshot.flavor(flavor_name)
+            topology_name = str(((flavor or {}).get("spec") or {}).get("topologyName") or "")
+            topology = snapshot.topology(topology_name) if topology_name else None
+            if flavor is None or topology is None:
+                continue
+            levels = [str(level.get("nodeLabel")) for level in (topology.get("spec") or {}).get("levels") or []]
+            out.append((name, place_podset(podset, flavor, levels, topology_name, snapshot.nodes, free)))
+    return out
+
+
+def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, namespace: str, name: str) -> WhyReport:
+    """The report for one workload object (``workload`` None: Kueue made no Workload for it)."""
+    report = WhyReport(kind, namespace, name, _meta(workload, "name") if workload else None, None)
+    if workload is None:
+        report.cause = "no workload"
+        report.summary = "Kueue has no Workload for it: it has no queue label, or Kueue does not manage its kind or namespace"
+        return report
+    report.state = workload_state(workload)
+    spec = workload.get("spec") or {}
+    report.local_queue = str(spec.get("queueName") or "")
+    report.priority = int(spec.get("priority") or 0)
+    report.priority_class = str((spec.get("priorityClassRef") or {}).get("name") or "")
+    report.cluster_queue = snapshot.queue_of(workload) or ""
+    queue = snapshot.cluster_queue(report.cluster_queue) if report.cluster_queue else None
+    if queue is None:
+        report.cause = "no ClusterQueue"
+        report.summary = f"LocalQueue {report.local_queue!r} does not exist in {namespace} or names no ClusterQueue"
+        return report
+    report.cohort = str((queue.get("spec") or {}).get("cohortName") or "")
+    report.queueing_strategy = str((queue.get("spec") or {}).get("queueingStrategy") or "BestEffortFIFO")
+    cohorts = CohortView.build(snapshot.clusterqueues, snapshot.cohorts)
+    report.notes.extend(cohorts.notes)
+    needs = _needs(workload)
+    report.placements = _placements(snapshot, workload, queue, needs)
+    totals: dict[tuple[str, str], Decimal] = {}
+    for podset, amounts in needs.items():
+        for flavor in _flavors_for(queue, podset, amounts, workload):
+            for resource, amount in amounts.items():
+                totals[(flavor, resource)] = totals.get((flavor, resource), _ZERO) + amount
+    for (flavor, resource), amount in sorted(totals.items()):
+        quota = cohorts.quota(report.cluster_queue, flavor, resource)
+        if quota is not None:
+            # The workload's own reservation is not in its way.
+            if report.state.state in ("admitted", "running", "quota reserved"):
+                quota.available += amount
+            report.quota.append(QuotaNeed(quota, amount))
+    if report.state.state in ("queued", "pending", "waiting for quota", "waiting for topology"):
+        report.position = position_in_queue(snapshot, workload, report.cluster_queue)
+    classify(report)
+    return report

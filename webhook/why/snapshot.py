@@ -1,0 +1,216 @@
+"""One read of the cluster for ``kgov why`` and ``kgov status``: every list once, joined in memory.
+
+A :class:`Snapshot` holds the objects as the API returns them (plain dicts, ``kubectl get -o json``
+items): Nodes, bound Pods, Kueue Workloads, ClusterQueues, LocalQueues, ResourceFlavors,
+Topologies, WorkloadPriorityClasses, Cohorts (all ``kueue.x-k8s.io/v1beta2``), the webhook's
+``kgov-policy`` ConfigMap when it can be read, and, for ``kgov why``, the one object asked about.
+:func:`read_snapshot` lists each kind with one request (SPEC §5: no per-object call storm);
+:meth:`Snapshot.from_dump` reads the same lists from a recorded JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.core.kinds import KINDS, WorkloadKind
+from webhook.topology.live import ClusterError, client_for, get_json, items_of
+
+__all__ = [
+    "KUEUE_API",
+    "VISIBILITY_API",
+    "ClusterError",
+    "Snapshot",
+    "find_workload_kind",
+    "read_snapshot",
+]
+
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+#: Kueue's on-demand visibility API (feature gate ``VisibilityOnDemand``, an aggregated API server).
+VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+POLICY_CONFIGMAP = ("kueue-governor-system", "kgov-policy")
+
+#: Snapshot field → (API path, query) of its one list request.
+_LISTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "nodes": ("/api/v1/nodes", []),
+    "pods": ("/api/v1/pods", [("fieldSelector", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")]),
+    "workloads": (f"{KUEUE_API}/workloads", []),
+    "clusterqueues": (f"{KUEUE_API}/clusterqueues", []),
+    "localqueues": (f"{KUEUE_API}/localqueues", []),
+    "resourceflavors": (f"{KUEUE_API}/resourceflavors", []),
+    "topologies": (f"{KUEUE_API}/topologies", []),
+    "workloadpriorityclasses": (f"{KUEUE_API}/workloadpriorityclasses", []),
+    "cohorts": (f"{KUEUE_API}/cohorts", []),
+}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("namespace", "")) if isinstance(metadata, Mapping) else ""
+
+
+@dataclass
+class Snapshot:
+    """The cluster's objects as plain dicts; ``target`` is the object ``kgov why`` asks about.
+
+    ``pending_positions``: Kueue's visibility API answer for the target's LocalQueue
+    (workload name → ``positionInLocalQueue``/``positionInClusterQueue``), None when not served.
+    ``notes``: what could not be read and what that leaves out.
+    """
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    clusterqueues: list[dict[str, Any]] = field(default_factory=list)
+    localqueues: list[dict[str, Any]] = field(default_factory=list)
+    resourceflavors: list[dict[str, Any]] = field(default_factory=list)
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+    workloadpriorityclasses: list[dict[str, Any]] = field(default_factory=list)
+    cohorts: list[dict[str, Any]] = field(default_factory=list)
+    policy: dict[str, Any] | None = None
+    target: dict[str, Any] | None = None
+    pending_positions: dict[str, dict[str, int]] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dump(cls, data: Mapping[str, Any]) -> Snapshot:
+        """From a recorded document: ``{"nodes": [...], "pods": [...], ..., "policy": [cm]}``
+        (each key a list of objects, as ``kubectl get -o json`` items; missing keys are empty).
+        Pods that are not bound or have terminated are dropped, as the live list's field
+        selector does."""
+        snapshot = cls()
+        for key in _LISTS:
+            setattr(snapshot, key, [item for item in data.get(key) or [] if isinstance(item, dict)])
+        snapshot.pods = [
+            pod
+            for pod in snapshot.pods
+            if (pod.get("spec") or {}).get("nodeName")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        policies = [item for item in data.get("policy") or [] if isinstance(item, dict) and item]
+        snapshot.policy = policies[0] if policies else None
+        return snapshot
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Snapshot:
+        return cls.from_dump(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    # Joins, all in memory.
+    def cluster_queue(self, name: str) -> dict[str, Any] | None:
+        return next((q for q in self.clusterqueues if _name(q) == name), None)
+
+    def local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next((q for q in self.localqueues if _name(q) == name and _namespace(q) == namespace), None)
+
+    def flavor(self, name: str) -> dict[str, Any] | None:
+        return next((f for f in self.resourceflavors if _name(f) == name), None)
+
+    def topology(self, name: str) -> dict[str, Any] | None:
+        return next((t for t in self.topologies if _name(t) == name), None)
+
+    def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next((w for w in self.workloads if _name(w) == name and _namespace(w) == namespace), None)
+
+    def workloads_of(self, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Workloads whose ownerReferences name ``owner`` (by uid), in its namespace."""
+        uid = (owner.get("metadata") or {}).get("uid")
+        namespace = _namespace(owner)
+        return [
+            w
+            for w in self.workloads
+            if _namespace(w) == namespace
+            and any(ref.get("uid") == uid for ref in (w.get("metadata") or {}).get("ownerReferences") or [])
+        ]
+
+    def queue_of(self, workload: Mapping[str, Any]) -> str | None:
+        """The ClusterQueue of a workload: its admission's, else its LocalQueue's."""
+        admission = (workload.get("status") or {}).get("admission") or {}
+        if admission.get("clusterQueue"):
+            return str(admission["clusterQueue"])
+        local = self.local_queue(_namespace(workload), str((workload.get("spec") or {}).get("queueName") or ""))
+        if local is None:
+            return None
+        return str((local.get("spec") or {}).get("clusterQueue") or "") or None
+
+
+def find_workload_kind(name: str) -> WorkloadKind | None:
+    """The kinds-table row for ``job``, ``jobs``, ``Job``, ``pytorchjob.kubeflow.org``…: the kind
+    (any case), its resource (plural) or the singular, optionally followed by ``.<group>``."""
+    kind, _, group = name.partition(".")
+    wanted = kind.lower()
+    for row in KINDS:
+        if group and row.group != group:
+            continue
+        if wanted in (row.kind.lower(), row.resource, row.resource.removesuffix("s")):
+            return row
+    return None
+
+
+async def _visibility(api: Any, namespace: str, local_queue: str) -> dict[str, dict[str, int]] | None:
+    path = f"{VISIBILITY_API}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+    try:
+        answer = await get_json(api, path)
+    except ClusterError:
+        return None  # not served (503 from an unavailable APIService, 403…): positions are estimated
+    if answer is None:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for item in items_of(answer):
+        out[_name(item)] = {
+            "positionInLocalQueue": int(item.get("positionInLocalQueue", 0)),
+            "positionInClusterQueue": int(item.get("positionInClusterQueue", 0)),
+        }
+    return out
+
+
+async def read_snapshot(
+    kubeconfig: str,
+    target: tuple[WorkloadKind, str, str] | None = None,
+    workload_name: tuple[str, str] | None = None,
+) -> Snapshot:
+    """List every kind once; with ``target`` (row, namespace, name) also GET that object, and
+    ask Kueue's visibility API for its LocalQueue's pending workloads (``workload_name``:
+    namespace and name of a Workload asked about directly).
+
+    Raises:
+        ClusterError: unreadable kubeconfig, unreachable or refusing API server, the target or a
+            Kueue kind missing (Kueue not installed).
+    """
+    snapshot = Snapshot()
+    async with await client_for(kubeconfig) as api:
+        for key, (path, query) in _LISTS.items():
+            listing = await get_json(api, path, query)
+            if listing is None and key != "cohorts":
+                raise ClusterError(f"GET {path}: not found (is Kueue v0.19 installed, serving kueue.x-k8s.io/v1beta2?)")
+            setattr(snapshot, key, items_of(listing))
+        namespace, name = POLICY_CONFIGMAP
+        try:
+            snapshot.policy = await get_json(api, f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except ClusterError as exc:
+            snapshot.notes.append(f"the webhook's policy ConfigMap {namespace}/{name} could not be read ({exc})")
+        queue: tuple[str, str] | None = None
+        if target is not None:
+            row, namespace, name = target
+            prefix = f"/apis/{row.group}/{row.versions[-1]}" if row.group else f"/api/{row.versions[-1]}"
+            snapshot.target = await get_json(api, f"{prefix}/namespaces/{namespace}/{row.resource}/{name}")
+            if snapshot.target is None:
+                raise ClusterError(f"{row.kind} {namespace}/{name} not found")
+            owned = snapshot.workloads_of(snapshot.target)
+            if owned:
+                queue = (namespace, str((owned[0].get("spec") or {}).get("queueName") or ""))
+        elif workload_name is not None:
+            found = snapshot.workload(*workload_name)
+            if found is None:
+                raise ClusterError(f"Workload {workload_name[0]}/{workload_name[1]} not found")
+            queue = (workload_name[0], str((found.get("spec") or {}).get("queueName") or ""))
+        if queue is not None and queue[1]:
+            snapshot.pending_positions = await _visibility(api, *queue)
+    return snapshot
