@@ -505,5 +505,15 @@ def _register_certs() -> None:
 
 _register_certs()
 
+
+def _register_why() -> None:
+    from webhook.why.commands import status_command, why_command
+
+    main.add_command(why_command, "why")
+    main.add_command(status_command, "status")
+
+
+_register_why()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

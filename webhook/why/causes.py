@@ -18,9 +18,11 @@ _GIB = Decimal(2**30)
 
 
 def amount(resource: str, value: Decimal) -> str:
-    """A resource amount for people: memory in GiB, CPU in cores, counts as integers."""
+    """A resource amount for people: memory in TiB or GiB when whole, CPU in cores, counts as integers."""
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
-        return f"{(value / _GIB).normalize():f}Gi" if value % _GIB == 0 else f"{value.normalize():f}"
+        for unit, size in (("Ti", _GIB * 1024), ("Gi", _GIB)):
+            if value and value % size == 0:
+                return f"{(value / size).normalize():f}{unit}"
     return f"{value.normalize():f}"
 
 
@@ -64,8 +66,9 @@ def _topology(report: WhyReport) -> bool:
             return True
         if empty.pods < placement.count:
             report.cause = "never fits"
+            name = empty.domain[-1] if empty.domain else "-"
             report.summary = (
-                f"{where}: never fits: the largest {level_name(empty.level)} ({empty.domain[-1] if empty.domain else '-'}) has "
+                f"{where}: never fits: the largest {level_name(empty.level)} ({name}) has "
                 f"{empty.nodes} eligible node{'s' * (empty.nodes != 1)} and holds {empty.pods} such pods "
                 f"with nothing running"
             )
@@ -83,7 +86,9 @@ def _topology(report: WhyReport) -> bool:
         )
         broader = _narrowest_fitting(placement, placement.fit_now)
         if broader is not None and broader.level != now.level:
-            report.helps.append(f"would fit now at {level_name(broader.level)} ({_domain(broader)} holds {broader.pods})")
+            report.helps.append(
+                f"would fit now at {level_name(broader.level)} ({_domain(broader)} holds {broader.pods})"
+            )
         report.helps.append("wait for running workloads on those nodes to finish")
         return True
     return False
@@ -121,8 +126,11 @@ def classify(report: WhyReport) -> None:
                 f"{q.resource}: needs {amount(q.resource, n.needed)}, ClusterQueue {report.cluster_queue} uses "
                 f"{amount(q.resource, q.reserved)} of nominal {amount(q.resource, q.nominal)}"
                 + (f" (may borrow {amount(q.resource, q.borrowing_limit)})" if q.borrowing_limit is not None else "")
-                + (f", cohort {report.cohort} has {amount(q.resource, q.cohort_available)} unused"
-                   if q.cohort_available is not None else "")
+                + (
+                    f", cohort {report.cohort} has {amount(q.resource, q.cohort_available)} unused"
+                    if q.cohort_available is not None
+                    else ""
+                )
                 + f": {amount(q.resource, n.short)} short"
             )
             borrow = n.needed - max(Decimal(0), q.nominal - q.reserved)

@@ -72,9 +72,8 @@ def _strip(value: Any, key: str = "") -> Any:
 
 def _at(obj: Any, path: tuple[Any, ...]) -> Any:
     for key in path:
-        if isinstance(obj, Mapping) and key in obj:
-            obj = obj[key]
-        elif isinstance(obj, list) and isinstance(key, int) and 0 <= key < len(obj):
+        in_map = isinstance(obj, Mapping) and key in obj
+        if in_map or (isinstance(obj, list) and isinstance(key, int) and 0 <= key < len(obj)):
             obj = obj[key]
         else:
             return None

@@ -113,7 +113,11 @@ def position_in_queue(snapshot: Snapshot, workload: Mapping[str, Any], cluster_q
     seen = (snapshot.pending_positions or {}).get(mine[1])
     if seen is not None:
         return Position(seen["positionInClusterQueue"], seen["positionInLocalQueue"], "visibility", ahead)
-    local = [n for n, w in zip(names, pending, strict=True) if (w.get("spec") or {}).get("queueName") == (workload.get("spec") or {}).get("queueName") and n[0] == mine[0]]
+    local = [
+        n
+        for n, w in zip(names, pending, strict=True)
+        if (w.get("spec") or {}).get("queueName") == (workload.get("spec") or {}).get("queueName") and n[0] == mine[0]
+    ]
     return Position(index, local.index(mine) if mine in local else None, "estimated", ahead)
 
 
@@ -126,13 +130,17 @@ def _needs(workload: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
         out[str(podset.get("name"))] = {r: a * count for r, a in per_pod.items()}
     for recorded in (workload.get("status") or {}).get("resourceRequests") or []:
         try:
-            out[str(recorded.get("name"))] = {r: parse_quantity(v) for r, v in (recorded.get("resources") or {}).items()}
+            out[str(recorded.get("name"))] = {
+                r: parse_quantity(v) for r, v in (recorded.get("resources") or {}).items()
+            }
         except (QuantityError, TypeError):
             continue
     return out
 
 
-def _flavors_for(queue: Mapping[str, Any], podset: str, needs: Mapping[str, Decimal], workload: Mapping[str, Any]) -> list[str]:
+def _flavors_for(
+    queue: Mapping[str, Any], podset: str, needs: Mapping[str, Decimal], workload: Mapping[str, Any]
+) -> list[str]:
     """The flavor a podset got (admitted) or the first flavor of the resource group covering it."""
     for assignment in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
         if assignment.get("name") == podset and assignment.get("flavors"):
@@ -144,7 +152,12 @@ def _flavors_for(queue: Mapping[str, Any], podset: str, needs: Mapping[str, Deci
     return []
 
 
-def _placements(snapshot: Snapshot, workload: Mapping[str, Any], queue: Mapping[str, Any], needs: Mapping[str, Mapping[str, Decimal]]) -> list[tuple[str, PodsetPlacement]]:
+def _placements(
+    snapshot: Snapshot,
+    workload: Mapping[str, Any],
+    queue: Mapping[str, Any],
+    needs: Mapping[str, Mapping[str, Decimal]],
+) -> list[tuple[str, PodsetPlacement]]:
     free = free_capacity(snapshot.nodes, snapshot.pods, [w for w in snapshot.workloads if w is not workload])
     out: list[tuple[str, PodsetPlacement]] = []
     for podset in (workload.get("spec") or {}).get("podSets") or []:
@@ -165,7 +178,9 @@ def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, n
     report = WhyReport(kind, namespace, name, _meta(workload, "name") if workload else None, None)
     if workload is None:
         report.cause = "no workload"
-        report.summary = "Kueue has no Workload for it: it has no queue label, or Kueue does not manage its kind or namespace"
+        report.summary = (
+            "Kueue has no Workload for it: it has no queue label, or Kueue does not manage its kind or namespace"
+        )
         return report
     report.state = workload_state(workload)
     spec = workload.get("spec") or {}

@@ -155,9 +155,7 @@ def _largest(levels: list[str], nodes: list[Node], pods: Mapping[str, int]) -> l
         groups: dict[tuple[str, ...], list[Node]] = {}
         for node in nodes:
             groups.setdefault(tuple(node.labels.get(k, "") for k in levels[: depth + 1]), []).append(node)
-        best = max(
-            groups.items(), key=lambda item: (sum(pods[n.name] for n in item[1]), len(item[1])), default=None
-        )
+        best = max(groups.items(), key=lambda item: (sum(pods[n.name] for n in item[1]), len(item[1])), default=None)
         if best is None:
             out.append(DomainFit(levels[depth], [], 0, 0))
         else:
@@ -227,7 +225,9 @@ def place_podset(
         result.kueue_nodes += 1
         taint = next((t for t in node.taints if not tolerates(pod.tolerations, t)), None)
         selector_ok = all(node.labels.get(str(k)) == v for k, v in pod.node_selector.items())
-        affinity_ok = pod.affinity_terms is None or any(term_matches(t, node.name, node.labels) for t in pod.affinity_terms)
+        affinity_ok = pod.affinity_terms is None or any(
+            term_matches(t, node.name, node.labels) for t in pod.affinity_terms
+        )
         fits_now, limiting = _pods_fitting(per_pod, free.get(node.name, {}))
         fits_empty, _ = _pods_fitting(per_pod, node.allocatable)
         now[node.name], empty[node.name] = fits_now, fits_empty
@@ -245,7 +245,9 @@ def place_podset(
                 cause = f'resource "{limiting}"'
         if cause:
             counted[cause] = counted.get(cause, 0) + 1
-    result.excluded = {key: counted[key] for key in [*OUTSIDE, *sorted(k for k in counted if k not in OUTSIDE)] if key in counted}
+    result.excluded = {
+        key: counted[key] for key in [*OUTSIDE, *sorted(k for k in counted if k not in OUTSIDE)] if key in counted
+    }
     result.fit_now = _largest(levels, eligible, now)
     result.fit_empty = _largest(levels, eligible, empty)
     result.fit_untainted_now = result.at_level(_largest(levels, untainted, now))

@@ -109,7 +109,9 @@ class CohortView:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def build(cls, cluster_queues: Iterable[Mapping[str, Any]], cohorts: Iterable[Mapping[str, Any]] = ()) -> CohortView:
+    def build(
+        cls, cluster_queues: Iterable[Mapping[str, Any]], cohorts: Iterable[Mapping[str, Any]] = ()
+    ) -> CohortView:
         view = cls()
         for queue in cluster_queues:
             name = str((queue.get("metadata") or {}).get("name", ""))

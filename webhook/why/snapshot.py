@@ -75,6 +75,9 @@ class Snapshot:
     topologies: list[dict[str, Any]] = field(default_factory=list)
     workloadpriorityclasses: list[dict[str, Any]] = field(default_factory=list)
     cohorts: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    #: Workload objects of any kind in a recorded dump (keys ``objects`` and ``jobs``).
+    objects: list[dict[str, Any]] = field(default_factory=list)
     policy: dict[str, Any] | None = None
     target: dict[str, Any] | None = None
     pending_positions: dict[str, dict[str, int]] | None = None
@@ -95,6 +98,10 @@ class Snapshot:
             if (pod.get("spec") or {}).get("nodeName")
             and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
+        snapshot.namespaces = [item for item in data.get("namespaces") or [] if isinstance(item, dict)]
+        snapshot.objects = [
+            item for key in ("objects", "jobs") for item in data.get(key) or [] if isinstance(item, dict)
+        ]
         policies = [item for item in data.get("policy") or [] if isinstance(item, dict) and item]
         snapshot.policy = policies[0] if policies else None
         return snapshot
@@ -104,6 +111,16 @@ class Snapshot:
         return cls.from_dump(json.loads(Path(path).read_text(encoding="utf-8")))
 
     # Joins, all in memory.
+    def find_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A recorded workload object by kind, namespace and name."""
+        return next(
+            (o for o in self.objects if o.get("kind") == kind and _namespace(o) == namespace and _name(o) == name), None
+        )
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        found = next((n for n in self.namespaces if _name(n) == name), None)
+        return dict((found.get("metadata") or {}).get("labels") or {}) if found else None
+
     def cluster_queue(self, name: str) -> dict[str, Any] | None:
         return next((q for q in self.clusterqueues if _name(q) == name), None)
 
@@ -199,6 +216,8 @@ async def read_snapshot(
         queue: tuple[str, str] | None = None
         if target is not None:
             row, namespace, name = target
+            found_namespace = await get_json(api, f"/api/v1/namespaces/{namespace}")
+            snapshot.namespaces = [found_namespace] if found_namespace else []
             prefix = f"/apis/{row.group}/{row.versions[-1]}" if row.group else f"/api/{row.versions[-1]}"
             snapshot.target = await get_json(api, f"{prefix}/namespaces/{namespace}/{row.resource}/{name}")
             if snapshot.target is None:

@@ -26,8 +26,13 @@ _FIT = re.compile(
     r'topology "(?P<topology>[^"]+)" (?:allows to fit only (?P<fit>\d+) out of|doesn\'t allow to fit any of) '
     r"(?P<total>\d+) (?P<unit>pod|slice)\(s\)"
 )
-_EXCLUDED = re.compile(r'(taint "(?P<taint>[^"]+)"|resource "(?P<resource>[^"]+)"|(?P<plain>nodeSelector|affinity|topologyDomain|schedulerLibraryNoFit)): (?P<count>\d+)')
-_QUOTA = re.compile(r"insufficient (?P<unused>unused )?quota for (?P<resource>\S+) in flavor (?P<flavor>\S+), (?P<more>\S+) more needed")
+_EXCLUDED = re.compile(
+    r'(taint "(?P<taint>[^"]+)"|resource "(?P<resource>[^"]+)"'
+    r"|(?P<plain>nodeSelector|affinity|topologyDomain|schedulerLibraryNoFit)): (?P<count>\d+)"
+)
+_QUOTA = re.compile(
+    r"insufficient (?P<unused>unused )?quota for (?P<resource>\S+) in flavor (?P<flavor>\S+), (?P<more>\S+) more needed"
+)
 
 
 @dataclass(frozen=True)
