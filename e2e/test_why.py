@@ -1,0 +1,445 @@
+"""``kgov why`` and ``kgov status`` against the real Kueue: one pending Job per cause.
+
+Each test makes its own ClusterQueue and LocalQueue (unique names, a fresh namespace, the bundled
+ResourceFlavor ``p5-48xlarge`` and its Topology), so quota is its own whatever other tests left
+running; topology capacity is shared, so expectations are read from Kueue's own message
+(``QuotaReserved`` ``topology "aws-network" allows to fit only N out of M pod(s). Total nodes: T;
+excluded: …``) and from the nodes, not assumed. Causes:
+
+- over quota: the queue uses its nominal CPU and its cohort has nothing left to lend;
+- no domain free: a 1-GPU pod bound to one host of every rack, so no rack has the free hosts a
+  rack-required Job needs;
+- a taint: every flavor node but one tainted ``NoSchedule`` (removed after the test);
+- behind a higher priority: a StrictFIFO queue whose head (training, 500) waits for quota while
+  a smaller experimentation (100) Job that would fit waits behind it;
+- never fits: one pod more than the largest rack has hosts.
+
+``kgov status -o json`` is compared with the ClusterQueues' own status fields.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.dynamic import DynamicClient
+
+from e2e import support
+from e2e.conftest import E2ECluster
+
+pytestmark = pytest.mark.e2e
+
+FLAVOR = "p5-48xlarge"
+GPU = "nvidia.com/gpu"
+RACK = "topology.k8s.aws/network-node-layer-3"
+DELAY = ("pod-complete.stage.kwok.x-k8s.io/delay", "pod-complete.stage.kwok.x-k8s.io/jitter-delay")
+
+
+def kgov(cluster: E2ECluster, *args: str) -> Any:
+    """Run ``kgov ARGS --kubeconfig K -o json`` and return its JSON."""
+    done = subprocess.run(
+        [*support.kgov_command(), *args, "--kubeconfig", str(cluster.kubeconfig), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def cluster_queue(name: str, namespace: str, cpu: str, cohort: str | None = None, **extra: Any) -> dict[str, Any]:
+    cpu_quota: dict[str, Any] = {"name": "cpu", "nominalQuota": cpu}
+    if "borrowingLimit" in extra:
+        cpu_quota["borrowingLimit"] = extra.pop("borrowingLimit")
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", GPU],
+                "flavors": [
+                    {
+                        "name": FLAVOR,
+                        "resources": [
+                            cpu_quota,
+                            {"name": "memory", "nominalQuota": "16Ti"},
+                            {"name": GPU, "nominalQuota": 512},
+                        ],
+                    }
+                ],
+            }
+        ],
+        **extra,
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+    return {"apiVersion": support.KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def job(
+    name: str,
+    namespace: str,
+    queue: str,
+    pods: int,
+    cpu: str = "1",
+    gpus: int = 0,
+    rack: bool = False,
+    priority: str = "",
+) -> dict[str, Any]:
+    """A Job that runs an hour once admitted (KWOK's delay, and its jitter bound, both 1h)."""
+    requests = {"cpu": cpu, **({GPU: str(gpus)} if gpus else {})}
+    annotations = dict.fromkeys(DELAY, "1h")
+    if rack:
+        annotations["kueue.x-k8s.io/podset-required-topology"] = RACK
+    labels = {"kueue.x-k8s.io/queue-name": queue, **({"kueue.x-k8s.io/priority-class": priority} if priority else {})}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "suspend": True,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {
+                                "requests": requests,
+                                "limits": {k: v for k, v in requests.items() if k != "cpu"},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class Queues:
+    """ClusterQueues (with a LocalQueue of the same name in the test's namespace) made by one test."""
+
+    def __init__(self, dynamic: DynamicClient, namespace: str) -> None:
+        self.dynamic, self.namespace = dynamic, namespace
+        self.suffix = secrets.token_hex(3)
+        self.made: list[dict[str, Any]] = []
+
+    async def add(self, base: str, cpu: str, cohort: str | None = None, **extra: Any) -> str:
+        name = f"why-{base}-{self.suffix}"
+        queue = await support.create(
+            self.dynamic,
+            cluster_queue(name, self.namespace, cpu, f"{cohort}-{self.suffix}" if cohort else None, **extra),
+        )
+        self.made.append(queue)
+        local = {
+            "apiVersion": support.KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"clusterQueue": name},
+        }
+        await support.create(self.dynamic, local)
+        await support.wait_cluster_queues_active(self.dynamic, [name])
+        return name
+
+
+@pytest.fixture
+async def queues(dynamic: DynamicClient, namespace: str, bundled_config: support.Generated) -> AsyncIterator[Queues]:
+    made = Queues(dynamic, namespace)
+    yield made
+    for queue in made.made:  # after `cleanup` (set up later, torn down first) removed the Workloads
+        await support.delete(dynamic, queue)
+
+
+async def submit(dynamic: DynamicClient, cleanup: support.Cleanup, body: dict[str, Any]) -> dict[str, Any]:
+    return await support.create(dynamic, cleanup.add(body))
+
+
+async def workload_of(
+    dynamic: DynamicClient, obj: dict[str, Any], what: str, test: Any, timeout: float = 60.0
+) -> dict[str, Any]:
+    """Wait until the Workload of ``obj`` satisfies ``test(workload)``; return it."""
+    namespace, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
+
+    async def probe() -> dict[str, Any] | None:
+        found = await support.workload_for(dynamic, namespace, uid)
+        return found if found is not None and test(found) else None
+
+    return await support.wait_for(probe, f"the Workload of {obj['metadata']['name']} {what}", timeout)
+
+
+def admitted(workload: dict[str, Any]) -> bool:
+    return support.is_true(workload, "Admitted")
+
+
+def pending_with(text: str) -> Any:
+    def test(workload: dict[str, Any]) -> bool:
+        reserved = support.condition(workload, "QuotaReserved") or {}
+        return reserved.get("status") == "False" and text in str(reserved.get("message", ""))
+
+    return test
+
+
+async def flavor_nodes(dynamic: DynamicClient) -> list[dict[str, Any]]:
+    nodes = await support.list_objects(dynamic, "v1", "Node")
+    return [
+        n
+        for n in nodes
+        if n["metadata"].get("labels", {}).get("node.kubernetes.io/instance-type") == "p5.48xlarge"
+        and support.is_ready_schedulable(n)
+    ]
+
+
+def racks(nodes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in nodes:
+        out.setdefault(node["metadata"]["labels"][RACK], []).append(node)
+    return out
+
+
+def gpus_of(node: dict[str, Any]) -> int:
+    return int(node["status"]["allocatable"][GPU])
+
+
+FIT = r'topology "[^"]+" (?:allows to fit only (\d+) out of|doesn\'t allow to fit any of) (\d+) pod'
+
+
+def kueue_fit(workload: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
+    """(pods that fit, pods asked for, excluded nodes per cause) from Kueue's QuotaReserved message."""
+    import re
+
+    message = str((support.condition(workload, "QuotaReserved") or {}).get("message", ""))
+    found = re.search(FIT, message)
+    assert found is not None, message
+    excluded = {
+        key: int(count)
+        for key, count in re.findall(r'((?:taint|resource) "[^"]+"|nodeSelector|affinity): (\d+)', message)
+    }
+    return int(found.group(1) or 0), int(found.group(2)), excluded
+
+
+async def why_agreeing(
+    cluster: E2ECluster, dynamic: DynamicClient, obj: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kgov why`` of a topology-pending Job and its Workload, read until both describe the same
+    moment (Kueue re-evaluates as other tests' Workloads go): at most 5 tries."""
+    for _ in range(5):
+        before = await support.workload_for(dynamic, obj["metadata"]["namespace"], obj["metadata"]["uid"])
+        answer = kgov(cluster, "why", f"job/{obj['metadata']['name']}", "-n", obj["metadata"]["namespace"])
+        after = await support.workload_for(dynamic, obj["metadata"]["namespace"], obj["metadata"]["uid"])
+        assert before is not None and after is not None
+        if support.condition(before, "QuotaReserved") == support.condition(after, "QuotaReserved"):
+            placement = answer["topology"][0]
+            fit, _, excluded = kueue_fit(after)
+            level = placement["levels"].index(RACK)
+            if (
+                placement["largestNow"][level]["pods"] == fit
+                and {k: v for k, v in placement["excluded"].items() if k in excluded} == excluded
+            ):
+                return answer, after
+    return answer, after
+
+
+async def test_over_quota_names_the_queue_and_cohort_numbers(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    lender = await queues.add("lender", "2", cohort="why-cohort")
+    borrower = await queues.add("borrower", "2", cohort="why-cohort", borrowingLimit="2")
+    # The lender's own Job takes its nominal 2 CPUs first, so the cohort has nothing to lend.
+    lent = await submit(dynamic, cleanup, job("lender-own", namespace, lender, 1, cpu="2"))
+    await workload_of(dynamic, lent, "admitted", admitted)
+    first = await submit(dynamic, cleanup, job("first", namespace, borrower, 1, cpu="2"))
+    await workload_of(dynamic, first, "admitted", admitted)
+    second = await submit(dynamic, cleanup, job("second", namespace, borrower, 1, cpu="2"))
+    pending = await workload_of(dynamic, second, "waiting for quota", pending_with("insufficient unused quota for cpu"))
+    assert "2 more needed" in support.condition(pending, "QuotaReserved")["message"]  # type: ignore[index]
+
+    answer = kgov(e2e_cluster, "why", "job/second", "-n", namespace)
+    assert answer["cause"] == "over quota", answer["summary"]
+    assert answer["state"]["state"] == "waiting for quota"
+    assert answer["queue"]["clusterQueue"] == borrower
+    cpu = next(q for q in answer["quota"] if q["resource"] == "cpu")
+    assert (cpu["needed"], cpu["reserved"], cpu["nominal"], cpu["borrowingLimit"]) == (2, 2, 2, 2)
+    assert (cpu["cohortAvailable"], cpu["available"]) == (0, 0)
+    # Kueue's "2 more needed" is what we say is short.
+    assert cpu["needed"] - cpu["available"] == 2
+    assert any("borrowing the cohort does not have" in h for h in answer["helps"])
+
+    status = kgov(e2e_cluster, "status")
+    mine = {row["clusterQueue"]: row for row in status}
+    for name in (lender, borrower):
+        stored = await support.get(dynamic, support.KUEUE_API, "ClusterQueue", name)
+        assert stored is not None
+        row = mine[name]
+        assert row["admittedWorkloads"] == stored["status"]["admittedWorkloads"] == 1
+        assert row["pendingWorkloads"] == stored["status"]["pendingWorkloads"] == (1 if name == borrower else 0)
+        reservation = {r["name"]: r for f in stored["status"]["flavorsReservation"] for r in f["resources"]}
+        usage = {r["name"]: r for f in stored["status"]["flavorsUsage"] for r in f["resources"]}
+        ours = {r["resource"]: r for r in row["resources"]}
+        assert ours["cpu"]["reserved"] == int(reservation["cpu"]["total"]) == 2
+        assert ours["cpu"]["borrowed"] == int(reservation["cpu"]["borrowed"]) == 0
+        assert ours["cpu"]["used"] == int(usage["cpu"]["total"]) == 2
+        assert ours["cpu"]["lendable"] == 0
+    assert mine[borrower]["oldestPending"]["name"] == pending["metadata"]["name"]
+    assert mine[borrower]["oldestPending"]["cause"] == "over quota"
+
+
+async def test_no_domain_free_counts_nodes_as_kueue_does(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("topology", "1000")
+    by_rack = racks(await flavor_nodes(dynamic))
+    hosts = max(len(members) for members in by_rack.values())
+    # A 1-GPU pod (no Kueue label: not Kueue's; bound by name) on one host of every rack.
+    for index, members in enumerate(by_rack.values()):
+        filler = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"filler-{index}", "namespace": namespace},
+            "spec": {
+                "nodeName": members[0]["metadata"]["name"],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}},
+                    }
+                ],
+            },
+        }
+        await support.create(dynamic, filler)
+    gpus = gpus_of(next(iter(by_rack.values()))[0])
+    blocked = await submit(dynamic, cleanup, job("rack", namespace, queue, hosts, gpus=gpus, rack=True))
+    await workload_of(dynamic, blocked, "pending on topology", pending_with("allows to fit only"), timeout=90)
+
+    answer, workload = await why_agreeing(e2e_cluster, dynamic, blocked)
+    fit, asked, excluded = kueue_fit(workload)
+    assert answer["cause"] == "no domain free", answer["summary"]
+    placement = answer["topology"][0]
+    assert (placement["mode"], placement["level"], placement["count"]) == ("required", RACK, asked)
+    assert placement["largestNow"][2]["pods"] == fit < asked
+    assert placement["largestEmpty"][2]["pods"] >= asked
+    # Every host with a filler has less than one pod's GPUs free: Kueue and we count them alike.
+    assert excluded[f'resource "{GPU}"'] >= len(by_rack)
+    assert {k: v for k, v in placement["excluded"].items() if k in excluded} == excluded
+    assert placement["kueueNodes"] == len(await flavor_nodes(dynamic))
+
+
+async def test_taint_excluding_nodes_is_named_with_its_count(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, api: Any, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    from kubernetes_asyncio import client as k8s
+
+    queue = await queues.add("taint", "1000")
+    nodes = await flavor_nodes(dynamic)
+    by_rack = racks(nodes)
+    hosts = max(len(members) for members in by_rack.values())
+    key = f"why-e2e-{queues.suffix}"
+    core = k8s.CoreV1Api(api)
+    tainted = [n["metadata"]["name"] for n in nodes][1:]
+
+    async def set_taint(name: str, on: bool) -> None:
+        node = await core.read_node(name)
+        taints = [t for t in node.spec.taints or [] if t.key != key]
+        if on:
+            taints.append(k8s.V1Taint(key=key, value="x", effect="NoSchedule"))
+        await core.patch_node(name, {"spec": {"taints": [api.sanitize_for_serialization(t) for t in taints]}})
+
+    try:
+        for name in tainted:
+            await set_taint(name, True)
+        blocked = await submit(
+            dynamic, cleanup, job("tainted", namespace, queue, hosts, gpus=gpus_of(nodes[0]), rack=True)
+        )
+        await workload_of(
+            dynamic, blocked, "pending on topology", pending_with(f'taint "{key}=x:NoSchedule"'), timeout=90
+        )
+        answer, workload = await why_agreeing(e2e_cluster, dynamic, blocked)
+    finally:
+        for name in tainted:
+            await set_taint(name, False)
+    _, _, excluded = kueue_fit(workload)
+    assert excluded[f'taint "{key}=x:NoSchedule"'] == len(tainted)
+    assert answer["cause"] == "taint", answer["summary"]
+    assert answer["topology"][0]["excluded"][f'taint "{key}=x:NoSchedule"'] == len(tainted)
+    assert f'taint "{key}=x:NoSchedule" on {len(tainted)} nodes' in answer["summary"]
+    assert any(h.startswith(f'tolerate taint "{key}=x:NoSchedule"') for h in answer["helps"])
+
+
+async def test_behind_higher_priority_names_the_head(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("priority", "4", queueingStrategy="StrictFIFO")
+    running = await submit(
+        dynamic, cleanup, job("running", namespace, queue, 1, cpu="2", priority="experimentation-priority")
+    )
+    await workload_of(dynamic, running, "admitted", admitted)
+    head = await submit(dynamic, cleanup, job("head", namespace, queue, 1, cpu="4", priority="training-priority"))
+    head_workload = await workload_of(dynamic, head, "waiting for quota", pending_with("insufficient unused quota"))
+    behind = await submit(
+        dynamic, cleanup, job("behind", namespace, queue, 1, cpu="2", priority="experimentation-priority")
+    )
+    behind_workload = await workload_of(dynamic, behind, "created", lambda w: True)
+
+    answer = kgov(e2e_cluster, "why", "job/behind", "-n", namespace)
+    stored = await support.workload_for(dynamic, namespace, behind["metadata"]["uid"])
+    assert stored is not None and not admitted(stored)  # Kueue holds it: 2 CPUs free, but StrictFIFO
+    assert answer["cause"] == "behind higher priority", answer["summary"]
+    position = answer["queue"]["position"]
+    assert position["inClusterQueue"] == 1
+    assert position["ahead"][0]["workload"] == f"{namespace}/{head_workload['metadata']['name']}"
+    assert position["ahead"][0]["priority"] == head_workload["spec"]["priority"] == 500
+    assert answer["queue"]["priority"] == behind_workload["spec"]["priority"] == 100
+    cpu = next(q for q in answer["quota"] if q["resource"] == "cpu")
+    assert cpu["available"] == 2 == cpu["needed"]
+
+    head_answer = kgov(e2e_cluster, "why", "job/head", "-n", namespace)
+    assert head_answer["cause"] == "over quota"
+    assert next(q for q in head_answer["quota"] if q["resource"] == "cpu")["available"] == 2
+
+
+async def test_never_fits_names_the_largest_rack(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("never", "1000")
+    nodes = await flavor_nodes(dynamic)
+    hosts = max(len(members) for members in racks(nodes).values())
+    big = await submit(dynamic, cleanup, job("too-big", namespace, queue, hosts + 1, gpus=gpus_of(nodes[0]), rack=True))
+    workload = await workload_of(dynamic, big, "pending on topology", pending_with("pod(s)"), timeout=90)
+    _, asked, _ = kueue_fit(workload)
+
+    answer = kgov(e2e_cluster, "why", "job/too-big", "-n", namespace)
+    assert answer["cause"] == "never fits", answer["summary"]
+    empty = answer["topology"][0]["largestEmpty"]
+    assert asked == hosts + 1
+    assert empty[2]["pods"] == hosts == empty[2]["nodes"]
+    assert f"has {hosts} eligible nodes and holds {hosts} such pods" in answer["summary"]
+    assert any(h.startswith("ask for layer-2") for h in answer["helps"])
+
+
+async def test_governed_job_shows_the_policy_decision(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, bundled_governor: Any, cleanup: support.Cleanup
+) -> None:
+    name = f"why-governed-{secrets.token_hex(3)}"
+    body = job(name, "hyperpod-ns-research", "", 1, gpus=8)
+    del body["metadata"]["labels"]
+    created = await submit(dynamic, cleanup, body)
+    assert created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-research-localqueue"
+    await workload_of(dynamic, created, "admitted", admitted, timeout=120)
+
+    answer = kgov(e2e_cluster, "why", f"job/{name}", "-n", "hyperpod-ns-research")
+    assert answer["state"]["state"] in ("admitted", "running")
+    decision = answer["decision"]
+    assert decision["team"] == "research"
+    rules = {rule["rule"]: rule for rule in decision["rules"]}
+    assert rules["queue"]["by"] == "policy"
+    assert rules["kueuePriority"]["by"] == "policy"
+    assert rules["topology"]["by"] == "policy"
+    assert "auto" in rules["topology"]["reason"]
