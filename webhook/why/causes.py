@@ -37,6 +37,10 @@ def _domain(fit: DomainFit) -> str:
     return f"{level_name(fit.level)} {fit.domain[-1]}" if fit.domain else f"any {level_name(fit.level)}"
 
 
+def _name(fit: DomainFit) -> str:
+    return fit.domain[-1] if fit.domain else "-"
+
+
 def _narrowest_fitting(placement: PodsetPlacement, fits: list[DomainFit]) -> DomainFit | None:
     """The narrowest level (not narrower than the podset's own, broadest first) whose largest
     domain holds the podset."""
@@ -66,7 +70,7 @@ def _topology(report: WhyReport) -> bool:
             return True
         if empty.pods < placement.count:
             report.cause = "never fits"
-            name = empty.domain[-1] if empty.domain else "-"
+            name = _name(empty)
             report.summary = (
                 f"{where}: never fits: the largest {level_name(empty.level)} ({name}) has "
                 f"{empty.nodes} eligible node{'s' * (empty.nodes != 1)} and holds {empty.pods} such pods "
@@ -81,7 +85,7 @@ def _topology(report: WhyReport) -> bool:
             return True
         report.cause = "no domain free"
         report.summary = (
-            f"{where}: no {level_name(now.level)} has room now: the freest ({_domain(now)}) holds "
+            f"{where}: no {level_name(now.level)} has room now: the freest ({_name(now)}) holds "
             f"{now.pods} of {placement.count} pods; empty, {_domain(empty)} would hold {empty.pods}"
         )
         broader = _narrowest_fitting(placement, placement.fit_now)

@@ -1,0 +1,273 @@
+"""``kgov why`` / ``kgov status`` on snapshots recorded from the e2e cluster (tests/data/why/).
+
+Each snapshot is every object the commands read, as ``kubectl get -o json`` gave it
+(``tests/data/why/record.sh``), at a moment when Kueue v0.19.2 held Jobs pending for each cause:
+
+- ``pending-causes.json`` (namespace ``why-rec``, queues made for the purpose): ``a1`` over
+  quota (its queue uses its 2 CPUs, its cohort lends nothing), ``t2`` no rack free (a 1-GPU pod on
+  one host of every rack), ``l1`` behind ``h1`` (StrictFIFO, priority 100 behind 500), ``n1``
+  never fits (3 pods, racks of 2 hosts); ``a0``, ``b1`` and ``p0`` running;
+- ``taint.json``: ``x1`` with 7 of 8 nodes tainted ``why-test=rec:NoSchedule``;
+- ``bundled.json``: the bundled platform with the governor: research's ``pretrain`` (5 x 8 GPUs)
+  and ``eval`` running, ``finetune`` (2 x 8 GPUs, rack required by ``topology: auto``) waiting.
+
+Kueue's own message in each recorded Workload is the reference for the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from webhook.cli import main
+from webhook.core.policy import PolicySet
+from webhook.core.resolve import TeamIndex
+from webhook.why.decision import decide
+from webhook.why.explain import WhyReport, explain
+from webhook.why.placement import taint_string
+from webhook.why.report import to_json, to_text
+from webhook.why.snapshot import Snapshot, find_workload_kind
+from webhook.why.state import parse_tas_message, workload_state
+from webhook.why.status import status_json, team_statuses
+
+DATA = Path(__file__).parent / "data" / "why"
+RACK = "topology.k8s.aws/network-node-layer-3"
+
+
+@pytest.fixture(scope="module")
+def causes() -> Snapshot:
+    return Snapshot.from_file(DATA / "pending-causes.json")
+
+
+def workload_of_job(snapshot: Snapshot, namespace: str, job: str) -> dict[str, Any]:
+    owner = snapshot.find_object("Job", namespace, job)
+    assert owner is not None
+    (workload,) = snapshot.workloads_of(owner)
+    return workload
+
+
+def why(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> WhyReport:
+    return explain(snapshot, workload_of_job(snapshot, namespace, job), "Job", namespace, job)
+
+
+def kueue_message(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> str:
+    conditions = workload_of_job(snapshot, namespace, job)["status"]["conditions"]
+    return str(next(c for c in conditions if c["type"] == "QuotaReserved")["message"])
+
+
+def test_over_quota_gives_queue_and_cohort_numbers_kueue_agrees_with(causes: Snapshot) -> None:
+    report = why(causes, "a1")
+    assert report.state is not None and report.state.state == "waiting for quota"
+    assert report.cause == "over quota"
+    (need,) = report.quota
+    q = need.quota
+    assert (need.needed, q.reserved, q.nominal, q.borrowing_limit) == (2, 2, 2, 2)
+    assert (q.cohort_available, q.available) == (0, 0)
+    more = re.search(r"(\d+) more needed", kueue_message(causes, "a1"))
+    assert more is not None and need.short == int(more.group(1)) == 2
+    assert "needs 2 cpu of borrowing the cohort does not have (0 available to this queue)" in report.helps
+
+
+def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) -> None:
+    report = why(causes, "t2")
+    assert report.cause == "no domain free"
+    ((podset, placement),) = report.placements
+    kueue = parse_tas_message(kueue_message(causes, "t2"))
+    assert kueue is not None and (kueue.fit, kueue.total, kueue.total_nodes) == (1, 2, 8)
+    assert podset == "main" and (placement.mode, placement.level, placement.count) == ("required", RACK, 2)
+    assert placement.excluded == kueue.excluded == {'resource "nvidia.com/gpu"': 4}
+    assert placement.kueue_nodes == 8
+    rack_now = placement.at_level(placement.fit_now)
+    rack_empty = placement.at_level(placement.fit_empty)
+    assert rack_now is not None and rack_empty is not None
+    assert (rack_now.pods, rack_empty.pods) == (kueue.fit, 2)
+    # A block holds the 2 free hosts of its 2 racks: the podset would fit one level up.
+    assert "would fit now at layer-2 (layer-2 nn-block-1-1 holds 2)" in report.helps
+
+
+def test_taint_is_named_with_the_nodes_it_excludes() -> None:
+    snapshot = Snapshot.from_file(DATA / "taint.json")
+    report = why(snapshot, "x1")
+    kueue = parse_tas_message(kueue_message(snapshot, "x1"))
+    assert kueue is not None
+    assert report.cause == "taint"
+    ((_, placement),) = report.placements
+    assert placement.excluded == kueue.excluded == {'taint "why-test=rec:NoSchedule"': 7}
+    assert 'untolerated taint "why-test=rec:NoSchedule" on 7 nodes' in report.summary
+    assert report.helps[0].startswith('tolerate taint "why-test=rec:NoSchedule"')
+    assert placement.fit_untainted_empty is not None and placement.fit_untainted_empty.pods == 2
+
+
+def test_behind_higher_priority_names_the_head(causes: Snapshot) -> None:
+    report = why(causes, "l1")
+    assert report.state is not None and report.state.state == "queued"  # Kueue wrote no QuotaReserved
+    assert report.cause == "behind higher priority"
+    assert report.position is not None and report.position.source == "estimated"
+    assert report.position.in_cluster_queue == 1
+    (head,) = report.position.ahead
+    assert head["workload"] == "why-rec/job-h1-9927a" and head["priority"] == 500 > report.priority == 100
+    assert report.quota[0].quota.available == 2 == report.quota[0].needed
+    assert why(causes, "h1").cause == "over quota"
+
+
+def test_never_fits_names_the_largest_rack(causes: Snapshot) -> None:
+    report = why(causes, "n1")
+    assert report.cause == "never fits"
+    ((_, placement),) = report.placements
+    rack = placement.at_level(placement.fit_empty)
+    assert rack is not None and (rack.pods, rack.nodes) == (2, 2)
+    assert "has 2 eligible nodes and holds 2 such pods with nothing running" in report.summary
+    assert report.helps == ["ask for layer-2 (its largest domain holds 4)"]
+
+
+def test_running_workload_states_its_times(causes: Snapshot) -> None:
+    report = why(causes, "a0")
+    assert report.cause == "running" and report.state is not None
+    recorded = {
+        c["type"]: c["lastTransitionTime"] for c in workload_of_job(causes, "why-rec", "a0")["status"]["conditions"]
+    }
+    assert report.state.times == {k: recorded[k] for k in ("Admitted", "QuotaReserved", "PodsReady")}
+    assert report.state.since == recorded["PodsReady"]
+    assert report.state.times["PodsReady"] >= report.state.times["Admitted"]
+    assert report.position is None
+
+
+def test_status_rows_are_the_cluster_queues_status(causes: Snapshot) -> None:
+    rows = status_json(team_statuses(causes))
+    assert len(rows) == len(causes.clusterqueues)
+    for queue in causes.clusterqueues:
+        row = next(r for r in rows if r["clusterQueue"] == queue["metadata"]["name"])
+        status = queue["status"]
+        assert row["admittedWorkloads"] == status["admittedWorkloads"]
+        assert row["pendingWorkloads"] == status["pendingWorkloads"]
+        assert row["reservingWorkloads"] == status["reservingWorkloads"]
+        reserved = {(f["name"], r["name"]): r for f in status["flavorsReservation"] for r in f["resources"]}
+        used = {(f["name"], r["name"]): r for f in status["flavorsUsage"] for r in f["resources"]}
+        for resource in row["resources"]:
+            key = (resource["flavor"], resource["resource"])
+            assert resource["reserved"] == int(reserved[key]["total"].removesuffix("Ti")) * (
+                2**40 if reserved[key]["total"].endswith("Ti") else 1
+            )
+            assert resource["borrowed"] == int(reserved[key]["borrowed"])
+            assert resource["used"] == int(used[key]["total"].removesuffix("Ti")) * (
+                2**40 if used[key]["total"].endswith("Ti") else 1
+            )
+    prio = next(r for r in rows if r["clusterQueue"] == "why-prio")
+    assert prio["oldestPending"]["name"] == "job-h1-9927a" and prio["oldestPending"]["cause"] == "over quota"
+
+
+def test_lendable_respects_the_lending_limit() -> None:
+    rows = status_json(team_statuses(Snapshot.from_file(DATA / "bundled.json")))
+    inference = next(r for r in rows if r["team"] == "inference")
+    gpu = next(r for r in inference["resources"] if r["resource"] == "nvidia.com/gpu")
+    assert (gpu["nominal"], gpu["lendingLimit"], gpu["lendable"]) == (32, 16, 16)
+    research = next(r for r in rows if r["team"] == "research")
+    assert next(r for r in research["resources"] if r["resource"] == "nvidia.com/gpu")["reserved"] == 56
+
+
+def test_governed_job_shows_which_rule_decided_what() -> None:
+    snapshot = Snapshot.from_file(DATA / "bundled.json")
+    assert snapshot.policy is not None
+    teams = TeamIndex(PolicySet.model_validate(json.loads(snapshot.policy["data"]["policy.json"])))
+    job = snapshot.find_object("Job", "hyperpod-ns-research", "finetune")
+    assert job is not None
+    decision = decide(job, teams, None, snapshot.nodes)
+    assert decision.team == "research"
+    rules = {rule.rule: rule for rule in decision.rules}
+    assert rules["queue"].by == "policy" and rules["queue"].reason == "the LocalQueue of team 'research'"
+    assert rules["kueuePriority"].by == "policy"
+    assert rules["topology"].by == "policy"
+    assert (
+        rules["topology"].policy == {"kueue.x-k8s.io/podset-required-topology": RACK}
+        or rules["topology"].policy == RACK
+    )
+    assert "auto: 2 pods fit in one topology.k8s.aws/network-node-layer-3 domain" in rules["topology"].reason
+
+
+def test_a_stored_value_the_policy_would_not_give_is_told_apart() -> None:
+    snapshot = Snapshot.from_file(DATA / "bundled.json")
+    assert snapshot.policy is not None
+    teams = TeamIndex(PolicySet.model_validate(json.loads(snapshot.policy["data"]["policy.json"])))
+    job = json.loads(json.dumps(snapshot.find_object("Job", "hyperpod-ns-research", "finetune")))
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    annotations.pop("kueue.x-k8s.io/podset-required-topology")
+    annotations["kueue.x-k8s.io/podset-preferred-topology"] = "topology.k8s.aws/network-node-layer-2"
+    decision = decide(job, teams, None, snapshot.nodes)
+    topology = next(rule for rule in decision.rules if rule.rule == "topology")
+    assert topology.by == "other"
+
+
+def test_text_and_json_carry_the_same_facts(causes: Snapshot) -> None:
+    report = why(causes, "t2")
+    data = to_json(report)
+    text = to_text(report)
+    assert data["cause"] == "no domain free" and "Cause: no domain free:" in text
+    assert data["topology"][0]["excluded"] == {'resource "nvidia.com/gpu"': 4}
+    assert 'excluded: resource "nvidia.com/gpu": 4' in text
+    assert data["quota"][1] == {
+        "flavor": "p5-48xlarge", "resource": "nvidia.com/gpu", "needed": 16, "reserved": 0, "admitted": 0,
+        "nominal": 64, "borrowingLimit": None, "lendingLimit": None, "borrowed": 0, "available": 64,
+        "potential": 64, "cohortAvailable": None,
+    }  # fmt: skip
+    json.dumps(data)  # plain JSON
+
+
+def test_kueue_tas_message_forms() -> None:
+    # Both forms of tas_flavor_snapshot.go notFitMessage; the second as recorded above.
+    none = parse_tas_message(
+        "couldn't assign flavors to pod set main: topology \"t\" doesn't allow to fit any of 3 pod(s)"
+    )
+    assert none is not None and (none.fit, none.total, none.total_nodes, none.excluded) == (0, 3, None, {})
+    assert parse_tas_message("insufficient unused quota for cpu in flavor f, 2 more needed") is None
+    assert taint_string({"key": "k", "effect": "NoSchedule"}) == "k:NoSchedule"
+    assert taint_string({"key": "k", "value": "v", "effect": "NoExecute"}) == "k=v:NoExecute"
+
+
+def test_malformed_workload_fields_count_as_absent() -> None:
+    assert workload_state({"status": {"conditions": "nope"}, "metadata": []}).state == "queued"
+    assert workload_state({"spec": {"active": False}}).state == "inactive"
+
+
+def test_kind_names() -> None:
+    job = find_workload_kind("job")
+    assert job is not None and (job.group, job.kind) == ("batch", "Job")
+    for name in ("jobs", "Job", "job.batch"):
+        assert find_workload_kind(name) == job
+    pytorch = find_workload_kind("pytorchjob.kubeflow.org")
+    assert pytorch is not None and pytorch.kind == "PyTorchJob"
+    assert find_workload_kind("job.kubeflow.org") is None and find_workload_kind("nosuch") is None
+
+
+def test_cli_on_a_snapshot(tmp_path: Path) -> None:
+    runner = CliRunner()
+    snapshot = str(DATA / "bundled.json")
+    done = runner.invoke(
+        main, ["why", "job/finetune", "-n", "hyperpod-ns-research", "--snapshot", snapshot, "-o", "json"]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["decision"]["team"] == "research"
+    done = runner.invoke(
+        main, ["why", "workload/job-finetune-872a0", "-n", "hyperpod-ns-research", "--snapshot", snapshot]
+    )
+    assert done.exit_code == 0 and "Cause: no domain free" in done.output
+    for args, message in (
+        (["why", "nosuch/x"], "'nosuch' is not a kind Kueue manages"),
+        (["why", "job"], "give KIND/NAME"),
+        (
+            ["why", "job/absent", "-n", "hyperpod-ns-research", "--snapshot", snapshot],
+            "Job hyperpod-ns-research/absent not found",
+        ),
+        (["status", "--team", "nobody", "--snapshot", snapshot], "no ClusterQueue of team 'nobody'"),
+    ):
+        done = runner.invoke(main, args)
+        assert done.exit_code == 2 and message in done.output, (args, done.output)
+    picture = tmp_path / "status.png"
+    done = runner.invoke(main, ["status", "--snapshot", snapshot, "-o", "png", "-f", str(picture)])
+    assert done.exit_code == 0 and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    done = runner.invoke(main, ["status", "--snapshot", snapshot, "--team", "research"])
+    assert done.exit_code == 0 and "job-finetune-872a0" in done.output and "waiting for topology" in done.output
