@@ -12,7 +12,16 @@ from typing import Any
 
 from webhook.topology.ec2 import LabelChange
 
-__all__ = ["ClusterError", "ClusterState", "apply_labels", "client_for", "get_json", "items_of", "read_cluster", "read_nodes"]
+__all__ = [
+    "ClusterError",
+    "ClusterState",
+    "apply_labels",
+    "client_for",
+    "get_json",
+    "items_of",
+    "read_cluster",
+    "read_nodes",
+]
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
