@@ -18,11 +18,13 @@ Amounts are base units (GPUs, CPU cores, bytes) as :class:`~decimal.Decimal`;
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from webhook.core.inventory import Node
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
 from webhook.why.causes import classify
@@ -35,6 +37,17 @@ from webhook.why.state import WorkloadState, workload_state
 __all__ = ["Position", "QuotaNeed", "WhyReport", "explain", "position_in_queue"]
 
 _ZERO = Decimal(0)
+_PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
+_WITHOUT_RESERVATION = (
+    "queued",
+    "pending",
+    "waiting for quota",
+    "waiting for topology",
+    "finished",
+    "inactive",
+    "evicted",
+    "preempted",
+)
 
 
 @dataclass
@@ -89,36 +102,55 @@ def _meta(obj: Mapping[str, Any], key: str) -> str:
     return str((obj.get("metadata") or {}).get(key, ""))
 
 
-def _active_pending(workload: Mapping[str, Any]) -> bool:
-    return workload_state(workload).state in ("queued", "pending", "waiting for quota", "waiting for topology")
+def _state(snapshot: Snapshot, workload: Mapping[str, Any]) -> str:
+    states: dict[int, str] = snapshot.memo.setdefault("states", {})
+    if id(workload) not in states:
+        states[id(workload)] = workload_state(workload).state
+    return states[id(workload)]
+
+
+def _pending_in(snapshot: Snapshot, cluster_queue: str) -> list[Mapping[str, Any]]:
+    """The ClusterQueue's pending Workloads in Kueue's order (priority, then creation time); once per queue."""
+    queues: dict[str, list[Mapping[str, Any]]] = snapshot.memo.setdefault("pending", {})
+    if cluster_queue not in queues:
+        for queue in {snapshot.queue_of(w) or "" for w in snapshot.workloads}:
+            queues[queue] = []
+        for w in snapshot.workloads:
+            if _state(snapshot, w) in _PENDING:
+                queues[snapshot.queue_of(w) or ""].append(w)
+        for members in queues.values():
+            members.sort(
+                key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), _meta(w, "creationTimestamp"))
+            )
+        queues.setdefault(cluster_queue, [])
+    return queues[cluster_queue]
 
 
 def position_in_queue(snapshot: Snapshot, workload: Mapping[str, Any], cluster_queue: str) -> Position:
     """Where ``workload`` stands among its ClusterQueue's pending workloads (Kueue's visibility
     answer when the snapshot has one, else estimated by priority then creation time)."""
-    pending = [w for w in snapshot.workloads if _active_pending(w) and snapshot.queue_of(w) == cluster_queue]
-    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), _meta(w, "creationTimestamp")))
-    names = [(_meta(w, "namespace"), _meta(w, "name")) for w in pending]
-    mine = (_meta(workload, "namespace"), _meta(workload, "name"))
-    index = names.index(mine) if mine in names else len(names)
+    pending = _pending_in(snapshot, cluster_queue)
+    index = next((i for i, w in enumerate(pending) if w is workload), len(pending))
     ahead = [
         {
             "workload": f"{_meta(w, 'namespace')}/{_meta(w, 'name')}",
             "priority": int((w.get("spec") or {}).get("priority") or 0),
             "created": _meta(w, "creationTimestamp"),
-            "state": workload_state(w).state,
+            "state": _state(snapshot, w),
         }
         for w in pending[:index]
     ]
-    seen = (snapshot.pending_positions or {}).get(mine[1])
+    seen = (snapshot.pending_positions or {}).get(_meta(workload, "name"))
     if seen is not None:
         return Position(seen["positionInClusterQueue"], seen["positionInLocalQueue"], "visibility", ahead)
+    queue_name = (workload.get("spec") or {}).get("queueName")
     local = [
-        n
-        for n, w in zip(names, pending, strict=True)
-        if (w.get("spec") or {}).get("queueName") == (workload.get("spec") or {}).get("queueName") and n[0] == mine[0]
+        w
+        for w in pending[: index + 1]
+        if (w.get("spec") or {}).get("queueName") == queue_name
+        and _meta(w, "namespace") == _meta(workload, "namespace")
     ]
-    return Position(index, local.index(mine) if mine in local else None, "estimated", ahead)
+    return Position(index, len(local) - 1 if index < len(pending) else None, "estimated", ahead)
 
 
 def _needs(workload: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
@@ -158,7 +190,13 @@ def _placements(
     queue: Mapping[str, Any],
     needs: Mapping[str, Mapping[str, Decimal]],
 ) -> list[tuple[str, PodsetPlacement]]:
-    free = free_capacity(snapshot.nodes, snapshot.pods, [w for w in snapshot.workloads if w is not workload])
+    if workload_state(workload).state in _WITHOUT_RESERVATION:
+        # Nothing of its own is counted in the nodes: one computation serves every such workload.
+        if snapshot.free is None:
+            snapshot.free = free_capacity(snapshot.nodes, snapshot.pods, snapshot.workloads)
+        free = snapshot.free
+    else:
+        free = free_capacity(snapshot.nodes, snapshot.pods, [w for w in snapshot.workloads if w is not workload])
     out: list[tuple[str, PodsetPlacement]] = []
     for podset in (workload.get("spec") or {}).get("podSets") or []:
         name = str(podset.get("name"))
@@ -169,7 +207,20 @@ def _placements(
             if flavor is None or topology is None:
                 continue
             levels = [str(level.get("nodeLabel")) for level in (topology.get("spec") or {}).get("levels") or []]
-            out.append((name, place_podset(podset, flavor, levels, topology_name, snapshot.nodes, free)))
+            if "nodes" not in snapshot.memo:
+                snapshot.memo["nodes"] = {n.name: n for n in map(Node.from_object, snapshot.nodes)}
+            # Podsets of the same shape on the shared free capacity place alike (kgov status --team).
+            key = json.dumps([podset, flavor_name], sort_keys=True, default=str) if free is snapshot.free else None
+            placements = snapshot.memo.setdefault("placements", {})
+            if key is None or key not in placements:
+                placed = place_podset(
+                    podset, flavor, levels, topology_name, snapshot.nodes, free, snapshot.memo["nodes"]
+                )
+                if key is None:
+                    out.append((name, placed))
+                    continue
+                placements[key] = placed
+            out.append((name, placements[key]))
     return out
 
 

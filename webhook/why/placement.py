@@ -155,11 +155,12 @@ def _largest(levels: list[str], nodes: list[Node], pods: Mapping[str, int]) -> l
         groups: dict[tuple[str, ...], list[Node]] = {}
         for node in nodes:
             groups.setdefault(tuple(node.labels.get(k, "") for k in levels[: depth + 1]), []).append(node)
-        best = max(groups.items(), key=lambda item: (sum(pods[n.name] for n in item[1]), len(item[1])), default=None)
+        sized = [(sum(pods[n.name] for n in members), len(members), key) for key, members in groups.items()]
+        best = max(sized, key=lambda item: (item[0], item[1]), default=None)
         if best is None:
             out.append(DomainFit(levels[depth], [], 0, 0))
         else:
-            out.append(DomainFit(levels[depth], list(best[0]), sum(pods[n.name] for n in best[1]), len(best[1])))
+            out.append(DomainFit(levels[depth], list(best[2]), best[0], best[1]))
     out.append(DomainFit("(all nodes)", [], sum(pods[n.name] for n in nodes), len(nodes)))
     return out
 
@@ -171,9 +172,11 @@ def place_podset(
     topology: str,
     nodes: Iterable[Mapping[str, Any]],
     free: Mapping[str, Mapping[str, Decimal]],
+    parsed: Mapping[str, Node] | None = None,
 ) -> PodsetPlacement:
     """Place one Workload podset (``spec.podSets[]``: ``count``, ``template``, ``topologyRequest``)
-    on one ResourceFlavor's nodes. ``levels``: the flavor's Topology levels, broadest first."""
+    on one ResourceFlavor's nodes. ``levels``: the flavor's Topology levels, broadest first;
+    ``parsed``: the nodes already read (:meth:`Node.from_object`) by name, to read them once."""
     template = podset.get("template") or {}
     pod_spec = template.get("spec") or {}
     request = podset.get("topologyRequest") or {}
@@ -208,7 +211,8 @@ def place_podset(
     now: dict[str, int] = {}
     empty: dict[str, int] = {}
     for obj in nodes:
-        node = Node.from_object(obj)
+        known = parsed.get(str((obj.get("metadata") or {}).get("name", ""))) if parsed else None
+        node = known if known is not None else Node.from_object(obj)
         spec = obj.get("spec") or {}
         cause = ""
         if not _conditions_ready(obj):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,10 @@ class Snapshot:
     target: dict[str, Any] | None = None
     pending_positions: dict[str, dict[str, int]] | None = None
     notes: list[str] = field(default_factory=list)
+    #: Free capacity per node with every Workload counted, computed once (by :mod:`webhook.why.explain`).
+    free: dict[str, dict[str, Decimal]] | None = field(default=None, repr=False)
+    #: Memos of :mod:`webhook.why.explain` (parsed nodes, Workload states, placements on ``free``).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_dump(cls, data: Mapping[str, Any]) -> Snapshot:
