@@ -53,6 +53,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_admission.py
 	$(PYTHON) benchmarks/bench_generate.py
 	$(PYTHON) benchmarks/bench_topology.py
+	$(PYTHON) benchmarks/bench_why.py
 
 ## The simulated cluster under load: 256 KWOK nodes, 2,000 Job pods (several minutes; builds the binaries first).
 bench-cluster: install
