@@ -24,6 +24,7 @@ from kubernetes_asyncio.dynamic.exceptions import NotFoundError
 from e2e import manifests
 from e2e.support import (
     KUEUE_API,
+    WaitTimeout,
     condition,
     create,
     decode_topology_assignment,
@@ -150,7 +151,38 @@ async def running_pods(dynamic: DynamicClient, run_id: str, count: int, timeout:
         up = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
         return up if len(up) >= count else None
 
-    return await wait_for(running, f"{count} pods of run {run_id} to be Running", timeout=timeout)
+    try:
+        return await wait_for(running, f"{count} pods of run {run_id} to be Running", timeout=timeout)
+    except WaitTimeout as timeout_error:
+        raise WaitTimeout(f"{timeout_error}\n{await pod_report(dynamic, run_id)}") from None
+
+
+async def pod_report(dynamic: DynamicClient, run_id: str) -> str:
+    """Why the run's pods are not Running: each pod's phase, node, gates and scheduling condition,
+    and every other pod bound to a fake node that is not finished (what holds node capacity)."""
+    lines = []
+    for pod in await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}"):
+        status = pod.get("status") or {}
+        scheduled = condition(pod, "PodScheduled") or {}
+        gates = [gate["name"] for gate in pod["spec"].get("schedulingGates") or []]
+        lines.append(
+            f"  {pod['metadata']['name']}: phase={status.get('phase')} node={pod['spec'].get('nodeName')} "
+            f"gates={gates} nodeSelector={pod['spec'].get('nodeSelector')} "
+            f"PodScheduled={scheduled.get('status')} {scheduled.get('reason')}: {scheduled.get('message')}"
+        )
+    for pod in await list_objects(dynamic, "v1", "Pod"):
+        status = pod.get("status") or {}
+        if pod["spec"].get("nodeName") and status.get("phase") not in ("Succeeded", "Failed"):
+            lines.append(
+                f"  holding {pod['spec']['nodeName']}: {pod['metadata']['namespace']}/{pod['metadata']['name']} "
+                f"phase={status.get('phase')} deleting={pod['metadata'].get('deletionTimestamp')}"
+            )
+    for node in await list_objects(dynamic, "v1", "Node"):
+        ready = (condition(node, "Ready") or {}).get("status")
+        taints = [taint["key"] for taint in node["spec"].get("taints") or []]
+        if ready != "True" or taints or node["spec"].get("unschedulable"):
+            lines.append(f"  node {node['metadata']['name']}: Ready={ready} taints={taints}")
+    return "\n".join(lines)
 
 
 async def admitted(dynamic: DynamicClient, owner_uid: str, timeout: float = 60) -> dict[str, Any]:
