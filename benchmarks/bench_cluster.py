@@ -138,6 +138,8 @@ def job(index: int, pods: int, complete_after: str) -> dict[str, Any]:
                     "annotations": {
                         "kueue.x-k8s.io/podset-required-topology": manifests.TOPOLOGY_LEVELS[2],
                         "pod-complete.stage.kwok.x-k8s.io/delay": complete_after,
+                        # KWOK caps the delay at the jitter bound (5 s unless set)
+                        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": complete_after,
                     }
                 },
                 "spec": {

@@ -16,7 +16,8 @@ Everything runs as local processes on 127.0.0.1 (no containers, no real kubelet)
 * fake GPU nodes: Node objects with AWS network topology labels and allocatable GPUs, kept Ready
   by KWOK with KWOK's own stages (node heartbeat with leases; pods go Running on the node the
   scheduler bound them to, and a Job's pods Succeeded after the delay in the pod's
-  ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation, 1 s plus up to 5 s jitter by default);
+  ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation, 1 s plus up to 5 s jitter by default; the
+  ``…/jitter-delay`` annotation, 5 s by default, caps that delay);
 * optionally our own webhook, ``kgov serve``, registered as the ``kgov-governor``
   MutatingWebhookConfiguration.
 

@@ -24,6 +24,7 @@ from kubernetes_asyncio.dynamic.exceptions import NotFoundError
 from e2e import manifests
 from e2e.support import (
     KUEUE_API,
+    WaitTimeout,
     condition,
     create,
     decode_topology_assignment,
@@ -48,6 +49,8 @@ TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 # KWOK's pod-complete stage (kustomize/stage/pod/general/pod-complete.yaml) reads its delay here.
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+# ... capped by the stage's jitter bound (5 s unless this annotation raises it): lifecycle.go Delay.
+COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 RUN_LABEL = "kueue-governor.io/e2e-run"
 RACK = manifests.TOPOLOGY_LEVELS[2]
 HOSTNAME = manifests.TOPOLOGY_LEVELS[3]
@@ -126,7 +129,7 @@ def pod_template(run_id: str, gpus: int, annotations: dict[str, str] | None = No
 def plain_job(name: str, run_id: str, pods: int, gpus: int, complete_after: str) -> dict[str, Any]:
     """A Job as a data scientist writes it (no Kueue label), whose pods KWOK completes after
     ``complete_after`` (a duration, e.g. ``"10s"``)."""
-    template = pod_template(run_id, gpus, {COMPLETE_DELAY: complete_after})
+    template = pod_template(run_id, gpus, {COMPLETE_DELAY: complete_after, COMPLETE_JITTER: complete_after})
     template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
@@ -142,15 +145,47 @@ async def node_labels(dynamic: DynamicClient) -> dict[str, dict[str, str]]:
 
 async def running_pods(dynamic: DynamicClient, run_id: str, count: int, timeout: float = 240) -> list[dict[str, Any]]:
     """Wait until ``count`` pods of the run are Running (bound, started by KWOK). The wait is long:
-    the run's Job is admitted only once the garbage collector has removed earlier tests' Workloads
-    and their topology capacity is free again."""
+    the node capacity Kueue assigned may still hold earlier tests' pods in their grace period.
+    (A run's pods once completed in KWOK's 5 s jitter bound whatever their delay, and a busy
+    machine polled past that window: see ``COMPLETE_JITTER``.)"""
 
     async def running() -> list[dict[str, Any]] | None:
         pods = await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}")
         up = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
         return up if len(up) >= count else None
 
-    return await wait_for(running, f"{count} pods of run {run_id} to be Running", timeout=timeout)
+    try:
+        return await wait_for(running, f"{count} pods of run {run_id} to be Running", timeout=timeout)
+    except WaitTimeout as timeout_error:
+        raise WaitTimeout(f"{timeout_error}\n{await pod_report(dynamic, run_id)}") from None
+
+
+async def pod_report(dynamic: DynamicClient, run_id: str) -> str:
+    """Why the run's pods are not Running: each pod's phase, node, gates and scheduling condition,
+    and every other pod bound to a fake node that is not finished (what holds node capacity)."""
+    lines = []
+    for pod in await list_objects(dynamic, "v1", "Pod", RESEARCH, label_selector=f"{RUN_LABEL}={run_id}"):
+        status = pod.get("status") or {}
+        scheduled = condition(pod, "PodScheduled") or {}
+        gates = [gate["name"] for gate in pod["spec"].get("schedulingGates") or []]
+        lines.append(
+            f"  {pod['metadata']['name']}: phase={status.get('phase')} node={pod['spec'].get('nodeName')} "
+            f"gates={gates} nodeSelector={pod['spec'].get('nodeSelector')} "
+            f"PodScheduled={scheduled.get('status')} {scheduled.get('reason')}: {scheduled.get('message')}"
+        )
+    for pod in await list_objects(dynamic, "v1", "Pod"):
+        status = pod.get("status") or {}
+        if pod["spec"].get("nodeName") and status.get("phase") not in ("Succeeded", "Failed"):
+            lines.append(
+                f"  holding {pod['spec']['nodeName']}: {pod['metadata']['namespace']}/{pod['metadata']['name']} "
+                f"phase={status.get('phase')} deleting={pod['metadata'].get('deletionTimestamp')}"
+            )
+    for node in await list_objects(dynamic, "v1", "Node"):
+        ready = (condition(node, "Ready") or {}).get("status")
+        taints = [taint["key"] for taint in node["spec"].get("taints") or []]
+        if ready != "True" or taints or node["spec"].get("unschedulable"):
+            lines.append(f"  node {node['metadata']['name']}: Ready={ready} taints={taints}")
+    return "\n".join(lines)
 
 
 async def admitted(dynamic: DynamicClient, owner_uid: str, timeout: float = 60) -> dict[str, Any]:

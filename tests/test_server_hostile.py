@@ -195,15 +195,40 @@ async def test_ten_thousand_made_up_kinds_leave_metrics_the_same_size(
 
 
 # -- 3. deadlines, the cap, memory ------------------------------------------------------------------
-async def test_connection_idle_after_the_handshake_is_closed(fast_server: RunningServer) -> None:
+async def test_connection_idle_after_the_handshake_is_closed_at_the_idle_timeout(fast_server: RunningServer) -> None:
     reader, writer = await tls_connection(fast_server)
     started = time.monotonic()
     assert await closed_by_server(reader, 5) == b""
     elapsed = time.monotonic() - started
     writer.close()
-    assert FAST.header_timeout * 0.8 <= elapsed < FAST.header_timeout + 2
+    assert FAST.idle_timeout * 0.8 <= elapsed < FAST.idle_timeout + 2
     async with session_for(fast_server) as client:
-        assert closes(await metric_samples(client, fast_server), "header_timeout") == 1.0
+        samples = await metric_samples(client, fast_server)
+    assert closes(samples, "idle_timeout") == 1.0
+    assert closes(samples, "header_timeout") == 0.0
+
+
+async def test_a_parked_fresh_connection_serves_its_first_request_after_the_header_timeout(
+    start_server: ServerFactory,
+) -> None:
+    """Defect: a connection with no request since its handshake was closed at the header deadline
+    (10 s). The API server's Go client parks a connection it dialled for a request another
+    connection served first, and reuses it later: the close raced with that first request, the
+    webhook call failed, and under failurePolicy Fail a Job's pod creation was refused."""
+    limits = ConnectionLimits(header_timeout=0.3, body_timeout=5, idle_timeout=10, max_connections=64)
+    server = await start_server(limits=limits)
+    reader, writer = await tls_connection(server)
+    await asyncio.sleep(limits.header_timeout * 4)  # parked, as Go's idle pool does
+    body = json.dumps(review_of(job())).encode()
+    writer.write(request_head(len(body)) + body)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    async with session_for(server) as client:
+        samples = await metric_samples(client, server)
+    assert closes(samples, "header_timeout") == 0.0
+    assert closes(samples, "idle_timeout") == 0.0
+    writer.close()
 
 
 async def test_trickled_headers_are_cut_at_the_header_deadline(fast_server: RunningServer) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.patch import apply_patch
+from webhook.core.resolve import TeamIndex
 from webhook.core.review import review
 
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -125,8 +126,58 @@ def test_a_stranded_pod_without_requests_reads_well() -> None:
     outcome = run(lone, {"topology": {"mode": "auto", "enforcement": "default"}}, inventory=aws_nodes())
     assert outcome.plan.warnings == [
         "topology: podset 'main' can never be admitted: its 1 pod with no resource requests fits on no set of "
-        "the team's nodes (they hold 0 such pods on an empty cluster)"
+        "the team's nodes (they hold 0 such pods on an empty cluster)",
+        "topology: podset 'main' may never be admitted: its pods request none of the resources team 'ml''s "
+        "topology-aware ClusterQueue covers (nvidia.com/gpu), so Kueue assigns it no flavor and cannot place it "
+        'by topology ("no TAS flavor assigned") unless a LimitRange of the namespace gives them default '
+        "requests; request at least one of them",
     ]
+
+
+def test_a_podset_requesting_nothing_the_tas_cluster_queue_covers_is_warned() -> None:
+    """Defect: a Job whose pods request no resource the team's topology-aware ClusterQueue covers
+    was labelled silently; Kueue gives its podset no flavor and never admits it ("no TAS flavor
+    assigned", tas_flavorassigner.go). Checked against the real Kueue in e2e/test_kueue_view.py."""
+    bare = job()
+    bare["spec"]["template"]["spec"]["containers"][0].pop("resources")
+    outcome = run(bare, {"topology": {"mode": "auto", "enforcement": "enforce"}}, inventory=aws_nodes())
+    assert outcome.plan.allowed  # a LimitRange may still give the pods requests: warned, not refused
+    assert [w.split(":")[0] + ":" + w.split(":")[1] for w in outcome.plan.warnings] == [
+        "topology: podset 'main' may never be admitted"
+    ]
+    assert "(nvidia.com/gpu)" in outcome.plan.warnings[0]
+    # Covering `pods` gives every podset a flavor: nothing to say.
+    counted = platform_with({"topology": {"mode": "auto", "enforcement": "enforce"}})
+    counted["teams"][0]["quotas"][0]["resources"]["pods"] = {"nominalQuota": 100}
+    body = review_body(bare, "ml")
+    assert review(body, teams_from(counted), inventory=aws_nodes()).plan.warnings == []
+    # Without topology the podset needs no flavor: Kueue admits it.
+    assert run(bare, {}, inventory=aws_nodes()).plan.warnings == []
+
+
+def test_a_resource_the_cluster_queue_does_not_cover_is_warned() -> None:
+    """Defect: pods requesting a resource the team's ClusterQueue does not cover were labelled
+    silently; Kueue answers "resource cpu unavailable in ClusterQueue" and never admits them."""
+    obj = job()
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4"
+    outcome = run(obj, {})
+    assert outcome.plan.allowed
+    assert outcome.plan.warnings == [
+        "queue: podset 'main' may never be admitted: it requests cpu, which team 'ml''s ClusterQueue does not "
+        "cover (it covers nvidia.com/gpu); Kueue admits it only if its Configuration excludes that resource "
+        "(resources.excludeResourcePrefixes)"
+    ]
+    # A workload sent to another allowed LocalQueue goes to another ClusterQueue: not judged.
+    other = copy.deepcopy(obj)
+    other["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "shared"}
+    policy = {"queue": {"allowed": ["shared"], "enforcement": "enforce"}}
+    assert run(other, policy).plan.warnings == []
+    # A policy compiled before the covered resources were recorded says nothing.
+    policies = teams_from(platform_with({})).policies
+    legacy = policies.model_copy(
+        update={"teams": [team.model_copy(update={"coveredResources": None}) for team in policies.teams]}
+    )
+    assert review(review_body(obj, "ml"), TeamIndex(legacy)).plan.warnings == []
 
 
 def test_spark_roles_under_auto_give_the_true_reason() -> None:

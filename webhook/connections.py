@@ -46,11 +46,15 @@ class ConnectionLimits:
     """Deadlines (seconds) and the connection cap of the webhook port; defaults suit an API server.
 
     ``header_timeout``: the TLS handshake, and then a request's line and headers (from the
-    connection's start, or from its first byte on a kept-alive connection). ``body_timeout``: the
+    request's first byte). ``body_timeout``: the
     whole body once the headers are in (the API server sends at most a few MiB at once).
-    ``idle_timeout``: a kept-alive connection with no request; longer than the 90 s the API
-    server's Go client keeps idle connections (``http.DefaultTransport``), so the server is never
-    the side that closes a connection the client is about to reuse. ``max_connections``: open
+    ``idle_timeout``: a connection with no request in progress and no byte of the next one, fresh
+    from its handshake or kept alive; longer than the 90 s the API server's Go client keeps idle
+    connections (``http.DefaultTransport``), so the server is never the side that closes a
+    connection the client is about to reuse. (Go parks a connection it dialled for a request
+    that another connection served first: it is fresh, yet idle; closing it at the header
+    deadline raced with its first use and failed the API server's webhook call.) Idle
+    connections still give way at the cap, longest waiting first. ``max_connections``: open
     connections, handshakes included (each costs about 275 KiB: 256 of them, about 70 MiB; an API
     server needs one per concurrent call). ``lingering_time``: how long an
     unread body is drained after an early answer (413/415) so the client reads that answer.
@@ -176,6 +180,7 @@ class GuardedHandler(RequestHandler):
         #: Why the server dropped this connection (None: it did not).
         self.dropped: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self._idle_deadline: asyncio.TimerHandle | None = None
         self._received = False
 
     @property
@@ -186,17 +191,22 @@ class GuardedHandler(RequestHandler):
     # -- asyncio protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self.busy and self._deadline is None:  # the request may have come with the TLS Finished
-            self._arm_header_deadline()
+        if not self.busy and self._deadline is None and not self._received:
+            # Fresh and idle (a request that came with the TLS Finished has armed the header deadline).
+            self._idle_deadline = self._loop.call_later(self.tracker.limits.idle_timeout, self._idle_deadline_passed)
 
     def data_received(self, data: bytes) -> None:
         # aiohttp calls this with b"" itself to re-parse what it buffered: that is no new request.
+        if data:
+            self._received = True
+            self._disarm_idle()
         if data and not self.busy and self._deadline is None:
             self._arm_header_deadline()
         super().data_received(data)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
+        self._disarm_idle()
         self.tracker.discard(self)
         super().connection_lost(exc)
 
@@ -226,6 +236,21 @@ class GuardedHandler(RequestHandler):
             self._deadline.cancel()
             self._deadline = None
 
+    def _disarm_idle(self) -> None:
+        if self._idle_deadline is not None:
+            self._idle_deadline.cancel()
+            self._idle_deadline = None
+
+    def _idle_deadline_passed(self) -> None:
+        """A fresh connection never used: closed gently (TLS close_notify), as a kept-alive one is."""
+        self._idle_deadline = None
+        if not self.busy and not self._received:
+            log.info("closed a connection: no request since its handshake", reason="idle_timeout")
+            self.dropped = "idle_timeout"
+            self.tracker.metrics.connections_closed.labels("idle_timeout").inc()
+            self.close_gently()
+            self.tracker.discard(self)
+
     def _header_deadline_passed(self) -> None:
         self._deadline = None
         if not self.busy:
@@ -243,6 +268,7 @@ class GuardedHandler(RequestHandler):
         self.tracker.metrics.connections_closed.labels(reason).inc()
         transport = self.transport
         self._disarm()
+        self._disarm_idle()
         self.force_close()
         if transport is not None:
             transport.abort()

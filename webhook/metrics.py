@@ -56,7 +56,7 @@ REFUSAL_REASONS = (
     "client_disconnected",  # the client left mid-body; nobody to answer
 )
 #: Why the server closed a connection on its own.
-CLOSE_REASONS = ("header_timeout", "over_limit", "tls_handshake_failed", "shutdown")
+CLOSE_REASONS = ("header_timeout", "idle_timeout", "over_limit", "tls_handshake_failed", "shutdown")
 
 
 def kind_label(kind: str) -> str:
@@ -128,8 +128,8 @@ class Metrics:
         )
         self.connections_closed = Counter(
             "kgov_connections_closed_total",
-            "Connections the server closed on its own, by reason (header_timeout, over_limit, "
-            "tls_handshake_failed, shutdown).",
+            "Connections the server closed on its own, by reason (header_timeout, idle_timeout (a fresh "
+            "connection never used), over_limit, tls_handshake_failed, shutdown).",
             ["reason"],
             registry=self.registry,
         )

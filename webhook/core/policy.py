@@ -96,6 +96,11 @@ class TeamPolicyCompiled(_Frozen):
         description="resource → the most the team's ClusterQueue can ever hold (nominalQuota + "
         "borrowingLimit over its flavors, base units); resources whose borrowing has no limit are left out",
     )
+    coveredResources: list[str] | None = Field(
+        default=None,
+        description="the resources the team's ClusterQueue covers (its resourceGroups' coveredResources); "
+        "None when unknown (a policy compiled before this field existed)",
+    )
 
 
 class PolicySet(_Frozen):
@@ -187,6 +192,7 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
                 podPriority=_value_rule(platform, team.policy.podPriority),
                 topology=_topology(platform, team),
                 quotaLimits=_quota_limits(team),
+                coveredResources=sorted({name for quota in team.quotas for name in quota.resources}),
                 nodeAffinity=list(team.policy.nodeAffinity),
             )
         )

@@ -13,6 +13,16 @@ Two checks on the planned object, i.e. what Kueue will see:
   team's ClusterQueue can ever hold (nominalQuota + borrowingLimit, see
   :attr:`TeamPolicyCompiled.quotaLimits`); reported under the queue rule's enforcement.
 
+- **covered**: a podset that requests a resource the team's ClusterQueue does not cover (Kueue:
+  "resource … unavailable in ClusterQueue", flavorassigner.go ``findFlavorForPodSets``; warned only,
+  as Kueue's Configuration may exclude it by ``resources.excludeResourcePrefixes``), or, in a
+  topology-aware ClusterQueue, a podset of pods that requests none of the covered resources: it
+  gets no flavor, so no TAS flavor, and Kueue never places it ("no TAS flavor assigned",
+  tas_flavorassigner.go ``onlyTASFlavor``); warned only, as a LimitRange may give the pods
+  default requests (Kueue applies them to the Workload).
+  Only for workloads in the team's own LocalQueue (another queue's ClusterQueue covers other
+  resources).
+
 - **together**: podsets that each fit alone but not all together on the team's nodes
   (first-fit decreasing, a heuristic: warned only, "may never be admitted").
 
@@ -39,7 +49,7 @@ from webhook.core.rules.topology import (
 )
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_fits_together", "check_quota", "check_topology_fits"]
+__all__ = ["check_covered", "check_fits_together", "check_quota", "check_topology_fits"]
 
 
 def _loud(enforcement: Enforcement) -> Enforcement:
@@ -145,3 +155,35 @@ def check_quota(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> Non
             f"than team {team.team!r}'s nominalQuota + borrowingLimit of {limit_text}"
         )
         plan.report(_loud(team.queue.enforcement), "queue", message)
+
+
+def check_covered(view: WorkloadView, team: TeamPolicyCompiled, queue: str | None, plan: Plan) -> None:
+    """Report podsets whose requests Kueue cannot assign a flavor in the team's own ClusterQueue.
+
+    ``queue``: the LocalQueue the planned workload names. Nothing is checked when it is not the
+    team's own (first allowed) queue, or when the policy does not list the covered resources.
+    """
+    covered = team.coveredResources
+    if covered is None or not team.queue.allowed or queue != team.queue.allowed[0]:
+        return
+    listed = ", ".join(covered) if covered else "nothing"
+    for podset in view.podsets:
+        if not podset.present or podset.partial or podset.requests is None or podset.count == 0:
+            continue
+        requested = sorted(name for name, amount in podset.requests.items() if amount)
+        uncovered = [name for name in requested if name not in covered]
+        if uncovered:
+            message = (
+                f"podset {podset.name!r} may never be admitted: it requests {', '.join(uncovered)}, which team "
+                f"{team.team!r}'s ClusterQueue does not cover (it covers {listed}); Kueue admits it only if its "
+                "Configuration excludes that resource (resources.excludeResourcePrefixes)"
+            )
+            plan.report("warn", "queue", message)
+        elif team.topology is not None and "pods" not in covered and not requested:
+            message = (
+                f"podset {podset.name!r} may never be admitted: its pods request none of the resources team "
+                f"{team.team!r}'s topology-aware ClusterQueue covers ({listed}), so Kueue assigns it no flavor "
+                'and cannot place it by topology ("no TAS flavor assigned") unless a LimitRange of the '
+                "namespace gives them default requests; request at least one of them"
+            )
+            plan.report("warn", "topology", message)
