@@ -262,7 +262,7 @@ def test_diff_command_unreachable_cluster_exits_2(tmp_path: Path) -> None:
     (tmp_path / "kubeconfig").write_text(json.dumps(config))
     result = run(diff_command, EXAMPLE, "--kubeconfig", tmp_path / "kubeconfig")
     assert result.exit_code == 2
-    assert result.stderr.startswith("Error: GET /api/v1/namespaces/kueue-governor-system: ")
+    assert result.stderr.startswith("Error: GET /version: cannot reach the API server: ")
 
 
 def test_diff_command_bad_kubeconfig_exits_2(tmp_path: Path) -> None:

@@ -287,8 +287,8 @@ def test_topology_levels_from_the_platform_file() -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        ((), "give exactly one of --kubeconfig K or --nodes NODES.json"),
-        (("--nodes", str(NODES), "--topology", "aws-network"), "--topology NAME needs --platform F"),
+        (("--kubeconfig", str(NODES), "--nodes", str(NODES)), "give one of --kubeconfig K (or $KUBECONFIG) or --nodes"),
+        (("--nodes", str(NODES), "--topology", "aws-network"), "--topology NAME with --nodes needs --platform F"),
         (("--nodes", str(NODES), "--platform", "p.yaml"), "--platform is used with --topology NAME"),
         (("--nodes", "/nonexistent/nodes.json"), "/nonexistent/nodes.json: cannot read"),
         (("--nodes", str(PODS)), "items[0] is not a Node"),
@@ -445,10 +445,14 @@ def test_label_refuses_bad_documents(tmp_path: Path, content: str, message: str)
     assert "Traceback" not in result.output
 
 
-def test_label_usage_errors(tmp_path: Path) -> None:
-    assert (
-        "give exactly one of --kubeconfig K or --nodes" in kgov("topology", "label", "--from", str(P5_DOCUMENT)).output
-    )
+def test_label_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With neither --nodes nor --kubeconfig the cluster is read as kubectl would: $KUBECONFIG here.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    done = kgov("topology", "label", "--from", str(P5_DOCUMENT))
+    assert done.exit_code == 2
+    assert f"$KUBECONFIG={tmp_path / 'absent'}: no such file (or read a dump: --nodes NODES.json)" in done.output
+    both = kgov("topology", "label", "--from", str(P5_DOCUMENT), "--nodes", str(NODES), "--kubeconfig", str(NODES))
+    assert both.exit_code == 2 and "give one of --kubeconfig K (or $KUBECONFIG) or --nodes" in both.output
     applied = kgov("topology", "label", "--from", str(P5_DOCUMENT), "--nodes", str(NODES), "--apply")
     assert applied.exit_code == 2 and "--apply labels a live cluster: give --kubeconfig K" in applied.output
     binary = tmp_path / "b.json"

@@ -271,3 +271,136 @@ def test_cli_on_a_snapshot(tmp_path: Path) -> None:
     assert done.exit_code == 0 and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     done = runner.invoke(main, ["status", "--snapshot", snapshot, "--team", "research"])
     assert done.exit_code == 0 and "job-finetune-872a0" in done.output and "waiting for topology" in done.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["job/x/../finetune"], "'job/x/../finetune': one KIND/NAME, and NAME has no '/' ('x/../finetune')"),
+        (["job/finetune/extra"], "'job/finetune/extra': one KIND/NAME, and NAME has no '/' ('finetune/extra')"),
+        (["job/finetune?x=1"], "NAME 'finetune?x=1' is not a valid object name: a DNS-1123 subdomain"),
+        (["job/finetune#frag"], "NAME 'finetune#frag' is not a valid object name"),
+        (["job/fine%2Ftune"], "NAME 'fine%2Ftune' is not a valid object name"),
+        (["job/Finetune"], "NAME 'Finetune' is not a valid object name"),
+        (["job/" + "a" * 254], "is not a valid object name"),
+        (
+            ["job/finetune", "-n", "x/../ns"],
+            "Invalid value for '-n' / '--namespace': 'x/../ns' is not a DNS-1123 label",
+        ),
+        (["job/finetune", "-n", "hyperpod-ns-research?x"], "is not a DNS-1123 label"),
+        (["jobs.batch.evil/finetune"], "'jobs.batch.evil' is not a kind Kueue manages (appwrapper, cronjob,"),
+        (["workload/a/b"], "NAME has no '/' ('a/b')"),
+    ],
+)
+def test_why_refuses_what_is_not_an_object_name_before_reading(args: list[str], message: str) -> None:
+    # Each of these once went into an API path and answered for another object: refused as a
+    # usage error before the cluster (here, a kubeconfig that does not exist) is read.
+    done = CliRunner().invoke(main, ["why", *args, "--kubeconfig", "/nonexistent/kubeconfig"])
+    assert done.exit_code == 2, done.output
+    assert message in done.output
+    assert "Invalid value for" in done.output and "kubeconfig" not in done.output
+
+
+def test_why_accepts_every_name_form_a_kind_has() -> None:
+    snapshot = str(DATA / "bundled.json")
+    for kind in ("job", "jobs", "Job", "job.batch", "jobs.batch"):
+        done = CliRunner().invoke(
+            main, ["why", f"{kind}/finetune", "-n", "hyperpod-ns-research", "--snapshot", snapshot]
+        )
+        assert done.exit_code == 0 and "Job hyperpod-ns-research/finetune" in done.output, (kind, done.output)
+
+
+def _workload_path(tmp_path: Path, change: Any = None) -> Any:
+    data = json.loads((DATA / "bundled.json").read_text())
+    if change is not None:
+        change(data)
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(data))
+    return CliRunner().invoke(
+        main,
+        ["why", "workload/job-finetune-872a0", "-n", "hyperpod-ns-research", "--snapshot", str(path), "-o", "json"],
+    )
+
+
+def test_why_workload_shows_the_policy_decision_of_its_owner(tmp_path: Path) -> None:
+    done = _workload_path(tmp_path)
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    # The same decision as asked about the Job itself.
+    by_job = CliRunner().invoke(
+        main,
+        ["why", "job/finetune", "-n", "hyperpod-ns-research", "--snapshot", str(DATA / "bundled.json"), "-o", "json"],
+    )
+    job_decision = json.loads(by_job.output)["decision"]
+    assert report["decision"]["owner"] == "Job hyperpod-ns-research/finetune" and job_decision["owner"] is None
+    assert report["decision"]["team"] == job_decision["team"] == "research"
+    assert report["decision"]["rules"] == job_decision["rules"]
+    assert [r["rule"] for r in report["decision"]["rules"]] == ["queue", "kueuePriority", "topology"]
+    assert report["policyNote"] is None
+    text = CliRunner().invoke(
+        main,
+        ["why", "workload/job-finetune-872a0", "-n", "hyperpod-ns-research", "--snapshot", str(DATA / "bundled.json")],
+    )
+    assert "Policy (for its owner Job hyperpod-ns-research/finetune): team research" in text.output
+    assert "Policy: not known" not in text.output
+
+
+def _workload(data: dict[str, Any]) -> dict[str, Any]:
+    return next(w for w in data["workloads"] if w["metadata"]["name"] == "job-finetune-872a0")
+
+
+@pytest.mark.parametrize(
+    ("change", "note"),
+    [
+        (
+            lambda data: _workload(data)["metadata"].pop("ownerReferences"),
+            "not reviewed: the Workload has no owner (made directly, not by Kueue for an object)",
+        ),
+        (
+            lambda data: data.__setitem__("jobs", [j for j in data["jobs"] if j["metadata"]["name"] != "finetune"]),
+            "not reviewed: its owner Job hyperpod-ns-research/finetune could not be read (deleted, or not in the "
+            "snapshot)",
+        ),
+        (
+            lambda data: _workload(data)["metadata"]["ownerReferences"][0].update(
+                apiVersion="example.com/v1", kind="Thing"
+            ),
+            "not reviewed: its owner Thing hyperpod-ns-research/finetune (example.com/v1) is not a kind the webhook "
+            "reviews",
+        ),
+    ],
+)
+def test_why_workload_says_precisely_why_no_policy_decision(tmp_path: Path, change: Any, note: str) -> None:
+    done = _workload_path(tmp_path, change)
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert report["decision"] is None and report["policyNote"] == note
+
+
+def test_status_refuses_a_team_that_is_no_name_and_unwritable_files(tmp_path: Path) -> None:
+    snapshot = str(DATA / "bundled.json")
+    done = CliRunner().invoke(main, ["status", "--team", "a/../b", "--snapshot", snapshot])
+    assert done.exit_code == 2 and "Invalid value for '--team': 'a/../b' is neither a ClusterQueue name" in done.output
+    for args, message in (
+        (
+            ["-o", "png", "-f", "/nonexistent/dir/x.png"],
+            "-f /nonexistent/dir/x.png: directory /nonexistent/dir does not exist",
+        ),
+        (["-f", "/nonexistent/dir/x.txt"], "-f /nonexistent/dir/x.txt: directory /nonexistent/dir does not exist"),
+        (["-o", "json", "-f", str(tmp_path)], f"File '{tmp_path}' is a directory"),
+        (["-f", "/proc/nope"], "-f /proc/nope: cannot write: No such file or directory"),
+    ):
+        done = CliRunner().invoke(main, ["status", "--snapshot", snapshot, *args])
+        assert done.exit_code == 2, (args, done.output)
+        assert message in done.output and "Traceback" not in done.output, (args, done.output)
+        assert done.exception is None or isinstance(done.exception, SystemExit)
+
+
+def test_unreadable_snapshot_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    for args in (["status"], ["why", "job/x"]):
+        done = CliRunner().invoke(main, [*args, "--snapshot", str(bad)])
+        assert done.exit_code == 2 and f"--snapshot {bad}: not a snapshot" in done.output, done.output
+        done = CliRunner().invoke(main, [*args, "--snapshot", str(tmp_path / "absent.json")])
+        assert done.exit_code == 2 and "cannot read: No such file or directory" in done.output, done.output

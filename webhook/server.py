@@ -35,6 +35,7 @@ from kubernetes_asyncio.config import ConfigException
 
 from webhook.connections import ConnectionLimits, ConnectionTracker, GuardedHandler, TlsGate
 from webhook.handlers import MAX_BODY_BYTES, JsonAccessLogger, make_app, make_metrics_app
+from webhook.kube.client import ClusterError
 from webhook.metrics import Metrics
 from webhook.state import ConfigurationError, GovernorState, ServerConfig
 from webhook.tlsconfig import describe_pair_error, make_ssl_context, serve_certificate_of
@@ -175,7 +176,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     state.certificate_loaded = True
     try:
         api = await _start_caches(state) if config.watch_cluster else None
-    except (ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:  # unusable kubeconfig
+    except (ClusterError, ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ConfigurationError(f"cannot reach the API server for --watch-cluster: {exc}") from None
     loop = asyncio.get_running_loop()
     handler_args = _handler_args(config)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
-import os
 import re
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import click
 
 from webhook.certs.store import CertificateDirectory, Outcome
 from webhook.core.platform import dns1123_label_error
+from webhook.options import OBJECT_NAME
 
 __all__ = ["certs_group"]
 
@@ -43,12 +43,14 @@ _webhook_option = click.option(
     "--webhook-configuration",
     "mutating",
     multiple=True,
+    type=OBJECT_NAME,
     help="MutatingWebhookConfiguration whose caBundle is set to the CA bundle (repeatable).",
 )
 _validating_option = click.option(
     "--validating-webhook-configuration",
     "validating",
     multiple=True,
+    type=OBJECT_NAME,
     help="ValidatingWebhookConfiguration whose caBundle is set to the CA bundle (repeatable).",
 )
 _kubeconfig_option = click.option(
@@ -84,13 +86,11 @@ def _publish(
 ) -> None:
     if not mutating and not validating:
         return
-    from kubernetes_asyncio.config import ConfigException
-
     from webhook.certs.inject import InjectError, inject_ca_bundle
-    from webhook.kube.cache import connect
+    from webhook.kube.client import ClusterError, open_client
 
     async def run() -> None:
-        api = await connect(_kubeconfig_path(kubeconfig))
+        api = await open_client(kubeconfig, in_cluster=True)
         async with api:
             for result in await inject_ca_bundle(api, directory.ca_bundle(), list(mutating), list(validating)):
                 what = f"caBundle set in {', '.join(result.patched)}" if result.patched else "caBundle already current"
@@ -100,19 +100,8 @@ def _publish(
         asyncio.run(run())
     except InjectError as exc:
         raise click.ClickException(str(exc)) from None
-    except (ConfigException, OSError) as exc:
+    except ClusterError as exc:
         raise click.ClickException(f"cannot reach the API server: {exc}") from None
-
-
-def _kubeconfig_path(option: str | None) -> str | None:
-    """--kubeconfig, else the first file of $KUBECONFIG, else ~/.kube/config if it exists, else None
-    (the in-cluster service account)."""
-    if option:
-        return option
-    for candidate in [*os.environ.get("KUBECONFIG", "").split(os.pathsep), str(Path.home() / ".kube" / "config")]:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
 
 
 @certs_group.command("create", epilog=_EXIT_CODES)

@@ -12,6 +12,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -65,6 +66,8 @@ async def inject_ca_bundle(
             current = await read(name)
         except ApiException as exc:
             raise InjectError(f"{kind} {name}: cannot read it ({exc.status} {exc.reason})") from None
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+            raise InjectError(f"{kind} {name}: cannot read it ({exc or type(exc).__name__})") from None
         operations: list[dict[str, Any]] = []
         patched = []
         for index, webhook in enumerate(current.webhooks or []):
@@ -79,5 +82,7 @@ async def inject_ca_bundle(
                 await patch(name, operations)
             except ApiException as exc:
                 raise InjectError(f"{kind} {name}: cannot patch caBundle ({exc.status} {exc.reason})") from None
+            except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+                raise InjectError(f"{kind} {name}: cannot patch caBundle ({exc or type(exc).__name__})") from None
         results.append(Injected(kind, name, patched))
     return results

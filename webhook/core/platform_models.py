@@ -56,6 +56,26 @@ def dns1123_label_error(value: str) -> str | None:
     return None
 
 
+def dns1123_subdomain_error(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1123 subdomain (the name most Kubernetes objects must have:
+    Jobs, Workloads, ClusterQueues, Topologies, webhook configurations…), or None when it is one."""
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
+        return (
+            f"{value!r} is not a valid object name: a DNS-1123 subdomain (lower-case letters, digits, '-' and "
+            "'.', starting and ending with a letter or digit, at most 253 characters)"
+        )
+    return None
+
+
+def label_value_error(value: str) -> str | None:
+    """Why ``value`` is not a Kubernetes label value, or None when it is one."""
+    try:
+        _label_value(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _label_key(value: str) -> str:
     """Validate a Kubernetes label key ``[prefix/]name``; raise ValueError with the reason."""
     prefix, _, name = value.rpartition("/")

@@ -17,6 +17,7 @@ from typing import Any
 from webhook.generate.manifests import MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
 from webhook.generate.render import dump_yaml
 from webhook.generate.validate import canonical, needs_recreate
+from webhook.kube.client import ClusterError, get_json, open_client
 
 __all__ = [
     "KIND_PLURALS",
@@ -48,8 +49,8 @@ _EMPTY: tuple[Any, ...] = (False, "", [], {})
 _EMPTY_TYPES = (bool, str, list, dict)
 
 
-class LiveError(RuntimeError):
-    """The cluster could not be read (kubeconfig, connection, authorisation)."""
+#: The cluster could not be read (kubeconfig, connection, authorisation): the shared client's error.
+LiveError = ClusterError
 
 
 def resource_path(api_version: str, kind: str, namespace: str = "", name: str = "") -> str:
@@ -78,47 +79,17 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
     Raises:
         LiveError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
     """
-    from kubernetes_asyncio import client, config
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    configuration = client.Configuration()
-    try:
-        await config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
-        )
-    except (OSError, config.ConfigException, TypeError, ValueError) as exc:
-        raise LiveError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from None
-
-    async def get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> Manifest | None:
-        try:
-            result = await api.call_api(
-                path,
-                "GET",
-                query_params=query or [],
-                header_params={"Accept": "application/json"},
-                response_types_map={200: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise LiveError(f"GET {path}: HTTP {exc.status} {exc.reason}") from None
-        except OSError as exc:
-            raise LiveError(f"GET {path}: {exc}") from None
-        return dict(result) if isinstance(result, Mapping) else None
-
     state = LiveState()
     wanted = {object_key(obj) for obj in desired}
-    async with client.ApiClient(configuration) as api:
+    async with await open_client(kubeconfig, context=context) as api:
         for obj in desired:
             api_version, kind, namespace, name = object_key(obj)
-            state.objects[(api_version, kind, namespace, name)] = await get(
+            state.objects[(api_version, kind, namespace, name)] = await get_json(
                 api, resource_path(api_version, kind, namespace, name)
             )
         kinds = sorted({(key[0], key[1]) for key in wanted})
         for api_version, kind in kinds:
-            listing = await get(
+            listing = await get_json(
                 api,
                 resource_path(api_version, kind),
                 [("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")],

@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from webhook.core.inventory import NodeInventory
+from webhook.kube.client import open_client
 
 __all__ = ["ObjectCache", "connect", "namespace_cache", "node_cache"]
 
@@ -25,17 +26,14 @@ Lister = Callable[..., Awaitable[Any]]
 
 
 async def connect(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from a kubeconfig file, or the in-cluster service account when None.
+    """An API client from a kubeconfig file, or the in-cluster service account when None
+    (:func:`webhook.kube.client.open_client`; the server is not probed: the caches' list retries).
 
     Raises:
-        kubernetes_asyncio.config.ConfigException: no usable configuration.
+        webhook.kube.client.ClusterError: no usable configuration (the message says why).
     """
-    configuration = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration)
+    api: client.ApiClient = await open_client(kubeconfig, search=False, check_server=False)
+    return api
 
 
 class ObjectCache:

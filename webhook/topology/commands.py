@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from webhook.core.platform import PlatformError, load_platform
+from webhook.options import OBJECT_NAME, check_output_file
 from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
     TopologyDocumentError,
@@ -76,7 +77,11 @@ def _write(output: Path | None, content: str | bytes) -> None:
     epilog=_EXIT_CODES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help="Read the live cluster.")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the live cluster (default without --nodes, as kubectl: $KUBECONFIG, else ~/.kube/config).",
+)
 @click.option(
     "--nodes",
     "nodes_file",
@@ -92,6 +97,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
 @click.option(
     "--topology",
     "topology_name",
+    type=OBJECT_NAME,
     help="Levels of this Kueue Topology: from --platform if given, else from the cluster. "
     "Default: the AWS network-node layer labels.",
 )
@@ -139,19 +145,24 @@ def topology_group(
                 f"options before `{ctx.invoked_subcommand}` belong to `kgov topology`; put them after it"
             )
         return
-    if (kubeconfig is None) == (nodes_file is None):
-        raise UsageFailure("give exactly one of --kubeconfig K or --nodes NODES.json")
-    if pods_file is not None and kubeconfig is not None:
-        raise UsageFailure("--pods is for --nodes; with --kubeconfig the bound pods are read from the cluster")
+    if kubeconfig is not None and nodes_file is not None:
+        raise UsageFailure("give one of --kubeconfig K (or $KUBECONFIG) or --nodes NODES.json, not both")
+    if pods_file is not None and nodes_file is None:
+        raise UsageFailure("--pods is for --nodes; read live, the bound pods come from the cluster")
     if platform is not None and topology_name is None:
         raise UsageFailure("--platform is used with --topology NAME")
-    if topology_name is not None and platform is None and kubeconfig is None:
-        raise UsageFailure("--topology NAME needs --platform F (or --kubeconfig K to read the Topology object)")
+    if topology_name is not None and platform is None and nodes_file is not None:
+        raise UsageFailure("--topology NAME with --nodes needs --platform F (read live, the Topology object is used)")
+    _check_output(output)
+    if nodes_file is None:
+        _check_kubeconfig(kubeconfig)
     if fmt is None:
         suffix = output.suffix.lower().lstrip(".") if output is not None else ""
         fmt = suffix if suffix in PICTURE_FORMATS else "table"
     if fmt in PICTURE_FORMATS and output is None and sys.stdout.isatty():
-        raise UsageFailure(f"--format {fmt} writes an image: give -o FILE.{fmt} (or redirect stdout)")
+        raise UsageFailure(
+            f"--format {fmt} writes an image, not text for a terminal: give -o FILE.{fmt} (or redirect stdout)"
+        )
 
     levels = _platform_levels(platform, topology_name) if platform is not None and topology_name else None
     pods: list[dict[str, Any]] = []
@@ -163,9 +174,8 @@ def topology_group(
         else:
             from webhook.topology.live import ClusterError, read_cluster
 
-            assert kubeconfig is not None
             try:
-                state = asyncio.run(read_cluster(str(kubeconfig), topology_name if levels is None else None))
+                state = asyncio.run(read_cluster(kubeconfig, topology_name if levels is None else None))
             except ClusterError as exc:
                 raise UsageFailure(str(exc)) from None
             for note in state.notes:
@@ -175,6 +185,8 @@ def topology_group(
     except InputError as exc:
         raise UsageFailure(str(exc)) from None
 
+    if resource is not None:
+        _check_resource(resource, nodes)
     tree = TopologyTree(
         nodes, levels if levels is not None else default_levels(nodes), resource or pick_resource(nodes)
     )
@@ -199,6 +211,38 @@ def topology_group(
         return
     render = {"table": render_table, "tree": render_tree, "json": render_json}[fmt]
     _write(output, render(tree))
+
+
+def _check_output(output: Path | None) -> None:
+    """-o names a file: refuse one that is a format's name (``-o png``, as ``kgov status -o png``
+    means) and one whose directory does not exist, before the cluster is read."""
+    if output is None:
+        return
+    if not output.suffix and output.name.lower() in (*TEXT_FORMATS, *PICTURE_FORMATS) and not output.exists():
+        fmt = output.name.lower()
+        example = f"-o topology.{fmt}" if fmt in PICTURE_FORMATS else "(stdout)"
+        raise UsageFailure(f"-o {output}: -o names the output file; for the {fmt} format give --format {fmt} {example}")
+    try:
+        check_output_file(output, "-o")
+    except click.ClickException as exc:
+        raise UsageFailure(exc.message) from None
+
+
+def _check_kubeconfig(kubeconfig: Path | None) -> None:
+    """Read live: the kubeconfig must be there (--kubeconfig, $KUBECONFIG or ~/.kube/config)."""
+    from webhook.kube.client import ClusterError, kubeconfig_files
+
+    try:
+        kubeconfig_files(kubeconfig)
+    except ClusterError as exc:
+        raise UsageFailure(f"{exc} (or read a dump: --nodes NODES.json)") from None
+
+
+def _check_resource(resource: str, nodes: list[dict[str, Any]]) -> None:
+    """Refuse a --resource that no node has allocatable (a typo would count 0 everywhere)."""
+    present = sorted({str(key) for node in nodes for key in ((node.get("status") or {}).get("allocatable") or {})})
+    if nodes and resource not in present:
+        raise UsageFailure(f"--resource {resource}: no node has it allocatable (the nodes have: {', '.join(present)})")
 
 
 def _read_topology_document(path: Path) -> Any:
@@ -230,7 +274,7 @@ def _read_topology_document(path: Path) -> Any:
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Read (and with --apply, label) the live cluster.",
+    help="Read (and with --apply, label) the live cluster (default without --nodes: $KUBECONFIG, ~/.kube/config).",
 )
 @click.option(
     "--apply", "apply_", is_flag=True, help="Label the nodes on the cluster instead of printing kubectl commands."
@@ -243,10 +287,12 @@ def label_command(source: Path, nodes_file: Path | None, kubeconfig: Path | None
     Prints one `kubectl label` command per node to change (or applies the labels with --apply),
     then, on stderr, the instances with no node and the nodes with no instance.
     """
-    if (kubeconfig is None) == (nodes_file is None):
-        raise UsageFailure("give exactly one of --kubeconfig K or --nodes NODES.json")
-    if apply_ and kubeconfig is None:
-        raise UsageFailure("--apply labels a live cluster: give --kubeconfig K")
+    if kubeconfig is not None and nodes_file is not None:
+        raise UsageFailure("give one of --kubeconfig K (or $KUBECONFIG) or --nodes NODES.json, not both")
+    if apply_ and nodes_file is not None:
+        raise UsageFailure("--apply labels a live cluster: give --kubeconfig K (or $KUBECONFIG), not --nodes")
+    if nodes_file is None:
+        _check_kubeconfig(kubeconfig)
     try:
         instances = parse_instance_topology(_read_topology_document(source), str(source))
     except TopologyDocumentError as exc:
@@ -255,14 +301,13 @@ def label_command(source: Path, nodes_file: Path | None, kubeconfig: Path | None
     from webhook.topology.live import ClusterError, apply_labels, read_nodes
 
     try:
-        nodes = load_objects(nodes_file, "Node") if nodes_file is not None else asyncio.run(read_nodes(str(kubeconfig)))
+        nodes = load_objects(nodes_file, "Node") if nodes_file is not None else asyncio.run(read_nodes(kubeconfig))
     except (InputError, ClusterError) as exc:
         raise UsageFailure(str(exc)) from None
     plan = plan_labels(instances, nodes)
     if apply_:
-        assert kubeconfig is not None
         try:
-            done = asyncio.run(apply_labels(str(kubeconfig), plan.changes))
+            done = asyncio.run(apply_labels(kubeconfig, plan.changes))
         except ClusterError as exc:
             raise UsageFailure(str(exc)) from None
         for name in done:

@@ -95,6 +95,10 @@ class WhyReport:
     summary: str = ""
     helps: list[str] = field(default_factory=list)
     decision: Decision | None = None
+    #: For a Workload asked about directly: the owner the policy was asked about ("Job ns/name"),
+    #: or why no policy decision can be shown.
+    policy_owner: str = ""
+    policy_note: str = ""
     notes: list[str] = field(default_factory=list)
 
 

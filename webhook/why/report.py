@@ -13,7 +13,8 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
                    "excluded": {cause: nodes}, "kueueExcluded": {cause: nodes} | null,
                    "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...]}],
      "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason"}],
-                  "warnings", "denials", "skipped"} | null,
+                  "warnings", "denials", "skipped", "owner": str | null} | null,
+     "policyNote": str | null (why there is no decision, for a Workload asked about directly),
      "notes": [str]}
 """
 
@@ -105,6 +106,7 @@ def to_json(report: WhyReport) -> dict[str, Any]:
             for podset, p in report.placements
         ],
         "decision": _decision(report),
+        "policyNote": report.policy_note or None,
         "notes": report.notes,
     }
 
@@ -120,6 +122,7 @@ def _decision(report: WhyReport) -> dict[str, Any] | None:
         "warnings": decision.warnings,
         "denials": decision.denials,
         "skipped": decision.skipped,
+        "owner": report.policy_owner or None,
     }
 
 
@@ -131,10 +134,13 @@ def _table(rows: list[list[str]]) -> list[str]:
 def _text_decision(report: WhyReport) -> list[str]:
     decision = report.decision
     if decision is None:
+        if report.policy_note:
+            return [f"Policy: {report.policy_note}"]
         return ["Policy: not known (no kgov-policy ConfigMap readable; give --platform or --policy)"]
+    policy = f"Policy (for its owner {report.policy_owner})" if report.policy_owner else "Policy"
     if decision.team is None:
-        return [f"Policy: no team ({decision.skipped or decision.team_reason}): the webhook leaves it alone"]
-    lines = [f"Policy: team {decision.team} ({decision.team_reason})"]
+        return [f"{policy}: no team ({decision.skipped or decision.team_reason}): the webhook leaves it alone"]
+    lines = [f"{policy}: team {decision.team} ({decision.team_reason})"]
     for rule in decision.rules:
         if rule.by == "policy":
             lines.append(f"  {rule.rule}: {rule.path} by the policy: {rule.reason}")

@@ -17,8 +17,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from webhook.core.kinds import KINDS, WorkloadKind
-from webhook.topology.live import ClusterError, client_for, get_json, items_of
+from webhook.core.kinds import KINDS, WorkloadKind, find_kind, kind_of_group
+from webhook.core.platform_models import dns1123_subdomain_error
+from webhook.kube.client import ClusterError, get_json, items_of, open_client
 
 __all__ = [
     "KUEUE_API",
@@ -26,6 +27,7 @@ __all__ = [
     "ClusterError",
     "Snapshot",
     "find_workload_kind",
+    "owner_of",
     "read_snapshot",
 ]
 
@@ -176,6 +178,23 @@ def find_workload_kind(name: str) -> WorkloadKind | None:
     return None
 
 
+def owner_of(workload: Mapping[str, Any]) -> tuple[dict[str, Any] | None, WorkloadKind | None]:
+    """The object a Workload was made for: its controller ownerReference (else its first one) and
+    that owner's kinds-table row (None: no owner, or a kind the table does not have)."""
+    refs = [r for r in (workload.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)]
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if ref is None:
+        return None, None
+    api_version, kind = str(ref.get("apiVersion", "")), str(ref.get("kind", ""))
+    return ref, find_kind(api_version, kind) or kind_of_group(api_version, kind)
+
+
+def object_path(row: WorkloadKind, namespace: str, name: str) -> str:
+    """The API path of one object of a kinds-table row (its newest version)."""
+    prefix = f"/apis/{row.group}/{row.versions[-1]}" if row.group else f"/api/{row.versions[-1]}"
+    return f"{prefix}/namespaces/{namespace}/{row.resource}/{name}"
+
+
 async def _visibility(api: Any, namespace: str, local_queue: str) -> dict[str, dict[str, int]] | None:
     path = f"{VISIBILITY_API}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
     try:
@@ -194,20 +213,21 @@ async def _visibility(api: Any, namespace: str, local_queue: str) -> dict[str, d
 
 
 async def read_snapshot(
-    kubeconfig: str,
+    kubeconfig: str | Path | None,
     target: tuple[WorkloadKind, str, str] | None = None,
     workload_name: tuple[str, str] | None = None,
 ) -> Snapshot:
     """List every kind once; with ``target`` (row, namespace, name) also GET that object, and
     ask Kueue's visibility API for its LocalQueue's pending workloads (``workload_name``:
-    namespace and name of a Workload asked about directly).
+    namespace and name of a Workload asked about directly; its owner, when of a kind of the
+    table, is read into ``objects``).
 
     Raises:
         ClusterError: unreadable kubeconfig, unreachable or refusing API server, the target or a
             Kueue kind missing (Kueue not installed).
     """
     snapshot = Snapshot()
-    async with await client_for(kubeconfig) as api:
+    async with await open_client(kubeconfig) as api:
         for key, (path, query) in _LISTS.items():
             listing = await get_json(api, path, query)
             if listing is None and key != "cohorts":
@@ -223,8 +243,7 @@ async def read_snapshot(
             row, namespace, name = target
             found_namespace = await get_json(api, f"/api/v1/namespaces/{namespace}")
             snapshot.namespaces = [found_namespace] if found_namespace else []
-            prefix = f"/apis/{row.group}/{row.versions[-1]}" if row.group else f"/api/{row.versions[-1]}"
-            snapshot.target = await get_json(api, f"{prefix}/namespaces/{namespace}/{row.resource}/{name}")
+            snapshot.target = await get_json(api, object_path(row, namespace, name))
             if snapshot.target is None:
                 raise ClusterError(f"{row.kind} {namespace}/{name} not found")
             owned = snapshot.workloads_of(snapshot.target)
@@ -235,6 +254,15 @@ async def read_snapshot(
             if found is None:
                 raise ClusterError(f"Workload {workload_name[0]}/{workload_name[1]} not found")
             queue = (workload_name[0], str((found.get("spec") or {}).get("queueName") or ""))
+            ref, owner_row = owner_of(found)
+            owner = str((ref or {}).get("name") or "")
+            if owner_row is not None and not dns1123_subdomain_error(owner):
+                # The object the Workload was made for: what the policy decided is told for it.
+                owner_namespace = await get_json(api, f"/api/v1/namespaces/{workload_name[0]}")
+                snapshot.namespaces = [owner_namespace] if owner_namespace else []
+                owner_object = await get_json(api, object_path(owner_row, workload_name[0], owner))
+                if owner_object is not None:
+                    snapshot.objects.append({"kind": owner_row.kind, **owner_object})
         if queue is not None and queue[1]:
             snapshot.pending_positions = await _visibility(api, *queue)
     return snapshot
