@@ -238,6 +238,9 @@ def test_diff_objects_reports_create_update_recreate_delete() -> None:
         ("delete", "ClusterQueue/old-team", None),
     ]
     assert "-        nominalQuota: '48'\n+        nominalQuota: 64\n" in diffs[2].diff
+    # The other quotas are '1536' live and 1536 generated: equal, so not shown as changed.
+    changed = [line for line in diffs[2].diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ["-        nominalQuota: '48'", "+        nominalQuota: 64"]
     assert diffs[1].diff.startswith("--- /dev/null\n+++ Cohort/ml-platform (generated)\n")
 
 
@@ -270,3 +273,22 @@ def test_diff_command_bad_kubeconfig_exits_2(tmp_path: Path) -> None:
     result = run(diff_command, EXAMPLE, "--kubeconfig", tmp_path / "kubeconfig")
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: cannot load kubeconfig {tmp_path / 'kubeconfig'}: ")
+
+
+def test_generate_output_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
+    result = run(generate_command, EXAMPLE, "-o", "/proc/nope")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: -o /proc/nope: cannot write: No such file or directory\n"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run(generate_command, EXAMPLE, "-o", blocker / "out")
+    assert result.exit_code == 2 and result.stderr.startswith(f"Error: -o {blocker / 'out'}: cannot write")
+
+
+def test_policy_namespace_must_be_a_namespace_name(tmp_path: Path) -> None:
+    # It goes into the ConfigMap's API path of `kgov diff`.
+    for command in (generate_command, diff_command):
+        result = run(
+            command, EXAMPLE, "--policy-namespace", "x/../y", "-o" if command is generate_command else "--context", "c"
+        )
+        assert result.exit_code == 2 and "'x/../y' is not a DNS-1123 label" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -461,3 +462,45 @@ def test_label_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert result.exit_code == 2 and "not UTF-8 text" in result.output
     with pytest.raises(TopologyDocumentError):
         parse_instance_topology(None)
+
+
+def test_topology_reads_the_kubeconfig_of_kubeconfig_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As kubectl: without --nodes or --kubeconfig the cluster of $KUBECONFIG is read (here a file
+    # that is not a kubeconfig, so the error shows which file was read).
+    config = tmp_path / "config"
+    config.write_text("- not\n- a kubeconfig\n")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    result = kgov("topology")
+    assert result.exit_code == 2
+    assert f"cannot load kubeconfig {config}: a YAML list, not a kubeconfig" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("-o", "png"), "-o png: -o names the output file; for the png format give --format png -o topology.png"),
+        (("-o", "json"), "-o json: -o names the output file; for the json format give --format json (stdout)"),
+        (("-o", "/nonexistent/dir/t.png"), "-o /nonexistent/dir/t.png: directory /nonexistent/dir does not exist"),
+        (("--resource", "nvidia.com/gpus"), "--resource nvidia.com/gpus: no node has it allocatable (the nodes have: "),
+        (("--topology", "a/../b", "--platform", "p.yaml"), "Invalid value for '--topology': 'a/../b' is not a valid"),
+    ],
+)
+def test_topology_refuses_outputs_and_names_it_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = kgov("topology", "--nodes", str(NODES), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "png").exists() and not (tmp_path / "json").exists()
+
+
+def test_topology_names_nodes_and_pods_in_the_singular_when_one(tmp_path: Path) -> None:
+    nodes = json.loads(NODES.read_text())
+    nodes["items"] = nodes["items"][:1]
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(nodes))
+    result = kgov("topology", "--nodes", str(one), "--pods", str(PODS))
+    assert result.exit_code == 0
+    assert "# 1 node;" in result.output or "# 1 node " in result.output
+    assert re.search(r"kgov: \d+ pods are bound|kgov: 1 pod is bound", result.output)

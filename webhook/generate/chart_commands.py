@@ -16,6 +16,7 @@ import yaml
 from webhook.core.platform import PlatformError, load_platform
 from webhook.generate.chart import kinds_document, platform_values
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE
+from webhook.options import NAMESPACE, OutputError, write_output
 
 __all__ = ["chart_group"]
 
@@ -43,7 +44,10 @@ def _write(text: str, output: Path | None, check: bool, remedy: str) -> None:
         click.echo(text, nl=False)
         return
     if check:
-        current = output.read_text() if output.is_file() else ""
+        try:
+            current = output.read_text(encoding="utf-8") if output.is_file() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OutputError(f"-o {output}: cannot read: {exc}") from None
         if current != text:
             diff = difflib.unified_diff(
                 current.splitlines(keepends=True), text.splitlines(keepends=True), str(output), f"{output} (generated)"
@@ -53,8 +57,7 @@ def _write(text: str, output: Path | None, check: bool, remedy: str) -> None:
             raise SystemExit(1)
         click.echo(f"{output} is up to date", err=True)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    write_output(output, text, "-o")
     click.echo(f"wrote {output}", err=True)
 
 
@@ -81,6 +84,7 @@ def _source_name(platform_file: str) -> str:
 )
 @click.option(
     "--namespace",
+    type=NAMESPACE,
     default=DEFAULT_POLICY_NAMESPACE,
     show_default=True,
     help="The release namespace (the webhook's own, never mutated).",

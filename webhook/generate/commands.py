@@ -27,6 +27,7 @@ from webhook.generate.live import LiveError, diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
 from webhook.generate.validate import recreate_warnings, validate_platform
+from webhook.options import NAMESPACE
 from webhook.sources import InputError, load_nodes, read_document
 
 __all__ = ["diff_command", "generate_command", "import_hyperpod_command"]
@@ -71,6 +72,7 @@ _namespaces_option = click.option(
 )
 _policy_namespace_option = click.option(
     "--policy-namespace",
+    type=NAMESPACE,
     default=DEFAULT_POLICY_NAMESPACE,
     show_default=True,
     help="Namespace of the webhook and of its policy ConfigMap kgov-policy.",
@@ -138,7 +140,11 @@ def generate_command(
             raise SystemExit(1)
         click.echo(f"{output_dir} is up to date", err=True)
         return
-    written, removed = write_files(files, output_dir)
+    try:
+        written, removed = write_files(files, output_dir)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename and str(exc.filename) != output_dir else ""
+        raise UsageFailure(f"-o {output_dir}: cannot write{where}: {exc.strerror or exc}") from None
     for path in written:
         click.echo(f"wrote {path}", err=True)
     for path in removed:

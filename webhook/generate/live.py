@@ -119,6 +119,19 @@ def project(live: Any, desired: Any) -> Any:
     return live
 
 
+def align(live: Any, desired: Any) -> Any:
+    """``live`` with each scalar that equals its generated counterpart by value (``'64'`` and
+    ``64``, ``'1Ti'`` and ``1099511627776``) written as the generated one, so the unified diff shows
+    only the values that differ."""
+    if isinstance(live, Mapping) and isinstance(desired, Mapping):
+        return {key: align(value, desired[key]) if key in desired else value for key, value in live.items()}
+    if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
+        return [align(a, b) for a, b in zip(live, desired, strict=True)]
+    if not isinstance(live, Mapping | list) and canonical(live) == canonical(desired):
+        return desired
+    return live
+
+
 def _label(key: ObjectKey) -> str:
     _, kind, namespace, name = key
     return f"{kind}/{namespace + '/' if namespace else ''}{name}"
@@ -164,7 +177,7 @@ def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
             continue
         diff = "".join(
             difflib.unified_diff(
-                _yaml_lines(shaped),
+                _yaml_lines(align(shaped, obj)),
                 _yaml_lines(obj),
                 fromfile=f"{_label(key)} (live)",
                 tofile=f"{_label(key)} (generated)",

@@ -194,7 +194,9 @@ def topology_group(
     if workloads is not None:
         tree.add_workloads(workloads)
     if tree.unmatched_pods:
-        click.echo(f"kgov: {len(tree.unmatched_pods)} pods are bound to nodes not in the inventory", err=True)
+        count = len(tree.unmatched_pods)
+        bound = f"{count} pod{'s are' if count != 1 else ' is'} bound"
+        click.echo(f"kgov: {bound} to nodes not in the inventory", err=True)
     for problem in tree.unmatched_assignments:
         click.echo(f"kgov: Workload {problem}", err=True)
 

@@ -236,7 +236,8 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
     ax.text(
         0,
         0.7,
-        f"{root.nodes} nodes{down} · {tree.resource}: {number(root.free)} free of {number(root.allocatable)}",
+        f"{root.nodes} node{'s' * (root.nodes != 1)}{down} · {tree.resource}: "
+        f"{number(root.free)} free of {number(root.allocatable)}",
         fontsize=12,
         fontweight="bold",
         va="center",

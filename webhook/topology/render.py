@@ -37,7 +37,7 @@ def _summary(tree: TopologyTree) -> str:
     root = tree.root
     unavailable = f", {root.unavailable} taking no new pods" if root.unavailable else ""
     return (
-        f"# {root.nodes} nodes{unavailable}; {tree.resource}: "
+        f"# {root.nodes} node{'s' * (root.nodes != 1)}{unavailable}; {tree.resource}: "
         f"{number(root.allocatable)} allocatable, {number(root.free)} free\n"
         f"# levels: {' > '.join([*tree.levels, 'host'])}"
     )
