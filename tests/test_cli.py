@@ -262,9 +262,12 @@ def test_mutate_reviews_the_items_of_a_list(tmp_path: Path) -> None:
     assert out["items"][1] == {"apiVersion": "v1", "kind": "ConfigMap"}
 
 
-def test_mutate_empty_file_says_so(tmp_path: Path) -> None:
-    result = _mutate(tmp_path, "")
-    assert result.exit_code == 0 and "no documents" in result.stderr
+@pytest.mark.parametrize("content", ["", "# nothing\n", "---\n---\n"])
+def test_mutate_empty_file_is_an_input_error(tmp_path: Path, content: str) -> None:
+    # As `kubectl apply -f` refuses "no objects passed": nothing reviewed is not a success.
+    result = _mutate(tmp_path, content)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "no object to review (the input is empty or holds only comments)" in result.stderr
 
 
 def test_mutate_patch_keeps_document_positions_for_denied_ones(tmp_path: Path) -> None:

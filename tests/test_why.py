@@ -404,3 +404,38 @@ def test_unreadable_snapshot_is_named(tmp_path: Path) -> None:
         assert done.exit_code == 2 and f"--snapshot {bad}: not a snapshot" in done.output, done.output
         done = CliRunner().invoke(main, [*args, "--snapshot", str(tmp_path / "absent.json")])
         assert done.exit_code == 2 and "cannot read: No such file or directory" in done.output, done.output
+
+
+def _unconstrained(count: int, now: int, empty: int, nodes: int) -> WhyReport:
+    """A pending podset without a required level: Kueue places it on the flavor's nodes as a whole."""
+    from webhook.why.causes import classify
+    from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
+    from webhook.why.state import WorkloadState
+
+    placement = PodsetPlacement(
+        flavor="f", topology="t", levels=[RACK], mode="unconstrained", level="", count=count, per_pod={},
+        fit_now=[DomainFit(RACK, ["r1"], now, 1), DomainFit(ALL_NODES, [], now, nodes)],
+        fit_empty=[DomainFit(RACK, ["r1"], empty, 1), DomainFit(ALL_NODES, [], empty, nodes)],
+    )  # fmt: skip
+    report = WhyReport("Job", "ns", "j", "w", WorkloadState("waiting for topology"), placements=[("main", placement)])
+    classify(report)
+    return report
+
+
+def test_whole_flavor_placement_is_worded_without_a_domain_name() -> None:
+    # Was "the largest (all nodes) (-) has 1 eligible nodes and holds 1 such pods".
+    never = _unconstrained(count=2, now=1, empty=1, nodes=1)
+    assert never.cause == "never fits"
+    assert never.summary == (
+        "podset main: 2 pods at unconstrained: never fits: its 1 eligible node together hold 1 such pod with "
+        "nothing running"
+    )
+    busy = _unconstrained(count=1, now=0, empty=3, nodes=3)
+    assert busy.cause == "no domain free"
+    assert busy.summary == (
+        "podset main: 1 pod at unconstrained: the eligible nodes have room now for 0 of 1 pod; "
+        "with nothing running they would hold 3"
+    )
+    for report in (never, busy):
+        assert "(all nodes)" not in report.summary and "(-)" not in report.summary
+        assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps))

@@ -222,7 +222,7 @@ def mutate_command(
     except InputError as exc:
         _fail(str(exc))
     if not documents:
-        click.echo(f"kgov: {source}: no documents", err=True)
+        _fail(f"{source}: no object to review (the input is empty or holds only comments)")
     if teams.needs_namespace_labels and namespace not in labels and teams.resolve(namespace, None).team is None:
         click.echo(
             f"kgov: some teams select namespaces by labels; without --namespaces the labels of "

@@ -6,12 +6,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from webhook.why.placement import DomainFit, PodsetPlacement
+from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
 
 if TYPE_CHECKING:
     from webhook.why.explain import WhyReport
 
-__all__ = ["amount", "classify", "level_name"]
+__all__ = ["amount", "classify", "level_name", "plural"]
 
 _PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
 _GIB = Decimal(2**30)
@@ -33,12 +33,22 @@ def level_name(level: str) -> str:
     return level.rsplit("/", 1)[-1].removeprefix("network-node-")
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 pod``, ``2 pods``, ``0 pods``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _domain(fit: DomainFit) -> str:
+    if fit.level == ALL_NODES:
+        return "all eligible nodes together"
     return f"{level_name(fit.level)} {fit.domain[-1]}" if fit.domain else f"any {level_name(fit.level)}"
 
 
-def _name(fit: DomainFit) -> str:
-    return fit.domain[-1] if fit.domain else "-"
+def _largest(fit: DomainFit, left: str = "") -> str:
+    """``the largest layer-3 (rack-1)`` or, for the whole flavor, ``the eligible nodes``."""
+    if fit.level == ALL_NODES:
+        return f"the eligible nodes{left} together"
+    return f"the largest {level_name(fit.level)}{left} ({fit.domain[-1] if fit.domain else '-'})"
 
 
 def _narrowest_fitting(placement: PodsetPlacement, fits: list[DomainFit]) -> DomainFit | None:
@@ -54,28 +64,34 @@ def _topology(report: WhyReport) -> bool:
         now, empty = placement.at_level(placement.fit_now), placement.at_level(placement.fit_empty)
         if now is None or empty is None or now.pods >= placement.count:
             continue
-        where = f"podset {podset}: {placement.count} pods at {placement.mode} {level_name(placement.level or 'any')}"
+        at = f"{placement.mode} {level_name(placement.level)}" if placement.level else placement.mode
+        where = f"podset {podset}: {plural(placement.count, 'pod')} at {at}"
         untainted = placement.fit_untainted_empty
         taints = {k: v for k, v in placement.excluded.items() if k.startswith("taint ")}
         if empty.pods < placement.count and untainted is not None and untainted.pods >= placement.count and taints:
             report.cause = "taint"
-            listed = ", ".join(f"{k} on {v} node{'s' * (v != 1)}" for k, v in taints.items())
+            listed = ", ".join(f"{k} on {plural(v, 'node')}" for k, v in taints.items())
             report.summary = (
-                f"{where}: untolerated {listed}; the largest {level_name(empty.level)} left holds "
-                f"{empty.pods} of {placement.count} pods"
+                f"{where}: untolerated {listed}; {_largest(empty, ' left')} holds "
+                f"{empty.pods} of {plural(placement.count, 'pod')}"
             )
             report.helps.append(
-                f"tolerate {', '.join(taints)} (or remove it): {_domain(untainted)} would hold {untainted.pods} pods"
+                f"tolerate {', '.join(taints)} (or remove it): {_domain(untainted)} would hold "
+                f"{plural(untainted.pods, 'pod')}"
             )
             return True
         if empty.pods < placement.count:
             report.cause = "never fits"
-            name = _name(empty)
-            report.summary = (
-                f"{where}: never fits: the largest {level_name(empty.level)} ({name}) has "
-                f"{empty.nodes} eligible node{'s' * (empty.nodes != 1)} and holds {empty.pods} such pods "
-                f"with nothing running"
-            )
+            if empty.level == ALL_NODES:
+                report.summary = (
+                    f"{where}: never fits: its {plural(empty.nodes, 'eligible node')} together hold "
+                    f"{plural(empty.pods, 'such pod')} with nothing running"
+                )
+            else:
+                report.summary = (
+                    f"{where}: never fits: {_largest(empty)} has {plural(empty.nodes, 'eligible node')} and holds "
+                    f"{plural(empty.pods, 'such pod')} with nothing running"
+                )
             broader = _narrowest_fitting(placement, placement.fit_empty)
             report.helps.append(
                 f"ask for {level_name(broader.level)} (its largest domain holds {broader.pods})"
@@ -84,10 +100,17 @@ def _topology(report: WhyReport) -> bool:
             )
             return True
         report.cause = "no domain free"
-        report.summary = (
-            f"{where}: no {level_name(now.level)} has room now: the freest ({_name(now)}) holds "
-            f"{now.pods} of {placement.count} pods; empty, {_domain(empty)} would hold {empty.pods}"
-        )
+        if now.level == ALL_NODES:
+            report.summary = (
+                f"{where}: the eligible nodes have room now for {now.pods} of {plural(placement.count, 'pod')}; "
+                f"with nothing running they would hold {empty.pods}"
+            )
+        else:
+            report.summary = (
+                f"{where}: no {level_name(now.level)} has room now: the freest "
+                f"({now.domain[-1] if now.domain else '-'}) holds {now.pods} of {plural(placement.count, 'pod')}; "
+                f"empty, {_domain(empty)} would hold {empty.pods}"
+            )
         broader = _narrowest_fitting(placement, placement.fit_now)
         if broader is not None and broader.level != now.level:
             report.helps.append(

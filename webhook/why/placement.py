@@ -30,7 +30,7 @@ from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
 from webhook.topology.tree import HOSTNAME_LABEL, TAS_POD_ANNOTATIONS, assignment_domains
 
-__all__ = ["DomainFit", "PodsetPlacement", "free_capacity", "place_podset", "taint_string"]
+__all__ = ["ALL_NODES", "DomainFit", "PodsetPlacement", "free_capacity", "place_podset", "taint_string"]
 
 _ZERO = Decimal(0)
 #: Causes for nodes outside Kueue's TAS snapshot, before its own.
@@ -106,6 +106,10 @@ def _pods_fitting(requests: Mapping[str, Decimal], capacity: Mapping[str, Decima
     return best if best is not None else (1_000_000, "")
 
 
+#: The ``level`` of the last :class:`DomainFit` of a list: every node of the flavor together.
+ALL_NODES = "(all nodes)"
+
+
 @dataclass
 class DomainFit:
     """The domain of a level holding most pods: its values (broadest first), its pods and nodes."""
@@ -161,7 +165,7 @@ def _largest(levels: list[str], nodes: list[Node], pods: Mapping[str, int]) -> l
             out.append(DomainFit(levels[depth], [], 0, 0))
         else:
             out.append(DomainFit(levels[depth], list(best[2]), best[0], best[1]))
-    out.append(DomainFit("(all nodes)", [], sum(pods[n.name] for n in nodes), len(nodes)))
+    out.append(DomainFit(ALL_NODES, [], sum(pods[n.name] for n in nodes), len(nodes)))
     return out
 
 
