@@ -432,7 +432,7 @@ async def test_governed_job_shows_the_policy_decision(
     del body["metadata"]["labels"]
     created = await submit(dynamic, cleanup, body)
     assert created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-research-localqueue"
-    await workload_of(dynamic, created, "admitted", admitted, timeout=120)
+    workload = await workload_of(dynamic, created, "admitted", admitted, timeout=120)
 
     answer = kgov(e2e_cluster, "why", f"job/{name}", "-n", "hyperpod-ns-research")
     assert answer["state"]["state"] in ("admitted", "running")
@@ -443,3 +443,9 @@ async def test_governed_job_shows_the_policy_decision(
     assert rules["kueuePriority"]["by"] == "policy"
     assert rules["topology"]["by"] == "policy"
     assert "auto" in rules["topology"]["reason"]
+
+    # Asked about the Workload itself, the policy is told for the Job it was made for (read live).
+    by_workload = kgov(e2e_cluster, "why", f"workload/{workload['metadata']['name']}", "-n", "hyperpod-ns-research")
+    assert by_workload["decision"]["owner"] == f"Job hyperpod-ns-research/{name}"
+    assert by_workload["decision"]["team"] == "research" and by_workload["policyNote"] is None
+    assert by_workload["decision"]["rules"] == decision["rules"]

@@ -157,3 +157,13 @@ def test_renew_reissues_over_a_corrupt_serving_key(tmp_path: Path) -> None:
     code, output = _run("renew", str(tmp_path))
     assert code == 0 and "tls.key is not a PEM private key" in output
     load_private_key((tmp_path / "tls.key").read_bytes())
+
+
+@pytest.mark.parametrize("option", ["--webhook-configuration", "--validating-webhook-configuration"])
+def test_webhook_configuration_names_are_object_names(tmp_path: Path, option: str) -> None:
+    # The name goes into the API path of the read and the patch: refused before the cluster is read.
+    assert _run("create", str(tmp_path), "--dns", "localhost")[0] == 0
+    for args in (["inject", str(tmp_path)], ["create", str(tmp_path), "--dns", "localhost"]):
+        code, output = _run(*args, option, "kgov/../other")
+        assert code == 2, output
+        assert f"Invalid value for '{option}': 'kgov/../other' is not a valid object name" in output

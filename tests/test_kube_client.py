@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from support import PLATFORM
 
 from webhook.cli import main
+from webhook.kube.client import ClusterError, check_path
 
 KUBECONFIGS = {
     "garbage": ("a: [b\n", "not YAML (expected ',' or ']', but got '<stream end>' at line 2 column 1)"),
@@ -126,3 +127,29 @@ def test_a_server_that_is_not_kubernetes_is_said_so(tmp_path: Path, not_kubernet
     for args in _commands(tmp_path).values():
         result = _run([*args, "--kubeconfig", str(not_kubernetes)])
         _clean(result, f"{port} does not answer as a Kubernetes API server (GET /version: HTTP 404")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/namespaces/x/../y/configmaps/kgov-policy",
+        "/apis/batch/v1/namespaces/ns/jobs/finetune?x=1",
+        "/apis/batch/v1/namespaces/ns/jobs/finetune#frag",
+        "/apis/batch/v1/namespaces/ns/jobs/fine%2Ftune",
+        "/apis/batch/v1/namespaces//jobs/x",
+    ],
+)
+def test_no_path_with_a_part_that_is_not_a_name_is_requested(path: str) -> None:
+    # The last guard, under every command's own checks: the GET is never sent.
+    with pytest.raises(ClusterError, match=r"refusing to GET .* is not a Kubernetes name"):
+        check_path(path)
+
+
+def test_the_paths_the_commands_use_pass() -> None:
+    for path in (
+        "/version",
+        "/api/v1/nodes",
+        "/apis/kueue.x-k8s.io/v1beta2/topologies/aws-network",
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/q.1/pendingworkloads",
+    ):
+        check_path(path)

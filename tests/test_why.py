@@ -341,6 +341,7 @@ def test_why_workload_shows_the_policy_decision_of_its_owner(tmp_path: Path) -> 
         main,
         ["why", "workload/job-finetune-872a0", "-n", "hyperpod-ns-research", "--snapshot", str(DATA / "bundled.json")],
     )
+    assert text.output.startswith("Workload hyperpod-ns-research/job-finetune-872a0\n")
     assert "Policy (for its owner Job hyperpod-ns-research/finetune): team research" in text.output
     assert "Policy: not known" not in text.output
 
@@ -427,8 +428,7 @@ def test_whole_flavor_placement_is_worded_without_a_domain_name() -> None:
     never = _unconstrained(count=2, now=1, empty=1, nodes=1)
     assert never.cause == "never fits"
     assert never.summary == (
-        "podset main: 2 pods at unconstrained: never fits: its 1 eligible node together hold 1 such pod with "
-        "nothing running"
+        "podset main: 2 pods at unconstrained: never fits: its one eligible node holds 1 such pod with nothing running"
     )
     busy = _unconstrained(count=1, now=0, empty=3, nodes=3)
     assert busy.cause == "no domain free"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,15 @@ import yaml
 
 __all__ = [
     "ClusterError",
+    "check_path",
     "get_json",
     "items_of",
     "kubeconfig_files",
     "open_client",
 ]
+
+
+_PATH_PART = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ClusterError(RuntimeError):
@@ -171,8 +176,23 @@ def _content_type(response: Any) -> str:
     return str(headers.get("Content-Type", "") or "").split(";")[0] or "no content type"
 
 
+def check_path(path: str) -> None:
+    """Refuse an API path with a part that is not a Kubernetes name (a DNS-1123 subdomain: group,
+    version, resource and object names all are): ``..``, ``?``, ``#``, ``%``, an empty part. A
+    user's string that slipped into a path would otherwise address another object.
+
+    Raises:
+        ClusterError: which part, of which path.
+    """
+    parts = path.split("/")
+    for part in parts[1:] if path.startswith("/") else parts:
+        if len(part) > 253 or not _PATH_PART.fullmatch(part):
+            raise ClusterError(f"refusing to GET {path!r}: {part!r} is not a Kubernetes name (DNS-1123 subdomain)")
+
+
 async def _raw_get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> tuple[int, str, Any, str]:
     """(status, reason, JSON body or None when not JSON, content type) of one GET."""
+    check_path(path)
     import aiohttp
     from kubernetes_asyncio.client.exceptions import ApiException
 

@@ -83,10 +83,8 @@ def _topology(report: WhyReport) -> bool:
         if empty.pods < placement.count:
             report.cause = "never fits"
             if empty.level == ALL_NODES:
-                report.summary = (
-                    f"{where}: never fits: its {plural(empty.nodes, 'eligible node')} together hold "
-                    f"{plural(empty.pods, 'such pod')} with nothing running"
-                )
+                nodes = "its one eligible node holds" if empty.nodes == 1 else f"its {empty.nodes} eligible nodes hold"
+                report.summary = f"{where}: never fits: {nodes} {plural(empty.pods, 'such pod')} with nothing running"
             else:
                 report.summary = (
                     f"{where}: never fits: {_largest(empty)} has {plural(empty.nodes, 'eligible node')} and holds "

@@ -155,7 +155,7 @@ def to_text(report: WhyReport) -> str:
     """The readable report."""
     lines = [
         f"{report.kind} {report.namespace}/{report.name}"
-        + (f" (Workload {report.workload})" if report.workload else "")
+        + (f" (Workload {report.workload})" if report.workload and report.kind != "Workload" else "")
     ]
     state = report.state
     if state is not None:
