@@ -153,3 +153,17 @@ def test_the_paths_the_commands_use_pass() -> None:
         "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/q.1/pendingworkloads",
     ):
         check_path(path)
+
+
+def test_kubeconfig_files_merge_as_kubectl_does(tmp_path: Path, not_kubernetes: Path) -> None:
+    # $KUBECONFIG=a:b: the first file's current-context wins, clusters of both files are known.
+    first = tmp_path / "first"
+    first.write_text(json.dumps({"current-context": "web"}))
+    second = tmp_path / "second"
+    config = json.loads(not_kubernetes.read_text())
+    config["current-context"] = "elsewhere"
+    config["contexts"].append({"name": "elsewhere", "context": {"cluster": "nowhere", "user": "u"}})
+    second.write_text(json.dumps(config))
+    url = config["clusters"][0]["cluster"]["server"]
+    result = _run(["status"], env={"KUBECONFIG": f"{first}:{tmp_path / 'absent'}:{second}"})
+    _clean(result, f"{url} does not answer as a Kubernetes API server")

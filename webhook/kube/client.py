@@ -74,8 +74,8 @@ def kubeconfig_files(option: str | Path | None, *, in_cluster: bool = False) -> 
     raise ClusterError(f"no kubeconfig: give --kubeconfig FILE, set $KUBECONFIG, or create {_home_config()}")
 
 
-def _check_file(path: str) -> None:
-    """Refuse a file kubernetes-asyncio would trip over with a bare Python error."""
+def _check_file(path: str) -> dict[str, Any]:
+    """The file's mapping; refuse one kubernetes-asyncio would trip over with a bare Python error."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -101,13 +101,16 @@ def _check_file(path: str) -> None:
     for key in ("clusters", "contexts", "users"):
         if data.get(key) is not None and not isinstance(data.get(key), list):
             raise ClusterError(f"cannot load kubeconfig {path}: {key} is not a list")
+    return data
 
 
 async def _configuration(files: list[str], context: str | None) -> Any:
     from kubernetes_asyncio import client, config
 
-    for path in files:
-        _check_file(path)
+    documents = [_check_file(path) for path in files]
+    if context is None:
+        # kubectl: the first file that sets current-context wins (the library would take the last).
+        context = next((str(d["current-context"]) for d in documents if d.get("current-context")), None)
     configuration = client.Configuration()
     named = " + ".join(files)
     try:
