@@ -1,9 +1,10 @@
 """``kgov why`` and ``kgov status``: click commands over :mod:`webhook.why`.
 
-Both read the cluster once (:func:`webhook.why.snapshot.read_snapshot`, the same client layer as
-``kgov topology``) or a recorded snapshot (``--snapshot FILE``: the JSON document of
+Both read the cluster once (:func:`webhook.why.snapshot.read_snapshot`, through the one client
+loader of :mod:`webhook.kube.client`) or a recorded snapshot (``--snapshot FILE``: the JSON document of
 :meth:`~webhook.why.snapshot.Snapshot.from_dump`). Exit codes: 0 answered; 2 usage error, an
-unreadable cluster or file, or an object that does not exist.
+unreadable cluster or file, or an object that does not exist. What the user types and ends up in
+an API path (KIND/NAME, -n) is checked before anything is read.
 """
 
 from __future__ import annotations
