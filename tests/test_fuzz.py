@@ -175,6 +175,7 @@ COUNT_VALUES = st.one_of(
     st.integers(-(2**40), 2**40),
     st.integers(0, 64),
     st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-5, 5).map(float),
     st.booleans(),
     st.text(max_size=6),
     st.sampled_from(["2", "-1", "\u00b2", "1e3", "0x10", " 3"]),
@@ -182,7 +183,10 @@ COUNT_VALUES = st.one_of(
 
 
 def _count_ok(value: Any) -> bool:
-    """Kubernetes' int32 counts, decoded from JSON: an integer from 0 to 2^31-1, or unset."""
+    """Kubernetes' int32 counts, decoded from JSON: an integer from 0 to 2^31-1 (a whole float as
+    kubectl sends YAML's 2.0: the number 2), or unset."""
+    if type(value) is float and value == int(value):
+        value = int(value)
     return value is None or (type(value) is int and 0 <= value <= INT32_MAX)
 
 

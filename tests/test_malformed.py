@@ -349,7 +349,7 @@ def test_a_malformed_count_is_refused_naming_its_path(
 
 
 @pytest.mark.parametrize("kind", [k for k, (_, _, counts) in KINDS.items() if counts])
-@pytest.mark.parametrize("value", [0, 3, 2**31 - 1, None])
+@pytest.mark.parametrize("value", [0, 3, 2**31 - 1, None, 2.0])
 def test_a_well_formed_count_is_read(kind: str, value: Any) -> None:
     for path in KINDS[kind][2]:
         assert_admitted(answer(with_value(KINDS[kind][0](), path, value)))

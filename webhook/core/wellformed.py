@@ -109,8 +109,9 @@ def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple
 
 
 def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = False) -> int | None:
-    """A count (replicas, parallelism…): an integer from 0 to :data:`INT32_MAX`; None when unset,
-    or, with a problem recorded, malformed (a string, a fraction, a boolean, a negative number).
+    """A count (replicas, parallelism…): an integer from 0 to :data:`INT32_MAX` (a whole number
+    written ``2.0`` too); None when unset, or, with a problem recorded, malformed (a string, a
+    fraction, a boolean, a negative number).
 
     ``text``: the count is kept in an annotation, a string Kueue parses with ``strconv.Atoi``.
     """
@@ -121,11 +122,14 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
             problems.append(Problem(path, value, 'a string holding a non-negative integer (e.g. "4")'))
             return None
         number = int(value)
-    elif type(value) is not int or value < 0:
+    elif type(value) is int and value >= 0:
+        number = value
+    elif type(value) is float and value.is_integer() and value >= 0:
+        # YAML `2.0`: kubectl sends it as the JSON number 2 (sigs.k8s.io/yaml), a CRD's schema takes it.
+        number = int(value)
+    else:
         problems.append(Problem(path, value, "a non-negative integer"))
         return None
-    else:
-        number = value
     if number > INT32_MAX:
         problems.append(Problem(path, value, f"at most {INT32_MAX} (an int32)"))
         return None
