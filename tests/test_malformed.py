@@ -267,6 +267,8 @@ BAD_SHAPES: list[tuple[tuple[Key, ...], Any, str]] = [
     (("spec", "nodeSelector"), ["a"], "must be an object, got array"),
     (("spec", "nodeSelector", "zone"), 1, "must be a string, got number 1"),
     (("spec",), "x", 'must be an object, got string "x"'),
+    (("metadata", "annotations"), ["a=b"], "must be an object, got array"),
+    (("metadata", "labels"), "app=x", 'must be an object, got string "app=x"'),
 ]
 #: Kinds with pod templates of their own.
 TEMPLATED = [kind for kind, (_, templates, _) in KINDS.items() if templates]
@@ -508,6 +510,11 @@ def test_an_update_is_refused_for_a_malformed_value_it_brings_not_for_one_stored
     assert_refused(introduced, path, f'{COUNT}, got string "abc"')
     stored = with_value(bad, ("metadata", "labels"), {"app": "y"})
     assert_admitted(review(review_body(stored, NAMESPACE, operation="UPDATE", old=bad), TEAMS))
+    # A pod template's annotations turned into a list by an update (read by the UPDATE rules too).
+    annotations = ("spec", "replicatedJobs", 0, "template", "spec", "template", "metadata", "annotations")
+    listed = with_value(good, annotations, ["a"])
+    outcome = review(review_body(listed, NAMESPACE, operation="UPDATE", old=good), TEAMS)
+    assert_refused(outcome, annotations, "must be an object, got array")
 
 
 async def test_the_server_answers_a_malformed_count_with_a_denial(start_server: Any) -> None:

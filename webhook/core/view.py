@@ -176,6 +176,8 @@ def _podset(
     layout = rule.layout
     led = rule.leader is not None and lookup(obj, rule.leader.path) is not None
     pods = _count(obj, rule, bindings, led, problems)  # read first: problems come in document order
+    for suffix in (*layout.maps, layout.labels):  # the maps the rules read and write
+        a_map(lookup(base, suffix), (*path, *suffix), problems)
     requests = None
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
