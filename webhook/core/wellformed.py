@@ -80,7 +80,7 @@ def describe(value: Any) -> str:
 
 def a_map(value: Any, path: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:
     """The map at ``path``; {} when unset (absent or null) or, with a problem recorded, not a map."""
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # exact dict first: the abc check is slow
         return value
     if value is not None:
         problems.append(Problem(path, value, "an object"))
@@ -101,7 +101,7 @@ def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple
     a list of another type, or an item that is no map (``null`` too), is a problem."""
     out: list[tuple[tuple[Key, ...], Mapping[str, Any]]] = []
     for index, item in enumerate(a_list(value, path, problems)):
-        if isinstance(item, Mapping):
+        if type(item) is dict or isinstance(item, Mapping):
             out.append(((*path, index), item))
         else:
             problems.append(Problem((*path, index), item, "an object"))
