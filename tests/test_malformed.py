@@ -361,7 +361,19 @@ POD_GROUP = ("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count")
 JOB_MIN = ("metadata", "annotations", "kueue.x-k8s.io/job-min-parallelism")
 
 
-@pytest.mark.parametrize(("kind", "path"), [("Pod", POD_GROUP), ("Job", JOB_MIN)])
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        ("Pod", POD_GROUP),
+        ("Job", JOB_MIN),
+        ("Job", ("spec", "template", "metadata", "annotations", SLICE_SIZE)),
+        ("JobSet", (*KINDS["JobSet"][1][0], "metadata", "annotations", SLICE_SIZE)),
+        ("Pod", ("metadata", "annotations", SLICE_SIZE)),
+    ],
+)
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
@@ -370,13 +382,14 @@ JOB_MIN = ("metadata", "annotations", "kueue.x-k8s.io/job-min-parallelism")
         ("1.5", 'string "1.5"'),
         ("two", 'string "two"'),
         ("\u0662", 'string "٢"'),
+        ("0", 'string "0"'),
     ],
 )
 def test_a_count_kept_in_an_annotation_must_be_an_integer_string(
     kind: str, path: tuple[Key, ...], value: Any, shown: str
 ) -> None:
-    """Kueue reads these annotations with strconv.Atoi: a string of ASCII digits."""
-    message = f'must be a string holding a non-negative integer (e.g. "4"), got {shown}'
+    """Kueue reads these annotations with strconv.Atoi / ParseInt and refuses a value below 1."""
+    message = f'must be a string holding a positive integer (e.g. "4"), got {shown}'
     assert_refused(answer(with_value(KINDS[kind][0](), path, value)), path, message)
     assert_admitted(answer(with_value(KINDS[kind][0](), path, "3")))
 

@@ -747,7 +747,7 @@ def test_non_ascii_digits_are_not_counts() -> None:
     assert plan.invalid
     assert plan.denials == [
         "malformed object: metadata.annotations.kueue.x-k8s.io/pod-group-total-count must be a string holding "
-        'a non-negative integer (e.g. "4"), got string "\u00b2"'
+        'a positive integer (e.g. "4"), got string "\u00b2"'
     ]
 
 

@@ -24,10 +24,12 @@ from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import Problem, Problems, a_list, a_map, count, expand_checked, maps_of
 
-__all__ = ["GROUP_NAME", "PodSet", "WorkloadView", "kueue_view"]
+__all__ = ["GROUP_NAME", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
 GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
+#: Pods per slice of a podset's sliced topology request (Kueue's TAS annotation: a count).
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -182,6 +184,8 @@ def _podset(
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
         requests = pod_requests(a_map(lookup(base, layout.spec), spec_path, problems), problems, spec_path)
+    slice_size = (*layout.annotations, SLICE_SIZE)
+    count(lookup(base, slice_size), (*path, *slice_size), problems, text=True)
     group = lookup(base, (*layout.annotations, GROUP_NAME))
     if group is not None and not isinstance(group, str):
         problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))

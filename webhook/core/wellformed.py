@@ -113,13 +113,15 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
     written ``2.0`` too); None when unset, or, with a problem recorded, malformed (a string, a
     fraction, a boolean, a negative number).
 
-    ``text``: the count is kept in an annotation, a string Kueue parses with ``strconv.Atoi``.
+    ``text``: the count is kept in an annotation, a string Kueue parses with ``strconv.Atoi`` /
+    ``ParseInt`` and refuses below 1 (``pod-group-total-count``, ``job-min-parallelism``,
+    ``podset-slice-size``).
     """
     if value is None:
         return None
     if text:
-        if not isinstance(value, str) or not _TEXT_COUNT.fullmatch(value):
-            problems.append(Problem(path, value, 'a string holding a non-negative integer (e.g. "4")'))
+        if not isinstance(value, str) or not _TEXT_COUNT.fullmatch(value) or int(value) < 1:
+            problems.append(Problem(path, value, 'a string holding a positive integer (e.g. "4")'))
             return None
         number = int(value)
     elif type(value) is int and value >= 0:
