@@ -445,6 +445,8 @@ def test_a_malformed_list_or_map_of_a_pod_is_refused_naming_its_path(
         ("RayCluster", ("spec", "workerGroupSpecs"), "g", 'must be an array, got string "g"'),
         ("HyperPodPyTorchJob", ("spec", "replicaSpecs"), 3, "must be an array, got number 3"),
         ("Job", ("spec",), [], "must be an object, got array"),
+        ("PyTorchJob", ("spec", "runPolicy"), "strict", 'must be an object, got string "strict"'),
+        ("SparkApplication", ("spec", "dynamicAllocation"), True, "must be an object, got boolean true"),
         ("Job", ("spec", "suspend"), "yes", 'must be a boolean, got string "yes"'),
         ("PyTorchJob", ("spec", "runPolicy", "suspend"), 0, "must be a boolean, got number 0"),
         ("AppWrapper", ("spec", "components"), {"c": 1}, "must be an array, got object"),

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, PathPattern, expand, lookup
+from webhook.core.paths import Key, PathPattern, bound, lookup
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import Problem, Problems, a_list, a_map, count, expand_checked, maps_of
@@ -94,16 +94,10 @@ class WorkloadView:
         return out
 
 
-def _bound(pattern: PathPattern, bindings: tuple[Key, ...]) -> tuple[Key, ...]:
-    """``pattern`` with its wildcards replaced, in order, by ``bindings``."""
-    keys = iter(bindings)
-    return tuple(next(keys) if head == "*" else head for head in pattern)
-
-
 def _read(
     obj: Mapping[str, Any], factor: Factor, pattern: PathPattern, bindings: tuple[Key, ...], problems: Problems
 ) -> int | None:
-    path = _bound(pattern, bindings)
+    path = bound(pattern, bindings)
     return count(lookup(obj, path), path, problems, factor.text)
 
 
@@ -130,7 +124,7 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     if isinstance(last, str):
         return last.lower()
     upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
-    at = _bound(upto_last_wildcard, bindings)
+    at = bound(upto_last_wildcard, bindings)
     holder = lookup(obj, at)
     name = holder.get(rule.name) if isinstance(holder, Mapping) else None
     if isinstance(name, str):
@@ -200,7 +194,7 @@ def _podset(
         affinity_terms=_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
         tolerations=[t for _, t in maps_of(lookup(base, layout.tolerations), (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
-        partial=rule.partial_if is not None and lookup(obj, _bound(rule.partial_if, bindings)) is not None,
+        partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
     )
 
 
@@ -221,7 +215,7 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
                 name=rule.name, path=rule.template, count=1, base={}, rule=rule, requests=_defaults(rule), present=False
             )
     for factor in row.counts:
-        for path, _, value in expand(obj, factor.path):
+        for path, _, value in expand_checked(obj, factor.path, problems):
             count(value, path, problems, factor.text)
     if row.suspend is not None:
         suspend = lookup(obj, row.suspend)
