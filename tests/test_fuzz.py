@@ -110,6 +110,11 @@ def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: s
         apply_patch(obj, outcome.patch)
     if not response["allowed"]:
         assert response["status"]["message"]
+    if outcome.plan.invalid:  # a malformed object: each message names a path the object has
+        present = {dotted(path) for path in _paths(obj)}
+        for denial in outcome.plan.denials:
+            named = denial.removeprefix("malformed object: ").split(" must be ")[0]
+            assert named in present, denial
 
 
 @settings(max_examples=200, deadline=None)
