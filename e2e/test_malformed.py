@@ -162,6 +162,13 @@ CRD_CASES: list[tuple[str, tuple[str | int, ...], Any, str, bool]] = [
     ),
     ("JobSet", (*JOBSET_POD, "containers", 0, "resources", "limits"), [1, 2], "must be an object, got array", True),
     ("PyTorchJob", (*PYTORCH_POD, "containers"), "notalist", 'must be an array, got string "notalist"', True),
+    (
+        "PyTorchJob",
+        (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"),
+        0.5,
+        'must be a whole number or a quantity string (e.g. 8, "500m", "64Gi"), got number 0.5',
+        True,
+    ),
 ]
 
 
@@ -198,7 +205,7 @@ async def test_a_malformed_custom_resource_is_refused_by_path(
     assert status["message"] == f"{DENIED_PREFIX}malformed object: {_dotted(path)} {message}"
 
 
-BUILT_IN_CASES: list[tuple[tuple[str | int, ...], Any]] = [
+BUILT_IN_CASES: list[tuple[tuple[str | int, ...], Any]] = [  # (a Job's resource.Quantity takes a JSON 0.5)
     (("spec", "parallelism"), "2"),
     (("spec", "parallelism"), 1.5),
     (("spec", "completions"), True),
@@ -223,16 +230,19 @@ async def test_kubernetes_refuses_what_we_refuse_in_a_built_in_kind(
             await create_with_warnings(dynamic, body, dry_run=True)
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "JobSet"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "JobSet", "Job"])
 async def test_well_formed_edge_values_are_admitted(dynamic: DynamicClient, kind: str) -> None:
     """A whole number written 1.0 or 2.0 (sent as such: the CRD's integer schema takes it), a count
-    of 0, a quantity given as a JSON number: accepted by the API server and by us."""
+    of 0, a quantity given as a whole JSON number, and 0.5 in a Job: accepted by the API server and
+    by us."""
     body = _bases()[kind]
     body["metadata"]["namespace"] = RESEARCH
     if kind == "PyTorchJob":
         body = _with(body, ("spec", "pytorchReplicaSpecs", "Master", "replicas"), 1.0)
         # A whole JSON number: the CRDs' int-or-string schema refuses a fraction such as 0.5.
         body = _with(body, (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"), 2)
+    elif kind == "Job":  # a built-in kind's resource.Quantity takes a fractional JSON number
+        body = _with(body, ("spec", "template", "spec", "containers", 0, "resources", "requests", "cpu"), 0.5)
     else:
         body = _with(body, ("spec", "replicatedJobs", 0, "replicas"), 2.0)
         body = _with(body, ("spec", "replicatedJobs", 0, "template", "spec", "parallelism"), 0)

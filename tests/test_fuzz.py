@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import aws_nodes, platform_with, review_body, teams_from
-from test_malformed import KINDS, QUANTITY_FIELDS, TEMPLATED, answer, assert_admitted, with_value
+from test_malformed import BUILT_IN, KINDS, QUANTITY_FIELDS, TEMPLATED, answer, assert_admitted, with_value
 from test_properties import BASES
 
 from webhook.core.admission import MalformedReview, decode_body
@@ -243,6 +243,8 @@ def test_any_value_of_a_quantity_is_read_or_refused_by_path(
     value = data.draw(VALID_QUANTITIES if valid else INVALID_QUANTITIES)
     path = (*data.draw(st.sampled_from(templates)), *field)
     outcome = answer(with_value(build(), path, value))
+    if type(value) is float and value != int(value) and kind not in BUILT_IN:
+        valid = False  # a custom resource's int-or-string schema takes whole JSON numbers only
     if valid:
         assert_admitted(outcome)
     else:

@@ -158,3 +158,10 @@ class WorkloadKind:
     declared: str = ""
     counts: tuple[Factor, ...] = ()
     notes: str = field(default="", compare=False)
+
+    @property
+    def built_in(self) -> bool:
+        """A Kubernetes kind (core, ``batch``, ``apps``): the API server decodes it into its Go type
+        before any webhook; the others are custom resources, checked against their CRD's schema
+        only after the mutating webhooks."""
+        return self.group in ("", "batch", "apps")

@@ -32,20 +32,20 @@ Requests = dict[str, Decimal]
 Path = tuple[Key, ...]
 
 
-def _quantities(value: Any, path: Path, problems: Problems) -> Requests:
+def _quantities(value: Any, path: Path, problems: Problems, whole: bool = False) -> Requests:
     out: Requests = {}
     for name, amount in a_map(value, path, problems).items():
-        parsed = quantity(amount, (*path, name), problems)
+        parsed = quantity(amount, (*path, name), problems, whole)
         if parsed is not None:
             out[str(name)] = parsed
     return out
 
 
-def _requests(value: Any, path: Path, problems: Problems) -> Requests:
+def _requests(value: Any, path: Path, problems: Problems, whole: bool) -> Requests:
     """``requests``, with ``limits`` for the resources it leaves out (Kueue's KeepFirst merge)."""
     resources = a_map(value, path, problems)
-    merged = _quantities(resources.get("limits"), (*path, "limits"), problems)
-    merged.update(_quantities(resources.get("requests"), (*path, "requests"), problems))
+    merged = _quantities(resources.get("limits"), (*path, "limits"), problems, whole)
+    merged.update(_quantities(resources.get("requests"), (*path, "requests"), problems, whole))
     return merged
 
 
@@ -64,21 +64,24 @@ def _supported_at_pod_level(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
-def pod_requests(pod_spec: Mapping[str, Any], problems: Problems | None = None, at: Path = ()) -> Requests:
+def pod_requests(
+    pod_spec: Mapping[str, Any], problems: Problems | None = None, at: Path = (), whole: bool = False
+) -> Requests:
     """One pod's requests (resource name → base units) from a ``PodSpec`` map, as Kueue counts them.
 
     ``problems``: when given, each value on the way that is malformed (a ``containers`` that is no
     list, a quantity that is no non-negative Kubernetes quantity…) is recorded there with its path
-    (``at`` is the path of ``pod_spec``); it is left out of the sum either way.
+    (``at`` is the path of ``pod_spec``); it is left out of the sum either way. ``whole``: a JSON
+    number must be whole (a custom resource's int-or-string schema refuses ``0.5``).
     """
     found: Problems = [] if problems is None else problems
     total: Requests = {}
     for path, container in maps_of(pod_spec.get("containers"), (*at, "containers"), found):
-        _add(total, _requests(container.get("resources"), (*path, "resources"), found))
+        _add(total, _requests(container.get("resources"), (*path, "resources"), found, whole))
     sidecars: Requests = {}
     init_peak: Requests = {}
     for path, container in maps_of(pod_spec.get("initContainers"), (*at, "initContainers"), found):
-        own = _requests(container.get("resources"), (*path, "resources"), found)
+        own = _requests(container.get("resources"), (*path, "resources"), found, whole)
         if container.get("restartPolicy") == "Always":
             _add(total, own)
             _add(sidecars, own)
@@ -88,9 +91,9 @@ def pod_requests(pod_spec: Mapping[str, Any], problems: Problems | None = None, 
             _add(needed, sidecars)
             _max(init_peak, needed)
     _max(total, init_peak)
-    pod_level = _requests(pod_spec.get("resources"), (*at, "resources"), found)
+    pod_level = _requests(pod_spec.get("resources"), (*at, "resources"), found, whole)
     for name, amount in pod_level.items():
         if _supported_at_pod_level(name):
             total[name] = amount
-    _add(total, _quantities(pod_spec.get("overhead"), (*at, "overhead"), found))
+    _add(total, _quantities(pod_spec.get("overhead"), (*at, "overhead"), found, whole))
     return total

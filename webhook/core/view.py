@@ -168,6 +168,7 @@ def _podset(
     bindings: tuple[Key, ...],
     base: Mapping[str, Any],
     problems: Problems,
+    whole: bool = False,
 ) -> PodSet:
     layout = rule.layout
     led = rule.leader is not None and lookup(obj, rule.leader.path) is not None
@@ -177,7 +178,8 @@ def _podset(
     requests = None
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
-        requests = pod_requests(a_map(lookup(base, layout.spec), spec_path, problems), problems, spec_path)
+        spec = a_map(lookup(base, layout.spec), spec_path, problems)
+        requests = pod_requests(spec, problems, spec_path, whole)
     slice_size = (*layout.annotations, SLICE_SIZE)
     count(lookup(base, slice_size), (*path, *slice_size), problems, text=True)
     group = lookup(base, (*layout.annotations, GROUP_NAME))
@@ -206,7 +208,7 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         for path, bindings, base in expand_checked(obj, rule.template, problems, rule.keyed):
             if isinstance(base, Mapping):
                 found = True
-                yield _podset(obj, rule, path, bindings, base, problems)
+                yield _podset(obj, rule, path, bindings, base, problems, not row.built_in)
             elif base is not None:
                 problems.append(Problem(path, base, "an object"))
         if not found and rule.only_if is not None:

@@ -138,10 +138,18 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
     return number
 
 
-def quantity(value: Any, path: tuple[Key, ...], problems: Problems) -> Decimal | None:
+def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool = False) -> Decimal | None:
     """A resource quantity of requests, limits or overhead, in base units; None when unset or,
-    with a problem recorded, not a non-negative Kubernetes quantity (``"8Xi"``, ``"-8"``, ``true``)."""
+    with a problem recorded, not a non-negative Kubernetes quantity (``"8Xi"``, ``"-8"``, ``true``).
+
+    ``whole``: a JSON number must be a whole one, as in a custom resource, whose schema types a
+    quantity ``x-kubernetes-int-or-string`` (``0.5`` refused, ``"500m"`` taken); a built-in kind's
+    ``resource.Quantity`` takes ``0.5``.
+    """
     if value is None:
+        return None
+    if whole and type(value) is float and not value.is_integer():
+        problems.append(Problem(path, value, 'a whole number or a quantity string (e.g. 8, "500m", "64Gi")'))
         return None
     try:
         amount = parse_quantity(value)
