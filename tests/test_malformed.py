@@ -552,6 +552,22 @@ def test_an_update_is_refused_for_a_malformed_value_it_brings_not_for_one_stored
     assert_refused(outcome, annotations, "must be an object, got array")
 
 
+def test_a_podset_added_next_to_a_stored_malformed_value_is_warned_not_silently_bare() -> None:
+    """An object stored before the webhook with replicas -7 (its CRD schema takes it): an update
+    adding a podset is not refused for the old value, and says the new podset got no policy."""
+    stored = with_value(KINDS["JobSet"][0](), ("spec", "replicatedJobs", 0, "replicas"), -7)
+    grown = copy.deepcopy(stored)
+    grown["spec"]["replicatedJobs"].append({**copy.deepcopy(grown["spec"]["replicatedJobs"][0]), "name": "x"})
+    grown["spec"]["replicatedJobs"][1]["replicas"] = 1
+    teams = _teams({"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}})
+    outcome = review(review_body(grown, NAMESPACE, operation="UPDATE", old=stored), teams)
+    assert outcome.plan.allowed and not outcome.plan.invalid
+    assert outcome.plan.warnings == [
+        "malformed object: podset 'x' added by this update gets no policy: "
+        f"spec.replicatedJobs[0].replicas {COUNT}, got number -7"
+    ]
+
+
 async def test_the_server_answers_a_malformed_count_with_a_denial(start_server: Any) -> None:
     """Over TLS, as the API server calls it: HTTP 200 with a 422 denial, never a 500."""
     server = await start_server()  # the bundled platform: NAMESPACE is the research team's

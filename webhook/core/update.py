@@ -204,7 +204,13 @@ def _added(
     """A podset the update adds: checked and filled in as on CREATE, unless the pod templates are
     immutable (then what CREATE would add is reported: it could never be added later)."""
     validate_podset(podset, team, plan)
-    for change in plan_object(new, row, team, inventory).changes:
+    created = plan_object(new, row, team, inventory)
+    governs_podsets = team.podPriority is not None or team.topology is not None or bool(team.nodeAffinity)
+    if created.invalid and governs_podsets:  # malformed values the stored object had: nothing planned
+        found = "; ".join(d.removeprefix("malformed object: ") for d in created.denials)
+        plan.report("warn", "malformed object", f"podset {podset.name!r} added by this update gets no policy: {found}")
+        return
+    for change in created.changes:
         if change.path[: len(podset.path)] != podset.path or change.rule not in _PODSET_RULES:
             continue
         if row.frozen_unless is not None:
