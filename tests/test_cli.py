@@ -426,6 +426,15 @@ def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:
     [
         ("apiVersion: v1\nkind: List\nitems: [5]\n", "document 1 item 1 is not a Kubernetes object"),
         ("apiVersion: v1\nkind: List\nitems: [null]\n", "document 1 item 1 is not a Kubernetes object"),
+        (
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: List, items: [{kind: Job}, x]}\n",
+            "document 1 item 1 item 1 is not a Kubernetes object (needs apiVersion and kind): "
+            "items[0].items[0] is object",
+        ),
+        (
+            "apiVersion: v1\nkind: List\nitems: [x]\n",
+            'document 1 item 1 is not a Kubernetes object (needs apiVersion and kind): items[0] is string "x"',
+        ),
         ("a: " + "9" * 5000 + "\n", "holds an integer too long to be a Kubernetes value"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "YAML binary data or a set"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .inf}\n", "NaN or infinity"),

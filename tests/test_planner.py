@@ -379,7 +379,9 @@ def test_wrongly_typed_field_on_our_path_is_refused_with_its_path() -> None:
     assert outcome.plan.denied_rules == ["malformed object"]
     obj = job()
     obj["spec"]["template"]["spec"]["affinity"] = "near"
-    assert run(obj).plan.denials == ["malformed object: spec.template.spec.affinity must be an object, got string"]
+    assert run(obj).plan.denials == [
+        'malformed object: spec.template.spec.affinity must be an object, got string "near"'
+    ]
 
 
 def test_namespace_selected_by_labels_and_conflicts() -> None:
@@ -740,7 +742,13 @@ def test_non_ascii_digits_are_not_counts() -> None:
         "metadata": {"name": "p", "annotations": {"kueue.x-k8s.io/pod-group-total-count": "\u00b2"}},
         "spec": {"containers": []},
     }
-    assert run(pod, AUTO, inventory=aws_nodes()).plan.allowed
+    # Not counted as 2 (nor a crash of int()): Kueue's strconv.Atoi refuses it, and so do we, by path.
+    plan = run(pod, AUTO, inventory=aws_nodes()).plan
+    assert plan.invalid
+    assert plan.denials == [
+        "malformed object: metadata.annotations.kueue.x-k8s.io/pod-group-total-count must be a string holding "
+        'a positive integer (e.g. "4"), got string "\u00b2"'
+    ]
 
 
 def test_update_that_strips_governed_fields_from_a_template_gets_them_back() -> None:

@@ -22,9 +22,11 @@ from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch
+from webhook.core.paths import Key, dotted
 from webhook.core.platform import PlatformError, dns1123_label_error, platform_json_schema
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
+from webhook.core.wellformed import describe
 from webhook.logs import configure_logging
 from webhook.sources import InputError, load_manifests, load_namespace_labels, load_nodes, load_policies
 
@@ -266,19 +268,24 @@ class _Reviewer:
         self.namespace, self.explain = namespace, explain
         self.denied = False
 
-    def review_any(self, document: Any, where: str) -> tuple[Any, Any]:
+    def review_any(self, document: Any, where: str, path: tuple[Key, ...] = ()) -> tuple[Any, Any]:
         """A document, or each item of a list (``kind: List``, ``JobList``…, nested too), as
-        kubectl flattens them; a list comes back as a list of its admitted items / their patches."""
+        kubectl flattens them; a list comes back as a list of its admitted items / their patches.
+        ``path``: where the document sits in its file's document (``items[1]``)."""
         items = document.get("items") if isinstance(document, dict) else None
         if isinstance(items, list) and str(document.get("kind", "")).endswith("List"):
-            results = [self.review_any(item, f"{where} item {i}") for i, item in enumerate(items, start=1)]
+            results = [
+                self.review_any(item, f"{where} item {i}", (*path, "items", i - 1))
+                for i, item in enumerate(items, start=1)
+            ]
             return {**document, "items": [r[0] for r in results if r[0] is not None]}, [r[1] for r in results]
-        return self.run(document, where)
+        return self.run(document, where, path)
 
-    def run(self, document: Any, where: str) -> tuple[Any, list[dict[str, Any]] | None]:
+    def run(self, document: Any, where: str, path: tuple[Key, ...] = ()) -> tuple[Any, list[dict[str, Any]] | None]:
         """(mutated document or None when denied, its patch or None when denied)."""
         if not _is_object(document):
-            _fail(f"{where} is not a Kubernetes object (needs apiVersion and kind)")
+            found = f": {dotted(path)} is {describe(document)}" if path else ""
+            _fail(f"{where} is not a Kubernetes object (needs apiVersion and kind){found}")
         metadata = document.get("metadata")
         own = metadata.get("namespace") if isinstance(metadata, dict) else None
         if own and own != self.namespace:

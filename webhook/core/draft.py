@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.core.admission import json_type
-from webhook.core.paths import Key, child, dotted, lookup
+from webhook.core.paths import Key, child, lookup
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.wellformed import Problem
 
 __all__ = ["Change", "Draft", "Plan", "Rule", "Shape", "check_value", "json_value", "malformed", "string_map"]
 
@@ -194,12 +194,14 @@ def string_map(draft: Draft, path: tuple[Key, ...]) -> dict[str, Any]:
     return value
 
 
-def malformed(shape: Shape) -> Plan:
-    """The plan for an object with a value of the wrong JSON type where the rules read or write."""
+def malformed(*problems: Shape | Problem) -> Plan:
+    """The plan for an object with values Kueue or the rules cannot read: a value of the wrong
+    JSON type where the rules read or write (:class:`Shape`), a malformed count or quantity
+    (:class:`~webhook.core.wellformed.Problem`). Denied whatever the enforcement (``invalid``:
+    HTTP 422), one message per value, each naming its path."""
     plan = Plan(invalid=True)
-    plan.report(
-        "enforce",
-        "malformed object",
-        f"{dotted(shape.path)} must be an {shape.expected}, got {json_type(shape.found)}",
-    )
+    for problem in problems:
+        if isinstance(problem, Shape):
+            problem = Problem(problem.path, problem.found, f"an {problem.expected}")
+        plan.report("enforce", "malformed object", problem.message())
     return plan

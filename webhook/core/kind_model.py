@@ -17,11 +17,13 @@ __all__ = ["SPARK_ROLE", "TEMPLATE", "Factor", "Leader", "PodLayout", "PodSetRul
 @dataclass(frozen=True)
 class Factor:
     """A pod-count factor read at ``path``: ``default`` when unset, at most the value at ``cap``
-    when that is set (a Job runs min(parallelism, completions) pods at once)."""
+    when that is set (a Job runs min(parallelism, completions) pods at once). ``text``: the count
+    is a string holding the integer (an annotation), not an integer field."""
 
     path: PathPattern
     cap: PathPattern | None = None
     default: int = 1
+    text: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class PodSetRule:
 
     ``template``: pattern of the podset's base (a ``PodTemplateSpec`` unless ``layout`` says
     otherwise); the empty tuple means the object itself (a bare Pod). ``count``: factors whose
-    values (integers or integer strings) multiply to the number of pods; ``count_offset`` is added
+    values (non-negative integers, see :class:`Factor`) multiply to the number of pods; ``count_offset`` is added
     after. ``name``: Kueue's podset name, lower-cased as Kueue's ``NewPodSetReference`` does: a
     fixed name, the wildcard's map key (``name="role"``: ``Worker`` → ``worker``) or a field of
     that name next to the template (``name``, ``groupName``). ``leader``: see :class:`Leader`.
@@ -82,6 +84,8 @@ class PodSetRule:
     members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
     ``only_if``: the podset exists only when (path, value) holds (a RayJob's submitter).
     ``default_requests``: per-pod requests Kueue assumes when the template is absent.
+    ``keyed``: the template's ``"*"`` runs over a map keyed by role names (a Kubeflow job's
+    replica specs), not over a list.
     """
 
     template: PathPattern
@@ -93,6 +97,7 @@ class PodSetRule:
     only_if: tuple[PathPattern, Any] | None = None
     default_requests: tuple[tuple[str, str], ...] = ()
     layout: PodLayout = TEMPLATE
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,9 @@ class WorkloadKind:
     are then named ``<name>-<index>`` over the whole object (Kueue's AppWrapper adapter).
     ``frozen_unless``: on UPDATE the pod templates may not change while this (path, value) holds
     (a Job's template is immutable unless it is suspended, as the API server enforces).
+    ``counts``: the kind's other count fields (``"*"`` over lists), which Kueue does not
+    multiply into a podset but which must be non-negative integers for the object to decode
+    (``minAvailable``, a Ray worker group's ``minReplicas``/``maxReplicas``…).
     """
 
     group: str
@@ -148,4 +156,12 @@ class WorkloadKind:
     opaque: str = ""
     frozen_unless: tuple[PathPattern, Any] | None = None
     declared: str = ""
+    counts: tuple[Factor, ...] = ()
     notes: str = field(default="", compare=False)
+
+    @property
+    def built_in(self) -> bool:
+        """A Kubernetes kind (core, ``batch``, ``apps``): the API server decodes it into its Go type
+        before any webhook; the others are custom resources, checked against their CRD's schema
+        only after the mutating webhooks."""
+        return self.group in ("", "batch", "apps")

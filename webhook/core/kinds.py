@@ -47,15 +47,20 @@ def _job_pods(spec: PathPattern) -> Factor:
     return Factor((*spec, "parallelism"), cap=(*spec, "completions"))
 
 
-def _kubeflow(kind: str, group: str, version: str, replica_specs: str) -> WorkloadKind:
+def _kubeflow(
+    kind: str, group: str, version: str, replica_specs: str, extra_counts: tuple[Factor, ...] = ()
+) -> WorkloadKind:
     base = ("spec", replica_specs, "*")
     return WorkloadKind(
         group=group,
         kind=kind,
         resource=kind.lower() + "s",
         versions=(version,),
-        podsets=(PodSetRule(template=(*base, "template"), count=(Factor((*base, "replicas")),), name="role"),),
+        podsets=(
+            PodSetRule(template=(*base, "template"), count=(Factor((*base, "replicas")),), name="role", keyed=True),
+        ),
         suspend=("spec", "runPolicy", "suspend"),
+        counts=(Factor(("spec", "runPolicy", "schedulingPolicy", "minAvailable")), *extra_counts),
     )
 
 
@@ -99,6 +104,7 @@ def _ray(
         versions=("v1",),
         podsets=(*_ray_podsets(cluster), *extra),
         suspend=suspend,
+        counts=tuple(Factor((*cluster, "workerGroupSpecs", "*", field)) for field in ("minReplicas", "maxReplicas")),
         skip_if=skip_if,
         requires=requires,
     )
@@ -127,6 +133,8 @@ KINDS: tuple[WorkloadKind, ...] = (
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=(_job_pods(("spec",)),)),),
         suspend=("spec", "suspend"),
+        # Kueue's partial admission reads it with strconv.Atoi (``Job.minPodsCount``).
+        counts=(Factor(("metadata", "annotations", "kueue.x-k8s.io/job-min-parallelism"), text=True),),
         frozen_unless=(("spec", "suspend"), True),
     ),
     WorkloadKind(
@@ -169,13 +177,14 @@ KINDS: tuple[WorkloadKind, ...] = (
     _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
     # Kueue's MPIJob is mpi-operator's v2beta1; training-operator's kubeflow.org/v1 MPIJob is not
     # one Kueue manages, so it has no row and passes untouched.
-    _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs"),
+    _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs", (Factor(("spec", "slotsPerWorker")),)),
     WorkloadKind(
         group="trainer.kubeflow.org",
         kind="TrainJob",
         resource="trainjobs",
         versions=("v1alpha1",),
         suspend=("spec", "suspend"),
+        counts=(Factor(("spec", "trainer", "numNodes")),),
         opaque="a TrainJob has no pod template of its own: its pods come from its training runtime, "
         "so pod priority, topology and node affinity are set in the (Cluster)TrainingRuntime",
     ),
@@ -219,6 +228,7 @@ KINDS: tuple[WorkloadKind, ...] = (
                 leader=Leader(("spec", "leaderWorkerTemplate", "leaderTemplate"), "worker", -1),
             ),
         ),
+        counts=(Factor(("spec", "replicas")),),
     ),
     WorkloadKind(
         group="",
@@ -228,14 +238,20 @@ KINDS: tuple[WorkloadKind, ...] = (
         podsets=(
             PodSetRule(
                 template=(),
-                count=(Factor(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count")),),
+                count=(Factor(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count"), text=True),),
                 partial_if=("metadata", "labels", "kueue.x-k8s.io/pod-group-name"),
             ),
         ),
     ),
     # Kueue admits a Deployment's (and a ReplicaSet's) pods one by one: each pod is a workload of
     # one pod, so the podset has 1 pod whatever `replicas` says.
-    _pods_of("Deployment", "deployments", (), "Each pod is its own Kueue workload."),
+    _pods_of(
+        "Deployment",
+        "deployments",
+        (),
+        "Each pod is its own Kueue workload.",
+        counts=(Factor(("spec", "replicas")),),
+    ),
     _pods_of(
         "ReplicaSet",
         "replicasets",
@@ -244,6 +260,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         # Its pods are Kueue workloads themselves (Kueue's pod integration), not children: they are
         # planned like any Pod, so a Pod naming a ReplicaSet as owner cannot skip the policy.
         owns_workloads=False,
+        counts=(Factor(("spec", "replicas")),),
     ),
     # A StatefulSet is one pod group: one workload, podset `main` of `replicas` pods.
     _pods_of("StatefulSet", "statefulsets", (Factor(("spec", "replicas")),), "One pod group per StatefulSet."),
@@ -271,6 +288,10 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
         ),
         suspend=("spec", "suspend"),
+        counts=tuple(
+            Factor(("spec", "dynamicAllocation", field))
+            for field in ("initialExecutors", "minExecutors", "maxExecutors")
+        ),
         notes="Kueue builds the driver and executor pods from spec.driver / spec.executor fields.",
     ),
     WorkloadKind(

@@ -1,4 +1,6 @@
-"""Key paths into JSON objects: reading one value, expanding ``"*"`` patterns, counting.
+"""Key paths into JSON objects: reading one value, expanding and binding ``"*"`` patterns.
+
+Counts and quantities are read (and checked) by :mod:`webhook.core.wellformed`.
 
 A path is a tuple of keys (map keys and list indexes). A *pattern* may hold ``"*"``, which stands
 for every item of a list or every value of a map, in document order.
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Key", "PathPattern", "bind", "child", "dotted", "expand", "lookup", "number"]
+__all__ = ["Key", "PathPattern", "bound", "child", "dotted", "expand", "lookup"]
 
 Key = str | int
 PathPattern = tuple[str, ...]
@@ -56,19 +58,10 @@ def expand(
         yield from expand(node[head], rest, (*prefix, head))
 
 
-def bind(node: Any, pattern: PathPattern, bindings: tuple[Key, ...]) -> Any:
-    """Read ``pattern`` with its wildcards replaced, in order, by ``bindings``; None if absent."""
+def bound(pattern: PathPattern, bindings: tuple[Key, ...]) -> tuple[Key, ...]:
+    """``pattern`` with its wildcards replaced, in order, by ``bindings`` (a concrete path)."""
     keys = iter(bindings)
-    return lookup(node, tuple(next(keys) if head == "*" else head for head in pattern))
-
-
-def number(value: Any) -> int | None:
-    """A non-negative integer from an int or an ASCII-digit string (``"2"``), else None."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
+    return tuple(next(keys) if head == "*" else head for head in pattern)
 
 
 def dotted(path: tuple[Key, ...]) -> str:

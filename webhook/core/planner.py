@@ -126,8 +126,9 @@ def plan_object(
     """Plan every rule of ``team`` for a new object of kind ``row``.
 
     Returns a :class:`Plan`; a field of the wrong JSON type on a path we must read or write
-    (``labels`` as a list, a pod template that is a string …) gives a denial naming the path, with
-    ``invalid`` set.
+    (``labels`` as a list, a pod template that is a string …), or a count or quantity Kueue could
+    not read (``replicas: "abc"``, ``nvidia.com/gpu: "8Xi"``), gives a denial naming each path,
+    with ``invalid`` set, whatever the enforcement.
     """
     if not isinstance(obj.get("metadata", {}), Mapping | None):
         return malformed(Shape(("metadata",), obj.get("metadata")))
@@ -138,6 +139,8 @@ def plan_object(
     plan = Plan()
     try:
         view = kueue_view(obj, row)
+        if view.problems:  # Kueue could not read the object: nothing to plan on
+            return malformed(*view.problems)
         for podset in view.podsets:  # every map the rules read or write must be a map
             if podset.present:
                 for suffix in podset.rule.layout.maps:

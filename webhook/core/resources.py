@@ -12,8 +12,9 @@ Kueue (v0.19.2 ``pkg/workload/resources.go`` ``UseLimitsAsMissingRequestsInPod``
 - pod-level ``spec.resources.requests`` (cpu, memory, hugepages-*) replace the containers' sum;
 - ``spec.overhead`` is added.
 
-Quantities are exact decimals in base units (GPUs, CPUs, bytes). An unparsable quantity is left
-out (the API server rejects such an object anyway).
+Quantities are exact decimals in base units (GPUs, CPUs, bytes). A malformed value (an
+unparsable or negative quantity, a list where a map belongs) is left out of the sum, and reported
+when the caller collects problems (:mod:`webhook.core.wellformed`).
 """
 
 from __future__ import annotations
@@ -22,35 +23,29 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.paths import Key
+from webhook.core.wellformed import Problems, a_map, maps_of, quantity
 
 __all__ = ["Requests", "pod_requests"]
 
 Requests = dict[str, Decimal]
+Path = tuple[Key, ...]
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _maps(value: Any) -> list[Mapping[str, Any]]:
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
-
-
-def _quantities(values: Mapping[str, Any]) -> Requests:
+def _quantities(value: Any, path: Path, problems: Problems, whole: bool = False) -> Requests:
     out: Requests = {}
-    for name, value in values.items():
-        try:
-            out[str(name)] = parse_quantity(value)
-        except (QuantityError, TypeError):
-            continue
+    for name, amount in a_map(value, path, problems).items():
+        parsed = quantity(amount, (*path, name), problems, whole)
+        if parsed is not None:
+            out[str(name)] = parsed
     return out
 
 
-def _requests(resources: Mapping[str, Any]) -> Requests:
+def _requests(value: Any, path: Path, problems: Problems, whole: bool) -> Requests:
     """``requests``, with ``limits`` for the resources it leaves out (Kueue's KeepFirst merge)."""
-    merged = _quantities(_map(resources.get("limits")))
-    merged.update(_quantities(_map(resources.get("requests"))))
+    resources = a_map(value, path, problems)
+    merged = _quantities(resources.get("limits"), (*path, "limits"), problems, whole)
+    merged.update(_quantities(resources.get("requests"), (*path, "requests"), problems, whole))
     return merged
 
 
@@ -69,15 +64,24 @@ def _supported_at_pod_level(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
-def pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
-    """One pod's requests (resource name → base units) from a ``PodSpec`` map, as Kueue counts them."""
+def pod_requests(
+    pod_spec: Mapping[str, Any], problems: Problems | None = None, at: Path = (), whole: bool = False
+) -> Requests:
+    """One pod's requests (resource name → base units) from a ``PodSpec`` map, as Kueue counts them.
+
+    ``problems``: when given, each value on the way that is malformed (a ``containers`` that is no
+    list, a quantity that is no non-negative Kubernetes quantity…) is recorded there with its path
+    (``at`` is the path of ``pod_spec``); it is left out of the sum either way. ``whole``: a JSON
+    number must be whole (a custom resource's int-or-string schema refuses ``0.5``).
+    """
+    found: Problems = [] if problems is None else problems
     total: Requests = {}
-    for container in _maps(pod_spec.get("containers")):
-        _add(total, _requests(_map(container.get("resources"))))
+    for path, container in maps_of(pod_spec.get("containers"), (*at, "containers"), found):
+        _add(total, _requests(container.get("resources"), (*path, "resources"), found, whole))
     sidecars: Requests = {}
     init_peak: Requests = {}
-    for container in _maps(pod_spec.get("initContainers")):
-        own = _requests(_map(container.get("resources")))
+    for path, container in maps_of(pod_spec.get("initContainers"), (*at, "initContainers"), found):
+        own = _requests(container.get("resources"), (*path, "resources"), found, whole)
         if container.get("restartPolicy") == "Always":
             _add(total, own)
             _add(sidecars, own)
@@ -87,9 +91,9 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
             _add(needed, sidecars)
             _max(init_peak, needed)
     _max(total, init_peak)
-    pod_level = _requests(_map(pod_spec.get("resources")))
+    pod_level = _requests(pod_spec.get("resources"), (*at, "resources"), found, whole)
     for name, amount in pod_level.items():
         if _supported_at_pod_level(name):
             total[name] = amount
-    _add(total, _quantities(_map(pod_spec.get("overhead"))))
+    _add(total, _quantities(pod_spec.get("overhead"), (*at, "overhead"), found, whole))
     return total

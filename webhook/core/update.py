@@ -8,7 +8,7 @@ affinity, and the labels of pods Kueue admits one by one):
 
 - left as it was by the update → never refused, whoever sends it and whatever the policy says now
   (a value the policy no longer allows stays; an object from before the webhook stays bare);
-- introduced or changed → checked as on CREATE;
+- introduced or changed → checked as on CREATE (a malformed count or quantity too: refused);
 - dropped → put back as it was in the stored object, so a re-apply of the original manifest
   keeps it (and an immutable field, like a started Job's pod template, stays unchanged); a queue
   label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too, with a warning;
@@ -61,7 +61,11 @@ def plan_update(
         if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
             draft.set(row.suspend, True, "suspend", "put back: the update drops suspend, Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
-        for podset in kueue_view(new, row).podsets:
+        view = kueue_view(new, row)
+        introduced = [p for p in view.problems if not _same(lookup(old, p.path), p.found)]
+        if introduced:  # a malformed value the stored object already had is not this update's doing
+            return malformed(*introduced)
+        for podset in view.podsets:
             if not podset.present:
                 continue
             before = old_podsets.get(podset.path)
@@ -75,6 +79,11 @@ def plan_update(
     if not plan.changes and not plan.denials and not plan.warnings:
         plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
     return plan
+
+
+def _same(stored: Any, value: Any) -> bool:
+    """The same JSON value (``1`` is not ``true`` nor ``1.0``)."""
+    return type(stored) is type(value) and stored == value
 
 
 def _restore(draft: Draft, path: tuple[Key, ...], value: Any, rule: Any, what: str) -> None:
@@ -195,7 +204,13 @@ def _added(
     """A podset the update adds: checked and filled in as on CREATE, unless the pod templates are
     immutable (then what CREATE would add is reported: it could never be added later)."""
     validate_podset(podset, team, plan)
-    for change in plan_object(new, row, team, inventory).changes:
+    created = plan_object(new, row, team, inventory)
+    governs_podsets = team.podPriority is not None or team.topology is not None or bool(team.nodeAffinity)
+    if created.invalid and governs_podsets:  # malformed values the stored object had: nothing planned
+        found = "; ".join(d.removeprefix("malformed object: ") for d in created.denials)
+        plan.report("warn", "malformed object", f"podset {podset.name!r} added by this update gets no policy: {found}")
+        return
+    for change in created.changes:
         if change.path[: len(podset.path)] != podset.path or change.rule not in _PODSET_RULES:
             continue
         if row.frozen_unless is not None:

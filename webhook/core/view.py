@@ -18,15 +18,18 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.kinds import PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, bind, expand, lookup, number
+from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
+from webhook.core.paths import Key, PathPattern, bound, lookup
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
+from webhook.core.wellformed import Problem, Problems, a_list, a_map, count, expand_checked, maps_of
 
-__all__ = ["GROUP_NAME", "PodSet", "WorkloadView", "kueue_view"]
+__all__ = ["GROUP_NAME", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
 GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
+#: Pods per slice of a podset's sliced topology request (Kueue's TAS annotation: a count).
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -71,10 +74,16 @@ class PodSet:
 
 @dataclass(frozen=True)
 class WorkloadView:
-    """All podsets of one workload (embedded components' podsets included, AppWrapper)."""
+    """All podsets of one workload (embedded components' podsets included, AppWrapper).
+
+    ``problems``: each value the view reads that Kueue could not (a count that is no non-negative
+    integer, a quantity that is no Kubernetes quantity, a list where a map belongs…), with its
+    path, in document order (:mod:`webhook.core.wellformed`); the podsets leave such values out.
+    """
 
     row: WorkloadKind
     podsets: tuple[PodSet, ...]
+    problems: tuple[Problem, ...] = ()
 
     def total(self) -> Requests:
         """Requests of the whole workload: Σ count × per-pod requests over sized podsets."""
@@ -85,12 +94,19 @@ class WorkloadView:
         return out
 
 
-def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], led: bool) -> int:
+def _read(
+    obj: Mapping[str, Any], factor: Factor, pattern: PathPattern, bindings: tuple[Key, ...], problems: Problems
+) -> int | None:
+    path = bound(pattern, bindings)
+    return count(lookup(obj, path), path, problems, factor.text)
+
+
+def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], led: bool, problems: Problems) -> int:
     total = 1
     for factor in rule.count:
-        value = number(bind(obj, factor.path, bindings))
+        value = _read(obj, factor, factor.path, bindings, problems)
         if factor.cap is not None:
-            cap = number(bind(obj, factor.cap, bindings))
+            cap = _read(obj, factor, factor.cap, bindings, problems)
             if cap is not None:
                 value = cap if value is None else min(value, cap)
         total *= factor.default if value is None else value
@@ -98,7 +114,7 @@ def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], 
     return max(total + offset, 0)
 
 
-def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], led: bool) -> str:
+def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], led: bool, problems: Problems) -> str:
     """Kueue's podset name: lower-cased map key, a name field next to the template, or fixed."""
     if led and rule.leader is not None:
         return rule.leader.name
@@ -108,9 +124,13 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     if isinstance(last, str):
         return last.lower()
     upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
-    holder = bind(obj, upto_last_wildcard, bindings)
-    if isinstance(holder, Mapping) and isinstance(holder.get(rule.name), str):
-        return str(holder[rule.name]).lower()
+    at = bound(upto_last_wildcard, bindings)
+    holder = lookup(obj, at)
+    name = holder.get(rule.name) if isinstance(holder, Mapping) else None
+    if isinstance(name, str):
+        return name.lower()
+    if name is not None:
+        problems.append(Problem((*at, rule.name), name, "a string"))
     return f"{rule.name}-{last}"
 
 
@@ -118,47 +138,93 @@ def _defaults(rule: PodSetRule) -> Requests:
     return {name: parse_quantity(value) for name, value in rule.default_requests}
 
 
+_REQUIRED = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+
+
+def _terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] | None:
+    """The required ``nodeSelectorTerms`` (None when the pod has none), each map and list on the
+    way checked."""
+    node: Any = affinity
+    for depth, key in enumerate(_REQUIRED):
+        node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
+    for where, term in maps_of(node, (*at, *_REQUIRED), problems):
+        a_list(term.get("matchExpressions"), (*where, "matchExpressions"), problems)
+    return node if isinstance(node, list) else None
+
+
+def _strings(value: Any, at: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:
+    """A map of strings (a node selector); a value of another type is a problem."""
+    out = a_map(value, at, problems)
+    for key, item in out.items():
+        if not isinstance(item, str):
+            problems.append(Problem((*at, key), item, "a string"))
+    return out
+
+
 def _podset(
-    obj: Mapping[str, Any], rule: PodSetRule, path: tuple[Key, ...], bindings: tuple[Key, ...], base: Mapping[str, Any]
+    obj: Mapping[str, Any],
+    rule: PodSetRule,
+    path: tuple[Key, ...],
+    bindings: tuple[Key, ...],
+    base: Mapping[str, Any],
+    problems: Problems,
+    whole: bool = False,
 ) -> PodSet:
     layout = rule.layout
     led = rule.leader is not None and lookup(obj, rule.leader.path) is not None
-    spec = _map(lookup(base, layout.spec)) if layout.spec is not None else None
-    affinity = lookup(base, layout.affinity)
-    terms = lookup(affinity, ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
-    tolerations = lookup(base, layout.tolerations)
+    pods = _count(obj, rule, bindings, led, problems)  # read first: problems come in document order
+    for suffix in (*layout.maps, layout.labels):  # the maps the rules read and write
+        a_map(lookup(base, suffix), (*path, *suffix), problems)
+    requests = None
+    if layout.spec is not None:
+        spec_path = (*path, *layout.spec)
+        spec = a_map(lookup(base, layout.spec), spec_path, problems)
+        requests = pod_requests(spec, problems, spec_path, whole)
+    slice_size = (*layout.annotations, SLICE_SIZE)
+    count(lookup(base, slice_size), (*path, *slice_size), problems, text=True)
     group = lookup(base, (*layout.annotations, GROUP_NAME))
+    if group is not None and not isinstance(group, str):
+        problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))
     return PodSet(
-        name=_name(obj, rule, bindings, led),
+        name=_name(obj, rule, bindings, led, problems),
         path=path,
-        count=_count(obj, rule, bindings, led),
+        count=pods,
         base=base,
         rule=rule,
-        requests=pod_requests(spec) if spec is not None else None,
-        node_selector=_map(lookup(base, layout.node_selector)),
-        affinity_terms=terms if isinstance(terms, list) else None,
-        tolerations=[t for t in tolerations if isinstance(t, Mapping)] if isinstance(tolerations, list) else [],
+        requests=requests,
+        node_selector=_strings(lookup(base, layout.node_selector), (*path, *layout.node_selector), problems),
+        affinity_terms=_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
+        tolerations=[t for _, t in maps_of(lookup(base, layout.tolerations), (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
-        partial=rule.partial_if is not None and bind(obj, rule.partial_if, bindings) is not None,
+        partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
     )
 
 
-def _iter(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodSet]:
+def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iterator[PodSet]:
     for rule in row.podsets:
         if rule.only_if is not None and lookup(obj, rule.only_if[0]) != rule.only_if[1]:
             continue
         found = False
-        for path, bindings, base in expand(obj, rule.template):
+        for path, bindings, base in expand_checked(obj, rule.template, problems, rule.keyed):
             if isinstance(base, Mapping):
                 found = True
-                yield _podset(obj, rule, path, bindings, base)
+                yield _podset(obj, rule, path, bindings, base, problems, not row.built_in)
+            elif base is not None:
+                problems.append(Problem(path, base, "an object"))
         if not found and rule.only_if is not None:
             # Kueue assumes a default template (a RayJob's submitter): counted, nothing to govern.
             yield PodSet(
                 name=rule.name, path=rule.template, count=1, base={}, rule=rule, requests=_defaults(rule), present=False
             )
+    for factor in row.counts:
+        for path, _, value in expand_checked(obj, factor.path, problems):
+            count(value, path, problems, factor.text)
+    if row.suspend is not None:
+        suspend = lookup(obj, row.suspend)
+        if suspend is not None and not isinstance(suspend, bool):
+            problems.append(Problem(row.suspend, suspend, "a boolean"))
     if row.embedded is not None:
-        yield from _embedded(obj, row)
+        yield from _embedded(obj, row, problems)
 
 
 def _aw_path(text: str) -> tuple[Key, ...]:
@@ -178,32 +244,49 @@ def _aw_path(text: str) -> tuple[Key, ...]:
 _DECLARED = PodSetRule(template=())
 
 
-def _embedded(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodSet]:
+def _declared(
+    obj: Mapping[str, Any], at: tuple[Key, ...], component: Mapping[str, Any], declared: Any, problems: Problems
+) -> list[PodSet]:
+    """The podsets an AppWrapper component declares (``podSets``: ``path`` and ``replicas``)."""
+    found: list[PodSet] = []
+    for where, entry in maps_of(declared, (*at, "podSets"), problems):
+        text = entry.get("path")
+        if not isinstance(text, str):
+            problems.append(Problem((*where, "path"), text, "a string (the path of a pod template)"))
+            continue
+        relative = _aw_path(text)
+        base = lookup(component, relative)
+        replicas = count(entry.get("replicas"), (*where, "replicas"), problems)
+        if not isinstance(base, Mapping):
+            problems.append(Problem((*where, "path"), text, "the path of a pod template in the component"))
+            continue
+        podset = _podset(obj, _DECLARED, (*at, *relative), (), base, problems)
+        found.append(replace(podset, count=1 if replicas is None else replicas))
+    return found
+
+
+def _embedded(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iterator[PodSet]:
     """Podsets of embedded objects (AppWrapper components): declared ones, else the inner row's."""
     assert row.embedded is not None
     owner = lookup(obj, ("metadata", "name"))
     index = 0
-    for path, _, inner in expand(obj, row.embedded):
+    for path, _, inner in expand_checked(obj, row.embedded, problems):
         if not isinstance(inner, Mapping):
+            if inner is not None:
+                problems.append(Problem(path, inner, "an object"))
             continue
         component = lookup(obj, path[:-1])
         declared = component.get(row.declared) if row.declared and isinstance(component, Mapping) else None
         found: list[PodSet] = []
-        if isinstance(declared, list) and declared:
-            for entry in declared:
-                if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str):
-                    continue
-                relative = _aw_path(entry["path"])
-                base = lookup(component, relative)
-                if isinstance(base, Mapping):
-                    podset = _podset(obj, _DECLARED, (*path[:-1], *relative), (), base)
-                    count = number(entry.get("replicas"))
-                    found.append(replace(podset, count=1 if count is None else count))
-        else:
+        if declared is not None:
+            found = _declared(obj, path[:-1], component, declared, problems)
+        if not found and not declared:
             inner_row = find_kind(str(inner.get("apiVersion", "")), str(inner.get("kind", "")))
             if inner_row is None:
                 continue
-            found = [replace(p, path=(*path, *p.path)) for p in _iter(inner, inner_row)]
+            inner_problems: Problems = []
+            found = [replace(p, path=(*path, *p.path)) for p in _iter(inner, inner_row, inner_problems)]
+            problems.extend(replace(p, path=(*path, *p.path)) for p in inner_problems)
         for podset in found:
             name = f"{owner}-{index}".lower() if isinstance(owner, str) else f"{inner.get('kind')}/{podset.name}"
             index += 1
@@ -213,8 +296,12 @@ def _embedded(obj: Mapping[str, Any], row: WorkloadKind) -> Iterator[PodSet]:
 def kueue_view(obj: Mapping[str, Any], row: WorkloadKind) -> WorkloadView:
     """Kueue's view of ``obj`` (a workload of kind ``row``).
 
-    Only map-shaped podset bases are seen: one of another JSON type gets no policy, and the API
-    server refuses such an object anyway (typed decoding for built-in kinds, the CRD's schema for
-    the others).
+    Only map-shaped podset bases are seen; each value Kueue could not read (a base that is no
+    map, a malformed count or quantity…) is in the view's ``problems``, once per path.
     """
-    return WorkloadView(row=row, podsets=tuple(_iter(obj, row)))
+    problems: Problems = []
+    podsets = tuple(_iter(obj, row, problems))
+    unique: dict[tuple[Key, ...], Problem] = {}
+    for problem in problems:  # a value read twice (a Job's parallelism and its cap) is said once
+        unique.setdefault(problem.path, problem)
+    return WorkloadView(row=row, podsets=podsets, problems=tuple(unique.values()))

@@ -16,7 +16,7 @@ from typing import Any
 from webhook.core.draft import Draft, Plan
 from webhook.core.inventory import NodeInventory, PodConstraints
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
-from webhook.core.view import PodSet
+from webhook.core.view import SLICE_SIZE, PodSet
 
 __all__ = [
     "PREFERRED",
@@ -35,7 +35,6 @@ REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
-SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 #: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
 _LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)

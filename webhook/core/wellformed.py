@@ -1,0 +1,189 @@
+"""Values Kueue must be able to read: pod counts, resource quantities and the maps and lists on
+the way to them.
+
+The API server decodes a built-in kind into its Go type before it calls mutating webhooks, but a
+custom resource (PyTorchJob, JobSet, RayJob…) reaches them before its schema is checked, and
+``kgov mutate`` has no API server at all. So :mod:`webhook.core.view` reads every such value
+through this module, and each one Kueue could not read (``replicas: "abc"``, ``parallelism: -3``,
+``nvidia.com/gpu: "8Xi"``, ``containers: "notalist"``…) becomes a :class:`Problem` naming its path;
+the planner refuses the object with them (a malformed object is denied whatever the enforcement,
+HTTP 422), never counts it as something else.
+
+Kubernetes sources: the int32 fields of the workload types (``replicas``, ``parallelism``,
+``completions``, ``numOfHosts``…, ``+optional`` pointers: null is unset), ``resource.Quantity``
+(``k8s.io/apimachinery/pkg/api/resource``: a JSON string or number of the quantity grammar) and
+``ValidateResourceQuantityValue`` (requests, limits and overhead must be non-negative).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.admission import json_type
+from webhook.core.paths import Key, PathPattern, dotted
+from webhook.core.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "INT32_MAX",
+    "Problem",
+    "Problems",
+    "a_list",
+    "a_map",
+    "count",
+    "describe",
+    "expand_checked",
+    "maps_of",
+    "quantity",
+]
+
+#: The largest value of the int32 count fields (Kubernetes ``int32``).
+INT32_MAX = 2**31 - 1
+#: Longest rendering of a value quoted in a message.
+_SHOWN = 64
+#: ``strconv.Atoi`` of a count kept in an annotation, without a sign that makes it negative.
+_TEXT_COUNT = re.compile(r"\+?[0-9]+")
+QUANTITY_EXAMPLES = "e.g. 8, 500m, 64Gi"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A value at ``path`` (keys from the object root) that is not ``expected`` (a phrase with
+    its article: ``"an object"``, ``"a non-negative integer"``)."""
+
+    path: tuple[Key, ...]
+    found: Any
+    expected: str
+
+    def message(self) -> str:
+        """``spec.parallelism must be a non-negative integer, got number -3``."""
+        return f"{dotted(self.path)} must be {self.expected}, got {describe(self.found)}"
+
+
+Problems = list[Problem]
+
+
+def describe(value: Any) -> str:
+    """A value's JSON type, and for a scalar its JSON text (cut at 64 characters):
+    ``string "abc"``, ``number -7``, ``boolean true``, ``array``."""
+    if isinstance(value, Mapping | list) or value is None:
+        return json_type(value)
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) > _SHOWN:
+        text = f"{text[: _SHOWN - 1]}…"
+    return f"{json_type(value)} {text}"
+
+
+def a_map(value: Any, path: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:
+    """The map at ``path``; {} when unset (absent or null) or, with a problem recorded, not a map."""
+    if type(value) is dict or isinstance(value, Mapping):  # exact dict first: the abc check is slow
+        return value
+    if value is not None:
+        problems.append(Problem(path, value, "an object"))
+    return {}
+
+
+def a_list(value: Any, path: tuple[Key, ...], problems: Problems) -> list[Any]:
+    """The list at ``path``; [] when unset or, with a problem recorded, not a list."""
+    if isinstance(value, list):
+        return value
+    if value is not None:
+        problems.append(Problem(path, value, "an array"))
+    return []
+
+
+def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple[tuple[Key, ...], Mapping[str, Any]]]:
+    """The items of the list at ``path`` with their paths, each a map ([] when the list is unset);
+    a list of another type, or an item that is no map (``null`` too), is a problem."""
+    out: list[tuple[tuple[Key, ...], Mapping[str, Any]]] = []
+    for index, item in enumerate(a_list(value, path, problems)):
+        if type(item) is dict or isinstance(item, Mapping):
+            out.append(((*path, index), item))
+        else:
+            problems.append(Problem((*path, index), item, "an object"))
+    return out
+
+
+def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = False) -> int | None:
+    """A count (replicas, parallelism…): an integer from 0 to :data:`INT32_MAX` (a whole number
+    written ``2.0`` too); None when unset, or, with a problem recorded, malformed (a string, a
+    fraction, a boolean, a negative number).
+
+    ``text``: the count is kept in an annotation, a string Kueue parses with ``strconv.Atoi`` /
+    ``ParseInt`` and refuses below 1 (``pod-group-total-count``, ``job-min-parallelism``,
+    ``podset-slice-size``).
+    """
+    if value is None:
+        return None
+    if text:
+        if not isinstance(value, str) or not _TEXT_COUNT.fullmatch(value) or int(value) < 1:
+            problems.append(Problem(path, value, 'a string holding a positive integer (e.g. "4")'))
+            return None
+        number = int(value)
+    elif type(value) is int and value >= 0:
+        number = value
+    elif type(value) is float and value.is_integer() and value >= 0:
+        # YAML `2.0`: kubectl sends it as the JSON number 2 (sigs.k8s.io/yaml), a CRD's schema takes it.
+        number = int(value)
+    else:
+        problems.append(Problem(path, value, "a non-negative integer"))
+        return None
+    if number > INT32_MAX:
+        problems.append(Problem(path, value, f"at most {INT32_MAX} (an int32)"))
+        return None
+    return number
+
+
+def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool = False) -> Decimal | None:
+    """A resource quantity of requests, limits or overhead, in base units; None when unset or,
+    with a problem recorded, not a non-negative Kubernetes quantity (``"8Xi"``, ``"-8"``, ``true``).
+
+    ``whole``: a JSON number must be a whole one, as in a custom resource, whose schema types a
+    quantity ``x-kubernetes-int-or-string`` (``0.5`` refused, ``"500m"`` taken); a built-in kind's
+    ``resource.Quantity`` takes ``0.5``.
+    """
+    if value is None:
+        return None
+    if whole and type(value) is float and not value.is_integer():
+        problems.append(Problem(path, value, 'a whole number or a quantity string (e.g. 8, "500m", "64Gi")'))
+        return None
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        problems.append(Problem(path, value, f"a Kubernetes quantity ({QUANTITY_EXAMPLES})"))
+        return None
+    if amount < 0:
+        problems.append(Problem(path, value, f"a non-negative quantity ({QUANTITY_EXAMPLES})"))
+        return None
+    return amount
+
+
+def expand_checked(
+    node: Any, pattern: PathPattern, problems: Problems, keyed: bool = False, prefix: tuple[Key, ...] = ()
+) -> Iterator[tuple[tuple[Key, ...], tuple[Key, ...], Any]]:
+    """:func:`webhook.core.paths.expand`, recording each value on the way that is set but is not
+    the container the next key needs: a map for a name, a list for ``"*"`` (a map when ``keyed``:
+    the items are keyed by role names, a Kubeflow job's replica specs)."""
+    if not pattern:
+        yield prefix, (), node
+        return
+    if node is None:
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        items: list[tuple[Key, Any]]
+        if keyed:
+            items = list(a_map(node, prefix, problems).items())
+        else:
+            items = list(enumerate(a_list(node, prefix, problems)))
+        for key, item in items:
+            for path, bindings, value in expand_checked(item, rest, problems, keyed, (*prefix, key)):
+                yield path, (key, *bindings), value
+    else:
+        holder = a_map(node, prefix, problems)
+        if head in holder:
+            yield from expand_checked(holder[head], rest, problems, keyed, (*prefix, head))
