@@ -200,8 +200,10 @@ async def test_list_then_events_then_the_watch_resumes_from_the_last_version(
         ),
     )
     cache = caches[0]
-    notices = start(cache)
+    notices = start(cache, retry_delay=0.3)
     await until(lambda: len(server.requests) == 3)
+    # A watch the API server ended at once is followed by a pause, not by a busy loop.
+    assert server.times[2] - server.times[1] >= 0.3
     # A list, a watch from the list's version with bookmarks, and after the stream ended (the
     # watch's timeout) a new watch from the bookmark's version: no second list.
     assert server.watches() == ["list", "1600", "1650"]

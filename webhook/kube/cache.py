@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -169,8 +170,12 @@ class ObjectCache:
                     await self._relist()
                     listed = True
                     delay = self.retry_delay
+                began = time.monotonic()
                 await self._watch()
-                # The API server ended the watch at its timeout: watch again from the last version.
+                # The API server ended the watch at its timeout: watch again from the last version
+                # (after a pause when it ended at once, so that such a server makes no busy loop).
+                if time.monotonic() - began < 1.0:
+                    await asyncio.sleep(self.retry_delay)
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
