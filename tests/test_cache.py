@@ -101,10 +101,11 @@ def events(lines: list[dict[str, Any]], end: str = "close") -> Answer:
 
 
 class ReplayServer:
-    """Answers each request with the next queued answer (waiting for one) and records its query."""
+    """Answers each request with the next answer queued for its resource (waiting for one) and
+    records its query."""
 
     def __init__(self) -> None:
-        self.answers: asyncio.Queue[Answer] = asyncio.Queue()
+        self.answers: dict[str, asyncio.Queue[Answer]] = {}
         self.requests: list[dict[str, str]] = []
         self.times: list[float] = []
         self.closing = asyncio.Event()
@@ -114,9 +115,10 @@ class ReplayServer:
         self.runner = web.AppRunner(app, shutdown_timeout=0.5)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests.append({"resource": request.match_info["resource"], **request.query})
+        resource = request.match_info["resource"]
+        self.requests.append({"resource": resource, **request.query})
         self.times.append(time.monotonic())
-        getter = asyncio.ensure_future(self.answers.get())
+        getter = asyncio.ensure_future(self._queue(resource).get())
         closer = asyncio.ensure_future(self.closing.wait())
         done, pending = await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
@@ -125,9 +127,13 @@ class ReplayServer:
             return web.Response(status=503)
         return await getter.result()(request)
 
-    def queue(self, *answers: Answer) -> None:
+    def _queue(self, resource: str) -> asyncio.Queue[Answer]:
+        return self.answers.setdefault(resource, asyncio.Queue())
+
+    def queue(self, *answers: Answer, resource: str = "nodes") -> None:
+        """Answers for the next requests to ``/api/v1/<resource>``, in order."""
         for answer in answers:
-            self.answers.put_nowait(answer)
+            self._queue(resource).put_nowait(answer)
 
     def api(self) -> client.ApiClient:
         configuration = client.Configuration()
