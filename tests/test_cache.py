@@ -100,6 +100,18 @@ def events(lines: list[dict[str, Any]], end: str = "close") -> Answer:
     return answer
 
 
+def silence(closing: asyncio.Event) -> Answer:
+    """A watch answer whose headers arrive and then nothing, as on a connection dead without a close."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await closing.wait()
+        return response
+
+    return answer
+
+
 class ReplayServer:
     """Answers each request with the next answer queued for its resource (waiting for one) and
     records its query."""
@@ -266,6 +278,16 @@ async def test_a_dropped_watch_relists_after_a_back_off(server: ReplayServer, ca
     assert server.watches() == ["list", "1600", "list", "1700"]
     assert server.times[2] - server.times[1] >= 0.2
     assert cache.objects[NAMES[1]]["spec"] == {}  # the re-list is the truth, not the event before the cut
+
+
+async def test_a_silent_watch_is_given_up_after_the_read_timeout(
+    server: ReplayServer, caches: list[ObjectCache]
+) -> None:
+    server.queue(listing(node_list("1600")), silence(server.closing), listing(node_list("1700")))
+    start(caches[0], retry_delay=0.05, read_timeout=0.5)
+    await until(lambda: len(server.requests) == 4)
+    assert server.watches() == ["list", "1600", "list", "1700"]
+    assert server.times[2] - server.times[1] >= 0.5
 
 
 async def test_error_answers_to_the_watch_back_off_doubling(server: ReplayServer, caches: list[ObjectCache]) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -48,8 +49,9 @@ class ObjectCache:
     ``resourceVersion``; when the API server ends a watch (its ``timeoutSeconds``) the next watch
     resumes from the last version seen (an event's object or a ``BOOKMARK``). ``410 Gone`` (the
     version is older than the API server keeps) re-lists at once; any other failure (an error
-    answer, a dropped connection) re-lists after a back-off of ``retry_delay`` seconds, doubling
-    up to ``retry_max``.
+    answer, a dropped connection, ``read_timeout`` seconds without a byte: a connection dead
+    without a close) re-lists after a back-off of ``retry_delay`` seconds, doubling up to
+    ``retry_max``.
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class ObjectCache:
         watch_timeout: int = 300,
         retry_delay: float = 1.0,
         retry_max: float = 30.0,
+        read_timeout: float | None = None,
     ) -> None:
         self.name = name
         self._api = api
@@ -72,6 +75,8 @@ class ObjectCache:
         self.watch_timeout = watch_timeout
         self.retry_delay = retry_delay
         self.retry_max = retry_max
+        #: Seconds without a byte before a list or watch is given up (default: the watch's timeout + 30 s).
+        self.read_timeout = read_timeout if read_timeout is not None else watch_timeout + 30.0
         self._task: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
 
@@ -132,7 +137,7 @@ class ObjectCache:
 
     # -- the list + watch loop -------------------------------------------------------------------
     async def _relist(self) -> None:
-        listing = await self._list(_preload_content=False)
+        listing = await self._list(_preload_content=False, _request_timeout=self._timeout())
         try:
             # Without preloading, kubernetes-asyncio hands back error answers too: a 403 or 500
             # Status read as a list would empty the cache and mark it synced.
@@ -156,10 +161,14 @@ class ObjectCache:
             resource_version=self.resource_version,
             timeout_seconds=self.watch_timeout,
             allow_watch_bookmarks=True,
+            _request_timeout=self._timeout(),
         ) as events:
             async for event in events:
                 if self.apply(event):
                     self._changed()
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(sock_connect=10.0, sock_read=self.read_timeout)
 
     async def _run(self) -> None:
         delay = self.retry_delay
