@@ -237,13 +237,24 @@ async def test_list_then_events_then_the_watch_resumes_from_the_last_version(
     assert sorted(n.name for n in inventory.nodes if not n.schedulable) == ["gpu-1-1-1-1"]
 
 
+def text(body: str, code: int) -> Answer:
+    async def answer(_: web.Request) -> web.StreamResponse:
+        return web.Response(text=body, status=code, content_type="text/html")
+
+    return answer
+
+
 async def test_list_answer_without_items_or_with_an_error_never_syncs_an_empty_cache(
     server: ReplayServer, caches: list[ObjectCache]
 ) -> None:
-    server.queue(listing(FORBIDDEN, code=403))
+    server.queue(
+        listing(FORBIDDEN, code=403),
+        text("<html><body>502 Bad Gateway</body></html>", 502),  # a proxy in front of the API server
+        listing({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}}),  # no items
+    )
     cache = caches[0]
-    start(cache, retry_delay=0.05)
-    await until(lambda: len(server.requests) == 2)  # refused, then retried after the back-off
+    start(cache, retry_delay=0.05, retry_max=0.1)
+    await until(lambda: len(server.requests) == 4)  # each refused, then retried after the back-off
     assert not cache.synced.is_set() and cache.objects == {}
     server.queue(listing(node_list("1600")))
     await until(cache.synced.is_set)
