@@ -2,11 +2,13 @@
 
 The cache runs its real kubernetes-asyncio ``CoreV1Api.list_node`` / ``list_namespace`` calls and
 the library's ``Watch`` against an HTTP server on 127.0.0.1 that replays answers in order and
-records each request's query. The node objects are the eight recorded from the e2e cluster
-(``tests/data/why/bundled.json``); the answers around them are in the API server's wire format: a
-``NodeList``, watch events ``{"type", "object"}`` one per line, a ``BOOKMARK`` carrying only a
-``resourceVersion``, and a ``metav1.Status`` with code 410 ``Expired`` for a version the API server
-no longer keeps (as an ``ERROR`` event, or as the answer to the watch request itself).
+records each request's query. The answers are what a real kube-apiserver v1.36.1 sent, recorded by
+``tests/data/watch/record.py``: a ``NodeList`` of seven nodes, then a watch from its version in
+which one node is cordoned, one tainted ``NoExecute``, one deleted and one added, ending with a
+``BOOKMARK``; the namespace list and a namespace created, relabelled and deleted; and for each the
+``ERROR`` event with the ``410 Expired`` Status a watch from a compacted version gets. Where a test
+needs an answer the recording has not (a 403, a proxy's 502, a connection cut or gone silent, a
+second list), it is made from the recorded ones.
 """
 
 from __future__ import annotations
@@ -27,50 +29,71 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from webhook.kube.cache import ObjectCache, inventory_of, namespace_labels, node_cache
 
-RECORDED = Path(__file__).resolve().parent / "data" / "why" / "bundled.json"
-NAMES = [f"gpu-1-{b}-{r}-{h}" for b in (1, 2) for r in (1, 2) for h in (1, 2)]
+WATCH = Path(__file__).resolve().parent / "data" / "watch"
+NODES: dict[str, Any] = json.loads((WATCH / "nodes.json").read_text())
+NAMESPACES: dict[str, Any] = json.loads((WATCH / "namespaces.json").read_text())
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def recorded_nodes() -> list[dict[str, Any]]:
-    nodes: list[dict[str, Any]] = copy.deepcopy(json.loads(RECORDED.read_text())["nodes"])
-    assert [n["metadata"]["name"] for n in nodes] == NAMES
-    return nodes
+def names(listing: dict[str, Any]) -> list[str]:
+    return [item["metadata"]["name"] for item in listing["items"]]
 
 
-def node_list(version: str, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    items = recorded_nodes() if nodes is None else nodes
-    return {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items}
+def version(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
 
 
-def event(kind: str, obj: dict[str, Any], version: str) -> dict[str, Any]:
-    obj = copy.deepcopy(obj)
-    obj["metadata"]["resourceVersion"] = version
-    return {"type": kind, "object": obj}
-
-
-def bookmark(version: str) -> dict[str, Any]:
-    obj = {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": version}}
-    return {"type": "BOOKMARK", "object": obj}
+def node_list(new_version: str | None = None, keep: int | None = None) -> dict[str, Any]:
+    """The recorded node list; with ``new_version``, as a later list would be (first ``keep`` nodes)."""
+    listing = copy.deepcopy(NODES["list"])
+    if new_version is not None:
+        listing["metadata"]["resourceVersion"] = new_version
+    if keep is not None:
+        listing["items"] = listing["items"][:keep]
+    return listing
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+    """A metav1 Status answer, shaped like the recorded 410."""
+    out = copy.deepcopy(NODES["expired"][0]["object"])
+    out.update(code=code, reason=reason, message=message)
+    return out
 
 
-EXPIRED = status(410, "Expired", "too old resource version: 1600 (1812)")
+LIST_VERSION = version(NODES["list"])
+#: The recorded watch: what each event is, in order.
+EVENTS = [(e["type"], e["object"]["metadata"].get("name")) for e in NODES["events"]]
+EXPIRED = NODES["expired"][0]["object"]
 FORBIDDEN = status(
     403, "Forbidden", 'nodes is forbidden: User "system:serviceaccount:x:y" cannot list resource "nodes"'
 )
+
+
+def test_the_recording_is_what_the_tests_expect() -> None:
+    assert names(NODES["list"]) == [f"gpu-1-{b}-{r}-{h}" for b in (1, 2) for r in (1, 2) for h in (1, 2)][:7]
+    assert EVENTS == [
+        ("MODIFIED", "gpu-1-1-1-1"),
+        ("MODIFIED", "gpu-1-1-2-1"),
+        ("DELETED", "gpu-1-2-2-1"),
+        ("ADDED", "gpu-1-2-2-2"),
+        ("BOOKMARK", None),
+    ]
+    assert NODES["events"][0]["object"]["spec"]["unschedulable"] is True
+    assert NODES["expired"] == NAMESPACES["expired"][:1] == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "The resourceVersion for the provided watch is too old.",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
 
 
 # -- answers the replaying server gives ----------------------------------------------------------
@@ -96,6 +119,13 @@ def events(lines: list[dict[str, Any]], end: str = "close") -> Answer:
             return response
         await response.write_eof()
         return response
+
+    return answer
+
+
+def text(body: str, code: int) -> Answer:
+    async def answer(_: web.Request) -> web.StreamResponse:
+        return web.Response(text=body, status=code, content_type="text/html")
 
     return answer
 
@@ -201,22 +231,7 @@ def start(cache: ObjectCache, **settings: Any) -> list[int]:
 async def test_list_then_events_then_the_watch_resumes_from_the_last_version(
     server: ReplayServer, caches: list[ObjectCache]
 ) -> None:
-    nodes = recorded_nodes()
-    cordoned = copy.deepcopy(nodes[0])
-    cordoned["spec"] = {"unschedulable": True}
-    added = copy.deepcopy(nodes[7])
-    added["metadata"]["name"] = added["metadata"]["labels"]["kubernetes.io/hostname"] = "gpu-1-2-2-3"
-    server.queue(
-        listing(node_list("1600")),
-        events(
-            [
-                event("MODIFIED", cordoned, "1601"),
-                event("DELETED", nodes[7], "1602"),
-                event("ADDED", added, "1603"),
-                bookmark("1650"),
-            ]
-        ),
-    )
+    server.queue(listing(NODES["list"]), events(NODES["events"]))
     cache = caches[0]
     notices = start(cache, retry_delay=0.3)
     await until(lambda: len(server.requests) == 3)
@@ -224,24 +239,21 @@ async def test_list_then_events_then_the_watch_resumes_from_the_last_version(
     assert server.times[2] - server.times[1] >= 0.3
     # A list, a watch from the list's version with bookmarks, and after the stream ended (the
     # watch's timeout) a new watch from the bookmark's version: no second list.
-    assert server.watches() == ["list", "1600", "1650"]
+    assert server.watches() == ["list", LIST_VERSION, version(NODES["events"][-1]["object"])]
     assert {k: server.requests[1][k].lower() for k in ("allowWatchBookmarks", "timeoutSeconds")} == {
         "allowWatchBookmarks": "true",
         "timeoutSeconds": "300",
     }
     assert cache.synced.is_set()
-    assert sorted(cache.objects) == sorted([*NAMES[:7], "gpu-1-2-2-3"])
-    assert cache.resource_version == "1650"
-    assert notices == [8, 8, 7, 8]  # the list, then one notice per changing event (not the bookmark)
-    inventory = inventory_of(cache)
-    assert sorted(n.name for n in inventory.nodes if not n.schedulable) == ["gpu-1-1-1-1"]
-
-
-def text(body: str, code: int) -> Answer:
-    async def answer(_: web.Request) -> web.StreamResponse:
-        return web.Response(text=body, status=code, content_type="text/html")
-
-    return answer
+    assert sorted(cache.objects) == [
+        *("gpu-1-1-1-1", "gpu-1-1-1-2", "gpu-1-1-2-1", "gpu-1-1-2-2"),
+        *("gpu-1-2-1-1", "gpu-1-2-1-2", "gpu-1-2-2-2"),
+    ]
+    assert cache.resource_version == version(NODES["events"][-1]["object"])
+    assert notices == [7, 7, 7, 6, 7]  # the list, then one notice per changing event (not the bookmark)
+    inventory = {node.name: node for node in inventory_of(cache).nodes}
+    assert [name for name, node in inventory.items() if not node.schedulable] == ["gpu-1-1-1-1"]
+    assert {"key": "example.com/maintenance", "value": "yes", "effect": "NoExecute"} in inventory["gpu-1-1-2-1"].taints
 
 
 async def test_list_answer_without_items_or_with_an_error_never_syncs_an_empty_cache(
@@ -256,62 +268,61 @@ async def test_list_answer_without_items_or_with_an_error_never_syncs_an_empty_c
     start(cache, retry_delay=0.05, retry_max=0.1)
     await until(lambda: len(server.requests) == 4)  # each refused, then retried after the back-off
     assert not cache.synced.is_set() and cache.objects == {}
-    server.queue(listing(node_list("1600")))
+    server.queue(listing(NODES["list"]))
     await until(cache.synced.is_set)
-    assert sorted(cache.objects) == NAMES
+    assert sorted(cache.objects) == names(NODES["list"])
 
 
 # -- 410 Gone and broken watches -----------------------------------------------------------------
 @pytest.mark.parametrize("how", ["error-event", "http-410"])
 async def test_an_expired_version_relists_at_once(server: ReplayServer, caches: list[ObjectCache], how: str) -> None:
-    expired = events([{"type": "ERROR", "object": EXPIRED}]) if how == "error-event" else listing(EXPIRED, code=410)
-    server.queue(listing(node_list("1600")), expired, listing(node_list("1812", recorded_nodes()[:6])))
+    # The recorded answer is the ERROR event; an HTTP 410 to the watch request is handled the same.
+    expired = events(NODES["expired"]) if how == "error-event" else listing(EXPIRED, code=410)
+    later = str(int(LIST_VERSION) + 100)
+    server.queue(listing(NODES["list"]), expired, listing(node_list(later, keep=5)))
     cache = caches[0]
     start(cache, retry_delay=5.0)  # a back-off would show: the re-list must not wait for it
     await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", "1600", "list", "1812"]
+    assert server.watches() == ["list", LIST_VERSION, "list", later]
     assert server.times[2] - server.times[1] < 2.0
-    assert sorted(cache.objects) == NAMES[:6]  # what disappeared while the watch was gone is gone
+    assert sorted(cache.objects) == names(NODES["list"])[:5]  # what went while the watch was gone is gone
 
 
 async def test_a_dropped_watch_relists_after_a_back_off(server: ReplayServer, caches: list[ObjectCache]) -> None:
-    nodes = recorded_nodes()
-    cordoned = copy.deepcopy(nodes[1])
-    cordoned["spec"] = {"unschedulable": True}
-    server.queue(
-        listing(node_list("1600")),
-        events([event("MODIFIED", cordoned, "1601")], end="drop"),
-        listing(node_list("1700")),
-    )
+    later = str(int(LIST_VERSION) + 100)
+    server.queue(listing(NODES["list"]), events(NODES["events"][:1], end="drop"), listing(node_list(later)))
     cache = caches[0]
     start(cache, retry_delay=0.2)
     await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", "1600", "list", "1700"]
+    assert server.watches() == ["list", LIST_VERSION, "list", later]
     assert server.times[2] - server.times[1] >= 0.2
-    assert cache.objects[NAMES[1]]["spec"] == {}  # the re-list is the truth, not the event before the cut
+    # The re-list is the truth, not the event before the cut (the cordon it carried).
+    assert "unschedulable" not in cache.objects["gpu-1-1-1-1"]["spec"]
 
 
 async def test_a_silent_watch_is_given_up_after_the_read_timeout(
     server: ReplayServer, caches: list[ObjectCache]
 ) -> None:
-    server.queue(listing(node_list("1600")), silence(server.closing), listing(node_list("1700")))
+    later = str(int(LIST_VERSION) + 100)
+    server.queue(listing(NODES["list"]), silence(server.closing), listing(node_list(later)))
     start(caches[0], retry_delay=0.05, read_timeout=0.5)
     await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", "1600", "list", "1700"]
+    assert server.watches() == ["list", LIST_VERSION, "list", later]
     assert server.times[2] - server.times[1] >= 0.5
 
 
 async def test_error_answers_to_the_watch_back_off_doubling(server: ReplayServer, caches: list[ObjectCache]) -> None:
+    timed_out = status(500, "InternalError", "etcdserver: request timed out")
     server.queue(
-        listing(node_list("1600")),
-        listing(status(500, "InternalError", "etcdserver: request timed out"), code=500),
+        listing(NODES["list"]),
+        listing(timed_out, code=500),
         listing(node_list("1601")),
-        listing(status(500, "InternalError", "etcdserver: request timed out"), code=500),
+        listing(timed_out, code=500),
         listing(node_list("1602")),
     )
     start(caches[0], retry_delay=0.3, retry_max=10.0)
     await until(lambda: len(server.requests) == 6)
-    assert server.watches() == ["list", "1600", "list", "1601", "list", "1602"]
+    assert server.watches() == ["list", LIST_VERSION, "list", "1601", "list", "1602"]
     # A successful list resets the back-off: both waits are the first one's (not 0.3 s then 0.6 s).
     for failed in (1, 3):
         assert 0.3 <= server.times[failed + 1] - server.times[failed] < 0.6
@@ -330,48 +341,49 @@ def offline_cache(name: str = "nodes") -> ObjectCache:
 def test_replace_takes_items_by_name_and_the_lists_version() -> None:
     cache = offline_cache()
     cache.objects = {"stale": {"metadata": {"name": "stale"}}}
-    cache.replace(node_list("1600", [*recorded_nodes()[:2], {"metadata": {}}, "not an object"]))  # type: ignore[list-item]
-    assert sorted(cache.objects) == NAMES[:2]
-    assert cache.resource_version == "1600"
+    listing = node_list()
+    listing["items"] += [{"metadata": {}}, "not an object"]
+    cache.replace(listing)
+    assert sorted(cache.objects) == names(NODES["list"])
+    assert cache.resource_version == LIST_VERSION
 
 
-def test_events_change_objects_and_every_event_moves_the_version() -> None:
+def test_each_recorded_event_and_the_version_it_leaves() -> None:
     cache = offline_cache()
-    nodes = recorded_nodes()
-    cache.replace(node_list("1600", nodes[:2]))
-    assert cache.apply(bookmark("1610")) is False
-    assert (cache.resource_version, sorted(cache.objects)) == ("1610", NAMES[:2])
-    assert cache.apply(event("DELETED", nodes[5], "1611")) is False  # not cached: nothing changes
-    assert cache.resource_version == "1611"
-    assert cache.apply(event("ADDED", nodes[5], "1612")) is True
-    assert cache.apply(event("DELETED", nodes[0], "1613")) is True
-    assert (cache.resource_version, sorted(cache.objects)) == ("1613", [NAMES[1], NAMES[5]])
-    assert cache.apply({"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "1614"}}}) is False
+    cache.replace(node_list())
+    changed = []
+    for recorded in NODES["events"]:
+        changed.append(cache.apply(recorded))
+        assert cache.resource_version == version(recorded["object"])
+    assert changed == [True, True, True, True, False]  # the bookmark only moves the version
+    assert "gpu-1-2-2-1" not in cache.objects and "gpu-1-2-2-2" in cache.objects
+    # A deletion of what the cache does not hold changes nothing but the version.
+    assert cache.apply(NODES["events"][2]) is False
 
 
 def test_an_error_event_raises_with_its_code() -> None:
     with pytest.raises(ApiException) as raised:
-        offline_cache().apply({"type": "ERROR", "object": EXPIRED})
+        offline_cache().apply(NODES["expired"][0])
     assert raised.value.status == 410
-    assert "Expired: too old resource version" in str(raised.value)
+    assert "Expired: The resourceVersion for the provided watch is too old." in str(raised.value)
 
 
-def test_namespace_labels_follow_the_events() -> None:
+def test_namespace_labels_follow_the_recorded_events() -> None:
     cache = offline_cache("namespaces")
-    ns = {
-        "kind": "Namespace",
-        "apiVersion": "v1",
-        "metadata": {"name": "ml-dev", "labels": {"kubernetes.io/metadata.name": "ml-dev", "team": "ml"}},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    }
-    cache.replace({"kind": "NamespaceList", "metadata": {"resourceVersion": "10"}, "items": [ns]})
+    cache.replace(NAMESPACES["list"])
     lookup = namespace_labels(cache)
-    assert lookup("ml-dev") == {"kubernetes.io/metadata.name": "ml-dev", "team": "ml"}
-    assert lookup("other") is None
-    relabelled = copy.deepcopy(ns)
-    relabelled["metadata"]["labels"]["team"] = "infra"
-    assert cache.apply(event("MODIFIED", relabelled, "11")) is True
-    assert lookup("ml-dev") == {"kubernetes.io/metadata.name": "ml-dev", "team": "infra"}
-    assert cache.apply(event("DELETED", relabelled, "12")) is True
+    assert lookup("kube-system") == {"kubernetes.io/metadata.name": "kube-system"}
     assert lookup("ml-dev") is None
+    seen = []
+    for recorded in NAMESPACES["events"]:
+        cache.apply(recorded)
+        seen.append(lookup("ml-dev"))
+    # Created with team=ml, relabelled team=infra, then Terminating (still there: its finalizer runs).
+    assert seen[:3] == [
+        {"kubernetes.io/metadata.name": "ml-dev", "team": "ml"},
+        {"kubernetes.io/metadata.name": "ml-dev", "team": "infra"},
+        {"kubernetes.io/metadata.name": "ml-dev", "team": "infra"},
+    ]
+    assert cache.objects["ml-dev"]["status"]["phase"] == "Terminating"
+    gone = {"type": "DELETED", "object": cache.objects["ml-dev"]}
+    assert cache.apply(gone) is True and lookup("ml-dev") is None

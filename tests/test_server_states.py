@@ -3,8 +3,8 @@ logged and counted), no policies yet (503), and ``/readyz`` until every input is
 
 Real aiohttp servers on 127.0.0.1 throughout. The fault is injected by replacing the review
 function for one request (nothing else is replaced). ``--watch-cluster`` runs against the replaying
-API server of ``test_cache`` (recorded nodes, the real kubernetes-asyncio client and kubeconfig
-loader).
+API server of ``test_cache`` (lists recorded from a real API server, the real kubernetes-asyncio
+client and kubeconfig loader).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 import structlog
 from conftest import LOOPBACK, ServerFactory, free_port
-from test_cache import ReplayServer, listing, node_list, recorded_nodes
-from test_server import RESEARCH, job, metric_samples, post_review, review_of, sample_value, session_for, wait_until
+from test_cache import NAMESPACES, NODES, ReplayServer, listing
+from test_server import job, metric_samples, post_review, review_of, sample_value, session_for, wait_until
 
 import webhook.handlers
 from webhook.handlers import make_app, make_metrics_app
@@ -149,7 +149,7 @@ async def test_before_policies_load_mutate_is_503_and_readyz_says_what_is_missin
         async with session.post(unloaded.url("/mutate"), json=review_of(job())) as resp:
             assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
         state.certificate_loaded = True
-        nodes.replace(node_list("1600"))
+        nodes.replace(NODES["list"])
         nodes.synced.set()
         assert (await readyz(session, unloaded))[1]["reasons"] == ["node inventory not built"]
         state.inventory = inventory_of(nodes)
@@ -185,20 +185,6 @@ def kubeconfig(path: Path, port: int) -> Path:
     return path
 
 
-NAMESPACES = {
-    "kind": "NamespaceList",
-    "apiVersion": "v1",
-    "metadata": {"resourceVersion": "1600"},
-    "items": [
-        {
-            "metadata": {"name": RESEARCH, "labels": {"kubernetes.io/metadata.name": RESEARCH}},
-            "spec": {"finalizers": ["kubernetes"]},
-            "status": {"phase": "Active"},
-        }
-    ],
-}
-
-
 async def test_watch_cluster_is_ready_only_once_namespaces_and_nodes_are_listed(
     start_server: ServerFactory, api_server: ReplayServer, tmp_path: Path
 ) -> None:
@@ -214,9 +200,9 @@ async def test_watch_cluster_is_ready_only_once_namespaces_and_nodes_are_listed(
 
         await wait_until(lambda: _true(len(api_server.requests) >= 2))
         assert await reasons() == ["namespaces cache not synced", "nodes cache not synced", "node inventory not built"]
-        api_server.queue(listing(NAMESPACES), resource="namespaces")
+        api_server.queue(listing(NAMESPACES["list"]), resource="namespaces")
         await wait_until(lambda: _reasons_are(reasons, ["nodes cache not synced", "node inventory not built"]))
-        api_server.queue(listing(node_list("1600", recorded_nodes())))
+        api_server.queue(listing(NODES["list"]))
         await wait_until(lambda: _reasons_are(reasons, []))
         # Ready, and reviewing with what the caches hold: the recorded nodes' inventory.
         status, body = await post_review(session, server, review_of(job()))
