@@ -279,13 +279,26 @@ async def test_an_expired_version_relists_at_once(server: ReplayServer, caches: 
     # The recorded answer is the ERROR event; an HTTP 410 to the watch request is handled the same.
     expired = events(NODES["expired"]) if how == "error-event" else listing(EXPIRED, code=410)
     later = str(int(LIST_VERSION) + 100)
-    server.queue(listing(NODES["list"]), expired, listing(node_list(later, keep=5)))
+    # The watch ends (its timeout); the watch resumed from the last version gets 410: list at once.
+    server.queue(listing(NODES["list"]), events(NODES["events"]), expired, listing(node_list(later, keep=5)))
     cache = caches[0]
-    start(cache, retry_delay=5.0)  # a back-off would show: the re-list must not wait for it
-    await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", LIST_VERSION, "list", later]
-    assert server.times[2] - server.times[1] < 2.0
+    start(cache, retry_delay=2.0)  # a back-off would show: the re-list must not wait for it
+    await until(lambda: len(server.requests) == 5, timeout=10)
+    bookmark = version(NODES["events"][-1]["object"])
+    assert server.watches() == ["list", LIST_VERSION, bookmark, "list", later]
+    assert server.times[3] - server.times[2] < 1.0
     assert sorted(cache.objects) == names(NODES["list"])[:5]  # what went while the watch was gone is gone
+
+
+async def test_an_expired_version_right_after_a_list_backs_off(
+    server: ReplayServer, caches: list[ObjectCache]
+) -> None:
+    """A 410 for the version a list has just given is no expiry; re-listing at once would storm."""
+    server.queue(listing(NODES["list"]), events(NODES["expired"]), listing(node_list()))
+    start(caches[0], retry_delay=0.3)
+    await until(lambda: len(server.requests) == 4)
+    assert server.watches() == ["list", LIST_VERSION, "list", LIST_VERSION]
+    assert server.times[2] - server.times[1] >= 0.3
 
 
 async def test_a_dropped_watch_relists_after_a_back_off(server: ReplayServer, caches: list[ObjectCache]) -> None:

@@ -48,7 +48,8 @@ class ObjectCache:
     for the list and the watch. The cache lists once, then watches from the list's
     ``resourceVersion``; when the API server ends a watch (its ``timeoutSeconds``) the next watch
     resumes from the last version seen (an event's object or a ``BOOKMARK``). ``410 Gone`` (the
-    version is older than the API server keeps) re-lists at once; any other failure (an error
+    version is older than the API server keeps) re-lists at once, unless the version came from a
+    list just made (then it is a failure like the others); any other failure (an error
     answer, a dropped connection, ``read_timeout`` seconds without a byte: a connection dead
     without a close) re-lists after a back-off of ``retry_delay`` seconds, doubling up to
     ``retry_max``.
@@ -174,10 +175,11 @@ class ObjectCache:
         delay = self.retry_delay
         listed = False
         while True:
+            fresh = False  # this watch starts from a list made just now
             try:
                 if not listed:
                     await self._relist()
-                    listed = True
+                    listed = fresh = True
                     delay = self.retry_delay
                 began = time.monotonic()
                 await self._watch()
@@ -189,9 +191,10 @@ class ObjectCache:
                 raise
             except ApiException as exc:
                 listed = False
-                if exc.status == 410:
+                if exc.status == 410 and not fresh:
                     log.info("cache watch expired; re-listing", cache=self.name, error=str(exc).strip())
                     continue
+                # A 410 for the version a list gave a moment ago is no expiry: back off, no list storm.
                 await self._back_off(exc, delay)
                 delay = min(delay * 2, self.retry_max)
             except Exception as exc:  # a dropped connection, a bad answer: never leave the cache stale
