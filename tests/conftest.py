@@ -160,3 +160,21 @@ async def start_server(pki: Pki, platform_file: Path) -> AsyncIterator[ServerFac
     for server in servers:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.task, 10)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line saying how many tests skipped for want of the shared cases, and why."""
+    from support import CASES_MISSING
+
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and CASES_MISSING in str(report.longrepr[2])
+    ]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} tests skipped: {CASES_MISSING} (Kueue's examples; the property and fuzz tests "
+            "use the project's own workloads of every kind instead)",
+            yellow=True,
+            bold=True,
+        )

@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from e2e.support import strip_kueue as strip_kueue  # one definition for the unit and e2e suites
@@ -17,6 +18,9 @@ from webhook.core.resolve import TeamIndex
 REPO = Path(__file__).resolve().parents[1]
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
 CASES = REPO.parent / "shared" / "cases" / "kueue-examples"
+#: The skip reason of every test that needs the shared cases (counted in one summary line: conftest.py).
+CASES_MISSING = f"the shared cases are not at {CASES}"
+needs_cases = pytest.mark.skipif(not CASES.is_dir(), reason=CASES_MISSING)
 
 AWS_LEVELS = [
     "topology.k8s.aws/network-node-layer-1",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from support import CASES, PLATFORM, load_documents, strip_kueue
+from support import CASES, PLATFORM, load_documents, needs_cases, strip_kueue
 
 from webhook.cli import main
 from webhook.core.paths import lookup
@@ -185,7 +185,7 @@ MALFORMED = {
 }
 REFUSED = {**DENIED_WHEN_MANAGED, **MALFORMED}
 
-pytestmark = pytest.mark.skipif(not CASES.is_dir(), reason=f"the shared cases are not at {CASES}")
+pytestmark = needs_cases
 ALL_FILES = sorted(str(p.relative_to(CASES)) for p in CASES.glob("**/*.yaml")) if CASES.is_dir() else []
 
 

@@ -7,6 +7,7 @@ AdmissionReview (allowed, patched or denied with the path), and a patch always a
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -21,9 +22,9 @@ from test_malformed import BUILT_IN, KINDS, QUANTITY_FIELDS, TEMPLATED, answer, 
 from test_properties import BASES
 
 from webhook.core.admission import MalformedReview, decode_body
-from webhook.core.inventory import NodeInventory
+from webhook.core.inventory import NodeInventory, PodConstraints
 from webhook.core.patch import apply_patch
-from webhook.core.paths import dotted
+from webhook.core.paths import dotted, lookup
 from webhook.core.quantity import format_quantity
 from webhook.core.review import review
 from webhook.sources import load_nodes
@@ -69,6 +70,7 @@ POLICY = {
     "nodeAffinity": [{"key": "zone", "operator": "In", "values": ["a"]}],
 }
 TEAMS = teams_from(platform_with(POLICY))
+QUEUE = "kueue.x-k8s.io/queue-name"
 NODES = aws_nodes()
 
 
@@ -100,24 +102,51 @@ def corrupted(draw: st.DrawFn) -> dict[str, Any]:
 @given(obj=corrupted(), operation=st.sampled_from(["CREATE", "UPDATE"]))
 def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: str) -> None:
     old = copy.deepcopy(_FULL_JOB if obj.get("kind") == "Job" else _FULL_DEPLOYMENT) if operation == "UPDATE" else None
+    body = review_body(obj, "ml", operation=operation, old=old)
+    original = copy.deepcopy(obj)
     try:
-        outcome = review(review_body(obj, "ml", operation=operation, old=old), TEAMS, inventory=NODES)
+        outcome = review(body, TEAMS, inventory=NODES)
     except MalformedReview as exc:  # the server's HTTP 400, with its reason
         assert str(exc).startswith("request.")
         return
+    assert obj == original, "the review must not modify its input"
     response = outcome.response["response"]
+    assert response["uid"] == body["request"]["uid"]
     assert isinstance(response["allowed"], bool)
-    if response["allowed"] and outcome.patch:
-        apply_patch(obj, outcome.patch)
     if not response["allowed"]:
-        assert response["status"]["message"]
-    if outcome.plan.invalid:  # a malformed object: each message names a path the object has
-        present = {dotted(path) for path in _paths(obj)}
-        for denial in outcome.plan.denials:
-            named = denial.removeprefix("malformed object: ").split(" must be ")[0]
-            if denial.endswith("got null") and named not in present:  # a required field left out
-                named = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", named)  # its parent must be there
-            assert named in present, denial
+        # A denial: 422 for a malformed object, 403 for a policy, the reason in words; never a patch.
+        assert outcome.patch == [] and "patch" not in response
+        assert response["status"]["code"] == (422 if outcome.plan.invalid else 403)
+        assert response["status"]["message"].startswith("kueue-governor: ")
+        if outcome.plan.invalid:  # a malformed object: each message names a path the object has
+            present = {dotted(path) for path in _paths(obj)}
+            for denial in outcome.plan.denials:
+                named = denial.removeprefix("malformed object: ").split(" must be ")[0]
+                if denial.endswith("got null") and named not in present:  # a required field left out
+                    named = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", named)  # its parent must be there
+                assert named in present, denial
+        return
+    if outcome.patch:
+        # The patch is what the response carries, only adds (and suspend's one replace), and applies.
+        assert json.loads(base64.b64decode(response["patch"])) == outcome.patch
+        assert {op["op"] for op in outcome.patch} <= {"add", "replace"}
+        patched = apply_patch(obj, outcome.patch)
+    else:
+        assert "patch" not in response
+        patched = obj
+    if operation == "CREATE" and obj.get("kind") == "Job" and lookup(obj, ("metadata", "labels", QUEUE)) is None:
+        # A Job created without a queue label and admitted leaves queued and suspended, whatever else is in it.
+        assert lookup(patched, ("metadata", "labels", QUEUE)) == "ml-queue"
+        assert lookup(patched, ("spec", "suspend")) is True
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    """Has a condition ``{"type": "Ready", "status": "True"}`` (read without the inventory's code)."""
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return isinstance(conditions, list) and {"type": "Ready", "status": "True"} in [
+        {"type": c.get("type"), "status": c.get("status")} for c in conditions if isinstance(c, dict)
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -125,7 +154,80 @@ def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: s
 def test_any_json_in_a_node_dump_counts_as_an_unusable_node(node: dict[str, Any]) -> None:
     inventory = NodeInventory.from_objects([node])
     assert len(inventory) == 1
-    inventory.largest_domain(["kubernetes.io/hostname"], {}, {"nvidia.com/gpu": 1})
+    parsed = inventory.nodes[0]
+    spec = node.get("spec")
+    cordoned = isinstance(spec, dict) and spec.get("unschedulable") is True
+    assert parsed.schedulable is (_ready(node) and not cordoned)
+    assert all(isinstance(v, Decimal) for v in parsed.allocatable.values())
+    fits = inventory.largest_domain(["kubernetes.io/hostname"], {}, {"nvidia.com/gpu": 1})
+    usable = parsed.schedulable and "kubernetes.io/hostname" in parsed.labels and not parsed.taints
+    # A node without readiness, a host label or room is no capacity at all; else host = whole flavor.
+    assert fits == ([parsed.pods_fitting({"nvidia.com/gpu": Decimal(1)})] * 2 if usable else [0, 0])
+    assert all(f >= 0 for f in fits)
+
+
+# Small inventories: up to 6 nodes over 2 blocks × 3 hosts, random GPUs, pod limits, readiness,
+# cordons and taints; pods of 1..9 GPUs, tolerating the taint or not.
+HOSTS = [("b1", "h1"), ("b1", "h2"), ("b2", "h3"), ("b2", "h4"), ("b2", "h5"), ("b3", "h6")]
+LEVELS2 = ["example.com/block", "kubernetes.io/hostname"]
+TAINT = {"key": "example.com/maintenance", "effect": "NoSchedule"}
+
+
+@st.composite
+def small_nodes(draw: st.DrawFn) -> list[dict[str, Any]]:
+    nodes = []
+    for block, host in draw(st.lists(st.sampled_from(HOSTS), unique=True, max_size=6)):
+        labels = {LEVELS2[1]: host}
+        if draw(st.integers(0, 9)):  # now and then a node without its block label
+            labels[LEVELS2[0]] = block
+        allocatable = {"nvidia.com/gpu": str(draw(st.integers(0, 16)))}
+        if draw(st.booleans()):
+            allocatable["pods"] = str(draw(st.integers(0, 3)))
+        ready = draw(st.sampled_from(["True", "True", "False", "Unknown"]))
+        spec: dict[str, Any] = {}
+        if draw(st.integers(0, 4)) == 0:
+            spec["unschedulable"] = True
+        if draw(st.integers(0, 4)) == 0:
+            spec["taints"] = [TAINT]
+        nodes.append(
+            {
+                "metadata": {"name": host, "labels": labels},
+                "spec": spec,
+                "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": ready}]},
+            }
+        )
+    return nodes
+
+
+def brute_force(nodes: list[dict[str, Any]], gpus: int, tolerant: bool) -> list[int]:
+    """Pods of ``gpus`` GPUs that fit in the largest block, the largest host, and all nodes."""
+    per_node: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        labels, spec, status = node["metadata"]["labels"], node["spec"], node["status"]
+        if status["conditions"][0]["status"] != "True" or spec.get("unschedulable"):
+            continue
+        if spec.get("taints") and not tolerant:
+            continue
+        if LEVELS2[0] not in labels:
+            continue
+        slots = int(status["allocatable"].get("pods", 110))
+        fit = int(status["allocatable"]["nvidia.com/gpu"]) // gpus
+        per_node[(labels[LEVELS2[0]], labels[LEVELS2[1]])] = min(slots, fit)
+    blocks: dict[str, int] = {}
+    for (block, _), fit in per_node.items():
+        blocks[block] = blocks.get(block, 0) + fit
+    return [max(blocks.values(), default=0), max(per_node.values(), default=0), sum(per_node.values())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes=small_nodes(), gpus=st.integers(1, 9), tolerant=st.booleans())
+def test_largest_domain_is_the_brute_force_answer(nodes: list[dict[str, Any]], gpus: int, tolerant: bool) -> None:
+    tolerations = [{"key": TAINT["key"], "operator": "Exists"}] if tolerant else []
+    pod = PodConstraints(requests={"nvidia.com/gpu": Decimal(gpus)}, tolerations=tolerations)
+    fits = NodeInventory.from_objects(nodes).largest_domain(LEVELS2, {}, pod)
+    assert fits == brute_force(nodes, gpus, tolerant)
+    block, host, total = fits
+    assert host <= block <= total  # a host lies in a block, a block in the flavor
 
 
 @pytest.mark.parametrize("amount", ["1e-30", "1E+9999", 1e-300])
@@ -163,7 +265,9 @@ def test_real_node_dump_loads(tmp_path: Any) -> None:
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps({"items": [{"metadata": {"name": "n", "labels": ["not", "a", "map"]}, "status": "x"}]}))
     inventory = load_nodes(path)
-    assert [n.schedulable for n in inventory.nodes] == [False]
+    assert [(n.name, dict(n.labels), dict(n.allocatable), n.schedulable) for n in inventory.nodes] == [
+        ("n", {}, {}, False)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -75,12 +75,34 @@ def test_existing_maps_get_keys_added_never_replaced() -> None:
 
 
 def test_rfc6901_escapes_tilde_before_slash() -> None:
-    policy = {"queue": {}, "nodeAffinity": []}
-    obj = job(metadata={"name": "t", "labels": {"weird~key/x": "1"}})
-    outcome = run(obj, policy)
-    assert ops(outcome)[0]["path"] == "/metadata/labels/kueue.x-k8s.io~1queue-name"
-    patched = apply_patch(obj, ops(outcome))
+    """A replica key holding ``~`` and ``/`` gets ``~0`` and ``~1`` (``~`` first), and the patch
+    lands on that very key: escaping only ``/`` turns ``W~1`` into ``W/``, a key that is not there."""
+    template = {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    obj = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "t", "labels": {"weird~key/x": "1"}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "W~1": {"replicas": 1, "template": copy.deepcopy(template)},
+                "Master/0": {"replicas": 1, "template": copy.deepcopy(template)},
+            }
+        },
+    }
+    policy = {"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}, "nodeAffinity": []}
+    patch = ops(run(obj, policy))
+    assert [op["path"] for op in patch] == [
+        "/metadata/labels/kueue.x-k8s.io~1queue-name",
+        "/spec/runPolicy",
+        "/spec/pytorchReplicaSpecs/W~01/template/spec/priorityClassName",
+        "/spec/pytorchReplicaSpecs/Master~10/template/spec/priorityClassName",
+    ]
+    patched = apply_patch(obj, patch)
     assert patched["metadata"]["labels"] == {"weird~key/x": "1", "kueue.x-k8s.io/queue-name": "ml-queue"}
+    specs = patched["spec"]["pytorchReplicaSpecs"]
+    assert sorted(specs) == ["Master/0", "W~1"]
+    for key in ("W~1", "Master/0"):
+        assert specs[key]["template"]["spec"]["priorityClassName"] == "low", key
 
 
 def test_suspend_false_is_set_true_only_when_we_add_the_queue_label() -> None:

@@ -15,14 +15,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import CASES, aws_nodes, job, load_documents, platform_with, review_body, strip_kueue, teams_from
+from workloads import build, examples
 
-from webhook.core.kinds import find_kind
+from webhook.core.kinds import KINDS, find_kind
 from webhook.core.patch import apply_patch
 from webhook.core.paths import lookup
 from webhook.core.review import review
 from webhook.core.view import kueue_view
 
-BASES: list[dict[str, Any]] = [job()]
+#: The project's own workloads: a Job, then one of every kind in the kinds table (tests/workloads.py);
+#: Kueue's examples (the shared cases) are added when present, never needed for breadth.
+BASES: list[dict[str, Any]] = [job(), *examples()]
 if CASES.is_dir():
     for path in sorted(CASES.glob("**/*.yaml")):
         BASES.extend(d for d in load_documents(path) if find_kind(str(d.get("apiVersion", "")), str(d.get("kind", ""))))
@@ -65,8 +68,15 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
+def kind_workloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A workload of any kind in the kinds table, every choice of its builder drawn."""
+    row = draw(st.sampled_from(KINDS))
+    return build(row, lambda options: draw(st.sampled_from(list(options))), name=draw(st.sampled_from(["w", "x-1"])))
+
+
+@st.composite
 def workloads(draw: st.DrawFn) -> dict[str, Any]:
-    obj = copy.deepcopy(draw(st.sampled_from(BASES)))
+    obj = copy.deepcopy(draw(st.sampled_from(BASES))) if draw(st.booleans()) else draw(kind_workloads())
     if draw(st.booleans()):
         obj = strip_kueue(obj)
     metadata = obj.setdefault("metadata", {})
@@ -144,3 +154,26 @@ def test_invariants(obj: dict[str, Any], policy: dict[str, Any], with_nodes: boo
     again = review(review_body(patched, "ml"), teams, inventory=inventory)
     assert again.plan.allowed
     assert again.patch == [], again.patch
+
+
+def test_the_projects_own_workloads_cover_every_kind() -> None:
+    """Breadth without outside files: one built workload per row, each with the podsets its row
+    describes (sized, with at least one pod) and reviewed without a denial under a plain policy."""
+    built = examples()
+    assert [(w["apiVersion"], w["kind"]) for w in built] == [
+        (f"{row.group}/{row.versions[0]}" if row.group else row.versions[0], row.kind) for row in KINDS
+    ]
+    teams = teams_from(platform_with({"queue": {}}))
+    for obj, row in zip(built, KINDS, strict=True):
+        assert find_kind(obj["apiVersion"], obj["kind"]) is row
+        podsets = kueue_view(obj, row).podsets
+        if row.opaque:
+            assert not podsets, row.kind
+        else:
+            assert podsets and all(p.present and p.count >= 1 for p in podsets), (row.kind, podsets)
+            sized = [p.requests is not None for p in podsets]
+            assert all(sized) or row.kind == "SparkApplication", row.kind  # Spark sizes its pods itself
+        outcome = review(review_body(obj, "ml"), teams)
+        assert outcome.plan.allowed, (row.kind, outcome.plan.denials)
+        patched = apply_patch(obj, outcome.patch)
+        assert lookup(patched, (*row.labels_at, "labels", "kueue.x-k8s.io/queue-name")) == "ml-queue", row.kind

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -40,15 +43,39 @@ class ObjectCache:
     """Objects of one cluster-scoped kind by name, as plain dicts (``metadata``, ``spec``, ``status``).
 
     ``list_fn`` is a kubernetes-asyncio list call (e.g. ``CoreV1Api.list_namespace``); it is used
-    for the initial list and the watch. On a dropped watch or ``410 Gone`` the cache re-lists.
+    for the list and the watch. The cache lists once, then watches from the list's
+    ``resourceVersion``; when the API server ends a watch (its ``timeoutSeconds``) the next watch
+    resumes from the last version seen (an event's object or a ``BOOKMARK``). ``410 Gone`` (the
+    version is older than the API server keeps) re-lists at once, unless the version came from a
+    list just made (then it is a failure like the others); any other failure (an error
+    answer, a dropped connection, ``read_timeout`` seconds without a byte: a connection dead
+    without a close) re-lists after a back-off of ``retry_delay`` seconds, doubling up to
+    ``retry_max``.
     """
 
-    def __init__(self, name: str, api: client.ApiClient, list_fn: Lister) -> None:
+    def __init__(
+        self,
+        name: str,
+        api: client.ApiClient,
+        list_fn: Lister,
+        *,
+        watch_timeout: int = 300,
+        retry_delay: float = 1.0,
+        retry_max: float = 30.0,
+        read_timeout: float | None = None,
+    ) -> None:
         self.name = name
         self._api = api
         self._list = list_fn
         self.objects: dict[str, dict[str, Any]] = {}
+        #: The version the next watch starts from: the list's, then each event's (None: list first).
+        self.resource_version: str | None = None
         self.synced = asyncio.Event()
+        self.watch_timeout = watch_timeout
+        self.retry_delay = retry_delay
+        self.retry_max = retry_max
+        #: Seconds without a byte before a list or watch is given up (default: the watch's timeout + 30 s).
+        self.read_timeout = read_timeout if read_timeout is not None else watch_timeout + 30.0
         self._task: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
 
@@ -61,50 +88,148 @@ class ObjectCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    # -- pure parts: a list body and watch events applied to the objects -------------------------
+    def replace(self, listing: Mapping[str, Any]) -> None:
+        """Take a list answer (``{"kind": "NodeList", "metadata": {"resourceVersion"}, "items"}``):
+        its items by name replace every object, and the watch will start from its version."""
+        items = listing.get("items")
+        objects: dict[str, dict[str, Any]] = {}
+        for item in items if isinstance(items, list) else []:
+            name = _name(item)
+            if name is not None:
+                objects[name] = item
+        self.objects = objects
+        self.resource_version = _version(listing)
+
+    def apply(self, event: Mapping[str, Any]) -> bool:
+        """Apply one watch event (``{"type", "object"}``, as the API server streams it); True when
+        an object was added, changed or removed.
+
+        ``ADDED``/``MODIFIED`` store the object, ``DELETED`` removes it, ``BOOKMARK`` only moves the
+        version; the event object's ``metadata.resourceVersion`` becomes the version to resume from.
+
+        Raises:
+            ApiException: an ``ERROR`` event (its ``code``: 410 when the version is too old).
+        """
+        kind = event.get("type")
+        raw = event.get("raw_object", event.get("object"))
+        raw = raw if isinstance(raw, dict) else self._plain(raw)
+        if kind == "ERROR":
+            raise ApiException(status=raw.get("code") or 500, reason=f"{raw.get('reason')}: {raw.get('message')}")
+        version = _version(raw)
+        if version is not None:
+            self.resource_version = version
+        name = _name(raw)
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or name is None:
+            return False
+        if kind == "DELETED":
+            return self.objects.pop(name, None) is not None
+        self.objects[name] = raw
+        return True
+
     def _plain(self, obj: Any) -> dict[str, Any]:
-        if isinstance(obj, dict):
-            return obj
+        if obj is None:
+            return {}
         data = self._api.sanitize_for_serialization(obj)
         assert isinstance(data, dict)
         return data
 
+    # -- the list + watch loop -------------------------------------------------------------------
+    async def _relist(self) -> None:
+        listing = await self._list(_preload_content=False, _request_timeout=self._timeout())
+        try:
+            # Without preloading, kubernetes-asyncio hands back error answers too: a 403 or 500
+            # Status read as a list would empty the cache and mark it synced.
+            if not 200 <= listing.status <= 299:
+                raise ApiException(status=listing.status, reason=_status_message(await listing.text()))
+            data = await listing.json()
+        finally:
+            listing.release()
+        if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+            raise ValueError(f"the {self.name} list answer has no items")
+        self.replace(data)
+        self.synced.set()
+        self._changed()
+        log.info("cache listed", cache=self.name, count=len(self.objects), resource_version=self.resource_version)
+
+    async def _watch(self) -> None:
+        # return_type "object": events stay plain dicts (no model per event).
+        stream = watch.Watch(return_type="object")
+        async with stream.stream(
+            self._list,
+            resource_version=self.resource_version,
+            timeout_seconds=self.watch_timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=self._timeout(),
+        ) as events:
+            async for event in events:
+                if self.apply(event):
+                    self._changed()
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(sock_connect=10.0, sock_read=self.read_timeout)
+
     async def _run(self) -> None:
-        delay = 1.0
+        delay = self.retry_delay
+        listed = False
         while True:
+            fresh = False  # this watch starts from a list made just now
             try:
-                listing = await self._list(_preload_content=False)
-                data = await listing.json()
-                self.objects = {item["metadata"]["name"]: item for item in data.get("items", [])}
-                version = data.get("metadata", {}).get("resourceVersion")
-                self.synced.set()
-                self._changed()
-                log.info("cache listed", cache=self.name, count=len(self.objects))
-                delay = 1.0
-                stream = watch.Watch()
-                async with stream.stream(self._list, resource_version=version, timeout_seconds=300) as events:
-                    async for event in events:
-                        kind = event.get("type")
-                        raw = event.get("raw_object") or self._plain(event.get("object"))
-                        if kind == "ERROR":
-                            break
-                        name = (raw.get("metadata") or {}).get("name")
-                        if name is None:
-                            continue
-                        if kind == "DELETED":
-                            self.objects.pop(name, None)
-                        else:
-                            self.objects[name] = raw
-                        self._changed()
+                if not listed:
+                    await self._relist()
+                    listed = fresh = True
+                    delay = self.retry_delay
+                began = time.monotonic()
+                await self._watch()
+                # The API server ended the watch at its timeout: watch again from the last version
+                # (after a pause when it ended at once, so that such a server makes no busy loop).
+                if time.monotonic() - began < 1.0:
+                    await asyncio.sleep(self.retry_delay)
             except asyncio.CancelledError:
                 raise
-            except (ApiException, OSError, ValueError, KeyError) as exc:
-                log.warning("cache watch failed; re-listing", cache=self.name, error=str(exc), retry_in_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+            except ApiException as exc:
+                listed = False
+                if exc.status == 410 and not fresh:
+                    log.info("cache watch expired; re-listing", cache=self.name, error=str(exc).strip())
+                    continue
+                # A 410 for the version a list gave a moment ago is no expiry: back off, no list storm.
+                await self._back_off(exc, delay)
+                delay = min(delay * 2, self.retry_max)
+            except Exception as exc:  # a dropped connection, a bad answer: never leave the cache stale
+                listed = False
+                await self._back_off(exc, delay)
+                delay = min(delay * 2, self.retry_max)
+
+    async def _back_off(self, exc: Exception, delay: float) -> None:
+        error = f"{type(exc).__name__}: {exc}".strip()
+        log.warning("cache watch failed; re-listing", cache=self.name, error=error, retry_in_s=delay)
+        await asyncio.sleep(delay)
 
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+
+def _status_message(body: str) -> str:
+    """The ``message`` of a metav1 Status answer, or the start of the body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:200]
+    message = data.get("message") if isinstance(data, dict) else None
+    return str(message) if message else body[:200]
+
+
+def _name(obj: Any) -> str | None:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _version(obj: Any) -> str | None:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return version if isinstance(version, str) and version else None
 
 
 def namespace_cache(api: client.ApiClient) -> ObjectCache:
