@@ -1,8 +1,8 @@
-"""``kgov generate`` and ``kgov diff`` through click, with a fake API server for ``diff``."""
+"""``kgov generate`` and ``kgov diff`` through click; ``diff`` against objects recorded from a real
+API server (``tests/data/live``, re-recorded by ``make record-reviews``: see e2e/record.py)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -14,13 +14,18 @@ from click.testing import CliRunner
 
 from webhook.core.platform import load_platform
 from webhook.generate.commands import diff_command, generate_command
-from webhook.generate.live import LiveState, diff_objects, project, resource_path
-from webhook.generate.manifests import GenerateOptions, build_manifests, object_key
+from webhook.generate.live import LiveState, owned_selector, project, resource_path
+from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
+from webhook.generate.validate import equivalent, same_quantity
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "kueue-config" / "platform.yaml"
 NODES = ROOT / "tests" / "data" / "nodes-p5.json"
+#: The bundled platform as it was when its objects were recorded, and those objects as the API
+#: server returned them to `kgov diff` (applied server-side, ClusterQueues Active; scrubbed).
+LIVE_PLATFORM = ROOT / "tests" / "data" / "live" / "platform.yaml"
+LIVE_OBJECTS = ROOT / "tests" / "data" / "live" / "bundled-objects.json"
 
 
 @pytest.fixture
@@ -168,27 +173,13 @@ def test_help_documents_exit_codes() -> None:
 # --- diff ---------------------------------------------------------------------------------------
 
 
-def desired_objects() -> list[dict[str, Any]]:
-    manifests = build_manifests(load_platform(EXAMPLE), GenerateOptions())
+def desired_objects(platform: Path = LIVE_PLATFORM, **options: Any) -> list[dict[str, Any]]:
+    manifests = build_manifests(load_platform(platform), GenerateOptions(namespaces=True, **options))
     return [obj for objects in manifests.values() for obj in objects]
 
 
-def live_copy(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the API server would return: server metadata, defaults, status, quantities as strings."""
-    live = copy.deepcopy(obj)
-    live["metadata"].update({"uid": "0000", "resourceVersion": "42", "generation": 1})
-    live["metadata"]["labels"]["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-    if obj["kind"] == "ClusterQueue":
-        live["spec"]["flavorFungibility"] = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
-        live["spec"]["stopPolicy"] = "None"
-        live["spec"].setdefault("preemption", {})["borrowWithinCohort"] = {"policy": "Never"}
-        live["spec"]["preemption"].setdefault("reclaimWithinCohort", "Never")
-        for group in live["spec"]["resourceGroups"]:
-            for flavor in group["flavors"]:
-                for resource in flavor["resources"]:
-                    resource["nominalQuota"] = str(resource["nominalQuota"])
-        live["status"] = {"pendingWorkloads": 0}
-    return live
+def recorded_live() -> LiveState:
+    return LiveState({object_key(obj): obj for obj in json.loads(LIVE_OBJECTS.read_text())})
 
 
 @pytest.mark.parametrize(
@@ -201,44 +192,82 @@ def live_copy(obj: dict[str, Any]) -> dict[str, Any]:
         pytest.param({}, {"zero": 0, "x": "y"}, {}, id="missing-values-stay-missing"),
         pytest.param([{"a": 1, "z": 0}], [{"a": 2}], [{"a": 1}], id="lists-element-wise"),
         pytest.param([{"a": 1}, {"a": 2}], [{"a": 1}], [{"a": 1}, {"a": 2}], id="lists-of-other-length-kept"),
+        pytest.param(
+            {"nominalQuota": "1Gi", "borrowingLimit": "64", "lendingLimit": "500m", "weight": "1"},
+            {"nominalQuota": "1024Mi", "borrowingLimit": 64, "lendingLimit": 0.5, "weight": "1.0"},
+            {"nominalQuota": "1024Mi", "borrowingLimit": 64, "lendingLimit": 0.5, "weight": "1.0"},
+            id="equal-quantities-take-the-desired-form",
+        ),
+        pytest.param(
+            {"nominalQuota": "48", "borrowingLimit": "1Gi"},
+            {"nominalQuota": 64, "borrowingLimit": "1G"},
+            {"nominalQuota": "48", "borrowingLimit": "1Gi"},
+            id="other-quantities-stay-as-live",
+        ),
+        pytest.param(
+            {"labels": {"size": "1k"}, "value": "1000"},
+            {"labels": {"size": "1000"}, "value": 1000},
+            {"labels": {"size": "1k"}, "value": "1000"},
+            id="not-a-quantity-field",
+        ),
     ],
 )
 def test_project(live: Any, desired: Any, shaped: Any) -> None:
     assert project(live, desired) == shaped
 
 
-def test_projection_ignores_server_fields() -> None:
-    for obj in desired_objects():
-        shaped = project(live_copy(obj), obj)
-        assert shaped["metadata"] == obj["metadata"]
-    assert diff_objects(desired_objects(), LiveState({object_key(o): live_copy(o) for o in desired_objects()})) == []
+@pytest.mark.parametrize(
+    ("a", "b", "field", "expected"),
+    [
+        pytest.param("64", 64, "nominalQuota", True, id="string-and-number"),
+        pytest.param("1Gi", "1024Mi", "borrowingLimit", True, id="binary-suffixes"),
+        pytest.param("500m", "0.5", "lendingLimit", True, id="milli"),
+        pytest.param("1G", "1Gi", "nominalQuota", False, id="decimal-is-not-binary"),
+        pytest.param("1k", "1000", "", False, id="label-values-are-text"),
+        pytest.param(True, 1, "", False, id="boolean-is-not-a-number"),
+        pytest.param({"weight": "2"}, {"weight": 2}, "", True, id="nested"),
+        pytest.param({"a": 1}, {"a": 1, "b": 2}, "", False, id="other-keys"),
+        pytest.param([1, 2], [1], "", False, id="other-lengths"),
+    ],
+)
+def test_equivalent(a: Any, b: Any, field: str, expected: bool) -> None:
+    assert equivalent(a, b, field) is expected
+    assert equivalent(b, a, field) is expected
 
 
-def test_diff_objects_reports_create_update_recreate_delete() -> None:
-    desired = desired_objects()
-    live: dict[Any, Any] = {}
-    for obj in desired:
-        current = live_copy(obj)
-        if obj["kind"] == "ResourceFlavor":
-            current["spec"]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
-        if obj["kind"] == "ClusterQueue" and obj["metadata"]["name"] == "hyperpod-ns-research-clusterqueue":
-            current["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "48"
-        live[object_key(obj)] = None if obj["kind"] == "Cohort" else current
-    stray = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "old-team"}}
-    diffs = diff_objects(desired, LiveState(live, [stray]))
-    assert [(d.action, d.label, d.recreate) for d in diffs] == [
-        (
-            "update",
-            "ResourceFlavor/p5-48xlarge",
-            "changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; Kueue refuses changes to "
-            "nodeLabels, tolerations and topologyName once it is set",
-        ),
-        ("create", "Cohort/ml-platform", None),
-        ("update", "ClusterQueue/hyperpod-ns-research-clusterqueue", None),
-        ("delete", "ClusterQueue/old-team", None),
+def test_same_quantity_refuses_what_is_not_a_quantity() -> None:
+    assert same_quantity("8", 8)
+    assert not same_quantity("eight", "eight")
+    assert not same_quantity(None, None)
+
+
+def test_owned_selector() -> None:
+    assert owned_selector() == "app.kubernetes.io/managed-by=kueue-governor,!app.kubernetes.io/instance"
+    assert owned_selector("prod") == "app.kubernetes.io/managed-by=kueue-governor,app.kubernetes.io/instance=prod"
+
+
+def test_instance_labels_every_object(workdir: Path) -> None:
+    out = workdir / "generated"
+    result = run(generate_command, workdir / "platform.yaml", "-o", out, "--namespaces", "--instance", "prod-1")
+    assert result.exit_code == 0, result.output
+    objects = [
+        doc
+        for path in sorted(out.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in yaml.safe_load_all(path.read_text())
     ]
-    assert "-        nominalQuota: '48'\n+        nominalQuota: 64\n" in diffs[2].diff
-    assert diffs[1].diff.startswith("--- /dev/null\n+++ Cohort/ml-platform (generated)\n")
+    assert len(objects) == 23
+    assert {obj["metadata"]["labels"].get(INSTANCE_LABEL) for obj in objects} == {"prod-1"}
+    plain = desired_objects(EXAMPLE)
+    assert all(INSTANCE_LABEL not in obj["metadata"]["labels"] for obj in plain)
+
+
+@pytest.mark.parametrize("command", [generate_command, diff_command])
+@pytest.mark.parametrize("value", ["", "-prod", "a b", "x" * 64])
+def test_instance_must_be_a_label_value(workdir: Path, command: Any, value: str) -> None:
+    result = run(command, workdir / "platform.yaml", "--instance", value)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--instance': {value!r} is not a label value (at most 63 letters" in result.stderr
 
 
 def test_resource_paths() -> None:

@@ -2,9 +2,11 @@
 
 :func:`fetch_live` reads, for every generated object, the object of the same kind, namespace and
 name (``None`` when absent) and lists the objects labelled ``app.kubernetes.io/managed-by:
-kueue-governor`` that are no longer generated. :func:`diff_objects` is pure: it compares only the
-fields the generator writes (a live object's status, server-set metadata and fields defaulted by
-Kueue are not drift), quantities by value, and flags changes Kueue refuses in place.
+kueue-governor`` (and, for a named instance, ``app.kubernetes.io/instance: <instance>``) that are
+no longer generated. :func:`diff_objects` is pure: it compares only the fields the generator
+writes (a live object's status, server-set metadata and fields defaulted by Kueue are not drift),
+quantities by value (``64`` and ``"64"``, ``1024Mi`` and ``1Gi`` are no change, and are not shown
+as one next to a real change), and flags changes Kueue refuses in place.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.generate.manifests import MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
+from webhook.generate.manifests import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
 from webhook.generate.render import dump_yaml
-from webhook.generate.validate import canonical, needs_recreate
+from webhook.generate.validate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
 
 __all__ = [
     "KIND_PLURALS",
@@ -25,6 +27,7 @@ __all__ = [
     "ObjectDiff",
     "diff_objects",
     "fetch_live",
+    "owned_selector",
     "project",
     "resource_path",
 ]
@@ -72,8 +75,22 @@ class LiveState:
     extra: list[Manifest] = field(default_factory=list)
 
 
-async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, context: str | None = None) -> LiveState:
-    """Read the live counterparts of ``desired`` and our stray objects of the same kinds.
+def owned_selector(instance: str | None = None) -> str:
+    """The label selector of the objects a platform owns: ours (``managed-by``) and of its instance.
+
+    ``None`` → ``app.kubernetes.io/managed-by=kueue-governor,!app.kubernetes.io/instance`` (objects
+    of a named instance belong to that instance, never to an unnamed platform);
+    ``"prod"`` → ``app.kubernetes.io/managed-by=kueue-governor,app.kubernetes.io/instance=prod``.
+    """
+    owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    return f"{owned},{INSTANCE_LABEL}={instance}" if instance is not None else f"{owned},!{INSTANCE_LABEL}"
+
+
+async def fetch_live(
+    desired: list[Manifest], kubeconfig: str | None = None, context: str | None = None, instance: str | None = None
+) -> LiveState:
+    """Read the live counterparts of ``desired`` and the stray objects of the same kinds that the
+    platform owns (:func:`owned_selector` of ``instance``) but no longer generates.
 
     Raises:
         LiveError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
@@ -121,7 +138,7 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
             listing = await get(
                 api,
                 resource_path(api_version, kind),
-                [("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")],
+                [("labelSelector", owned_selector(instance))],
             )
             for item in (listing or {}).get("items") or []:
                 item = {"apiVersion": api_version, "kind": kind, **item}
@@ -130,21 +147,26 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
     return state
 
 
-def project(live: Any, desired: Any) -> Any:
+def project(live: Any, desired: Any, field: str = "") -> Any:
     """``live`` reduced to the shape of ``desired``: map keys the generator does not write are
     dropped (recursively; lists element by element when lengths match), so server defaults and
     status are not reported as drift. A key the server left out because its value is empty
-    (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value."""
+    (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value. A quantity
+    (:data:`~webhook.generate.validate.QUANTITY_FIELDS`) equal to the desired one in another form
+    (``"64"`` for ``64``, ``"1Gi"`` for ``"1024Mi"``) takes the desired form, so a diff shows only
+    real changes. ``field`` is the map key the values are found under."""
     if isinstance(live, Mapping) and isinstance(desired, Mapping):
         out = {}
         for key, wanted in desired.items():
             if key in live:
-                out[key] = project(live[key], wanted)
+                out[key] = project(live[key], wanted, str(key))
             elif wanted in _EMPTY and type(wanted) in _EMPTY_TYPES:
                 out[key] = wanted
         return out
     if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
-        return [project(a, b) for a, b in zip(live, desired, strict=True)]
+        return [project(a, b, field) for a, b in zip(live, desired, strict=True)]
+    if field in QUANTITY_FIELDS and same_quantity(live, desired):
+        return desired
     return live
 
 
@@ -175,8 +197,8 @@ def _yaml_lines(obj: Any) -> list[str]:
 def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
     """Every generated object that differs from the cluster, then every stray managed object.
 
-    Pure: no I/O. Objects equal once projected (:func:`project`) and with quantities compared by
-    value are left out; an empty list means the cluster matches.
+    Pure: no I/O. Objects equal once projected (:func:`project`, quantities compared by value)
+    are left out; an empty list means the cluster matches.
     """
     out = []
     for obj in desired:
@@ -189,7 +211,7 @@ def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
             out.append(ObjectDiff(key, "create", diff))
             continue
         shaped = project(current, obj)
-        if canonical(shaped) == canonical(obj):
+        if equivalent(shaped, obj):
             continue
         diff = "".join(
             difflib.unified_diff(
