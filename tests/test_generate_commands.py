@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from webhook.core.platform import load_platform
 from webhook.generate.commands import diff_command, generate_command
-from webhook.generate.live import LiveState, owned_selector, project, resource_path
+from webhook.generate.live import LiveState, diff_objects, owned_selector, project, resource_path
 from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
 from webhook.generate.validate import equivalent, same_quantity
 
@@ -180,6 +180,73 @@ def desired_objects(platform: Path = LIVE_PLATFORM, **options: Any) -> list[dict
 
 def recorded_live() -> LiveState:
     return LiveState({object_key(obj): obj for obj in json.loads(LIVE_OBJECTS.read_text())})
+
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+RESEARCH_CQ = (KUEUE, "ClusterQueue", "", "hyperpod-ns-research-clusterqueue")
+
+
+def test_recorded_objects_are_what_we_applied() -> None:
+    """What the API server returned is not what was applied (server and Kueue defaults, Kueue's
+    finalizer, quantities re-written as strings, keys re-ordered), and none of that is drift."""
+    desired = desired_objects()
+    live = recorded_live()
+    assert list(live.objects) == [object_key(obj) for obj in desired]
+    assert len(desired) == 23
+    generated = next(obj for obj in desired if object_key(obj) == RESEARCH_CQ)
+    research = live.objects[RESEARCH_CQ]
+    assert research is not None
+    assert generated["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
+        "name": "cpu",
+        "nominalQuota": 1536,
+        "borrowingLimit": 768,
+    }
+    assert research["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
+        "borrowingLimit": "768",
+        "name": "cpu",
+        "nominalQuota": "1536",
+    }
+    assert research["spec"]["fairSharing"] == {"weight": "2"}
+    assert research["spec"]["stopPolicy"] == "None"
+    assert research["metadata"]["finalizers"] == ["kueue.x-k8s.io/resource-in-use"]
+    assert diff_objects(desired, live) == []
+
+
+def test_diff_against_recorded_objects_shows_exactly_what_changed(tmp_path: Path) -> None:
+    platform = yaml.safe_load(LIVE_PLATFORM.read_text())
+    platform["flavors"][0]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    platform["teams"][0]["quotas"][0]["resources"]["nvidia.com/gpu"]["nominalQuota"] = 48
+    platform["teams"] = [team for team in platform["teams"] if team["name"] != "data-science"]
+    platform["priorities"].append({"name": "batch", "value": 50, "podPriorityClass": True})
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
+    desired = desired_objects(tmp_path / "platform.yaml")
+    recorded = recorded_live().objects
+    keys = {object_key(obj) for obj in desired}
+    # As fetch_live reads it: the generated objects' counterparts, and the recorded ones no longer
+    # generated (all labelled managed-by: kueue-governor) as strays.
+    strays = [obj for key, obj in recorded.items() if key not in keys]
+    live = LiveState({key: recorded.get(key) for key in keys}, strays)
+    diffs = diff_objects(desired, live)
+    assert [(d.action, d.label, d.recreate) for d in diffs] == [
+        (
+            "update",
+            "ResourceFlavor/p5-48xlarge",
+            f"changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; {REFUSED}",
+        ),
+        ("update", "ClusterQueue/hyperpod-ns-research-clusterqueue", None),
+        ("create", "WorkloadPriorityClass/batch-priority", None),
+        ("create", "PriorityClass/batch-priority", None),
+        ("update", "ConfigMap/kueue-governor-system/kgov-policy", None),
+        # data-science's namespaces are strays too, but a Namespace is never proposed for deletion.
+        ("delete", "ClusterQueue/hyperpod-ns-data-science-clusterqueue", None),
+        ("delete", "LocalQueue/ds-sandbox/hyperpod-ns-data-science-localqueue", None),
+        ("delete", "LocalQueue/hyperpod-ns-data-science/hyperpod-ns-data-science-localqueue", None),
+    ]
+    # Only the GPU line changes: the other quotas, "1536" live for 1536 generated and so on, are
+    # the same quantities (they showed as changes before quantities were compared by value).
+    changed = [line for line in diffs[1].diff.splitlines()[2:] if line[:1] in "-+"]
+    assert changed == ["-        nominalQuota: '64'", "+        nominalQuota: 48"]
+    assert diffs[2].diff.startswith("--- /dev/null\n+++ WorkloadPriorityClass/batch-priority (generated)\n")
 
 
 @pytest.mark.parametrize(
