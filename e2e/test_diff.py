@@ -1,10 +1,11 @@
 """``kgov diff`` against the real kube-apiserver and Kueue, exactly.
 
 The test writes a small platform of its own (unique names), generates it with ``--instance`` (every
-object labelled ``app.kubernetes.io/instance``) and applies it server-side. ``kgov diff --instance``
-owns only that instance's objects, so the other tests' objects in the shared cluster cannot show up
-and the whole output can be asserted: first "the cluster matches" (exit 0, nothing on stdout), then
-after changing the platform the exact header lines and summary line.
+object labelled ``app.kubernetes.io/instance``) and applies it as the README says, ``kubectl apply
+--server-side -k``. ``kgov diff --instance`` owns only that instance's objects, so the other tests'
+objects in the shared cluster cannot show up and the whole output can be asserted: first "the
+cluster matches" (exit 0, nothing on stdout), then after changing the platform the exact header
+lines and summary line, a removed field included (kubectl's field manager owns it).
 
 Its quotas are written in forms Kueue does not keep (``"0.5"`` CPUs, ``1024Mi``): the test reads
 back what the API server returns (another form) and the diff must still be empty.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import re
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -97,6 +100,21 @@ def diff_platform(name: str) -> dict[str, Any]:
     }
 
 
+def kubectl_apply(directory: Path, kubeconfig: Path, home: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not on PATH")
+    result = subprocess.run(
+        [kubectl, f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-k", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"},
+    )
+    assert result.returncode == 0, result.stderr
+
+
 async def _delete_all(dynamic: DynamicClient, generated: support.Generated) -> None:
     for obj in reversed(generated.objects):
         resource = await dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
@@ -120,7 +138,7 @@ async def test_applied_platform_matches_then_shows_exactly_the_changes(
     generated = support.generate(path, tmp_path / "generated", *options[1:])
     assert all(obj["metadata"]["labels"]["app.kubernetes.io/instance"] == name for obj in generated.objects)
     try:
-        await support.apply_generated(dynamic, generated)
+        kubectl_apply(generated.directory, e2e_cluster.kubeconfig, tmp_path)
         await support.wait_cluster_queues_active(dynamic, [f"{name}-a", f"{name}-b"])
 
         # What the API server returns is not what was applied: the diff must see through it.
@@ -140,6 +158,7 @@ async def test_applied_platform_matches_then_shows_exactly_the_changes(
         changed = copy.deepcopy(platform)
         changed["flavors"][0]["nodeLabels"] = {manifests.INSTANCE_TYPE_LABEL: "p4d.24xlarge"}
         changed["teams"][0]["quotas"][0]["resources"][GPU]["nominalQuota"] = 3
+        del changed["teams"][0]["quotas"][0]["resources"]["cpu"]["borrowingLimit"]
         del changed["teams"][1]
         changed["priorities"].append({"name": f"{name}-serve", "value": 1000, "podPriorityClass": True})
         path.write_text(yaml.safe_dump(changed, sort_keys=False))
@@ -164,9 +183,10 @@ async def test_applied_platform_matches_then_shows_exactly_the_changes(
             "-    node.kubernetes.io/instance-type: p5.48xlarge",
             "+    node.kubernetes.io/instance-type: p4d.24xlarge",
         ]
-        # Only the GPU quota changed: the CPU and memory quotas, returned as "500m", "1" and "1Gi"
-        # for "0.5", 1 and 1024Mi, are not shown as changes.
+        # The CPU borrowing limit kubectl applied is removed and the GPU quota changed; the CPU and
+        # memory quotas, returned as "500m" and "1Gi" for "0.5" and 1024Mi, are not changes.
         assert changed_lines(result.stdout, f"ClusterQueue/{name}-a") == [
+            "-        borrowingLimit: '1'",
             "-        nominalQuota: '2'",
             "+        nominalQuota: 3",
         ]

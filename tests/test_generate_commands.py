@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from webhook.core.platform import load_platform
 from webhook.generate.commands import diff_command, generate_command
-from webhook.generate.live import LiveState, diff_objects, owned_selector, project, resource_path
+from webhook.generate.live import LiveState, applied_fields, diff_objects, owned_selector, project, resource_path
 from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
 from webhook.generate.validate import equivalent, same_quantity
 
@@ -210,6 +210,64 @@ def test_recorded_objects_are_what_we_applied() -> None:
     assert research["spec"]["stopPolicy"] == "None"
     assert research["metadata"]["finalizers"] == ["kueue.x-k8s.io/resource-in-use"]
     assert diff_objects(desired, live) == []
+    # They were applied server-side by the field manager kgov-e2e: what it owns is no drift either.
+    assert applied_fields(research, "kgov-e2e") == {
+        "f:metadata": {"f:labels": {"f:app.kubernetes.io/managed-by": {}, "f:kueue-governor.io/team": {}}},
+        "f:spec": {
+            "f:cohortName": {},
+            "f:fairSharing": {"f:weight": {}},
+            "f:namespaceSelector": {},
+            "f:preemption": {"f:reclaimWithinCohort": {}, "f:withinClusterQueue": {}},
+            "f:queueingStrategy": {},
+            "f:resourceGroups": {},
+        },
+    }
+    assert applied_fields(research, "kubectl") is None
+    assert diff_objects(desired, live, "kgov-e2e") == []
+
+
+def test_fields_the_applier_owns_and_the_platform_dropped_show_as_removed(tmp_path: Path) -> None:
+    platform = yaml.safe_load(LIVE_PLATFORM.read_text())
+    del platform["teams"][0]["quotas"][0]["resources"]["cpu"]["borrowingLimit"]  # in an atomic list
+    del platform["teams"][0]["fairSharing"]  # a field of its own
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
+    desired = desired_objects(tmp_path / "platform.yaml")
+    diffs = {d.label: d for d in diff_objects(desired, recorded_live(), "kgov-e2e")}
+    research = "ClusterQueue/hyperpod-ns-research-clusterqueue"
+    assert sorted(diffs) == [research, "ConfigMap/kueue-governor-system/kgov-policy"]
+    changed = diffs[research].diff.splitlines()[2:]
+    assert [line for line in changed if line[:1] in "-+"] == [
+        "-        borrowingLimit: '768'",
+        "-  fairSharing:",
+        "-    weight: '2'",
+    ]
+    # Without knowing who applied them, only the generated fields are compared: the removals are
+    # not seen (the policy ConfigMap still changes).
+    assert [d.label for d in diff_objects(desired, recorded_live(), "kubectl")] == [
+        "ConfigMap/kueue-governor-system/kgov-policy"
+    ]
+
+
+def test_applied_fields_merges_the_managers_apply_entries() -> None:
+    live = {
+        "metadata": {
+            "managedFields": [
+                {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": {"f:a": {}}}},
+                {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": {"f:b": {"f:c": {}}}}},
+                {"manager": "m", "operation": "Update", "fieldsV1": {"f:spec": {"f:d": {}}}},
+                {"manager": "m", "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": {}}},
+                {"manager": "other", "operation": "Apply", "fieldsV1": {"f:spec": {"f:e": {}}}},
+            ]
+        }
+    }
+    assert applied_fields(live, "m") == {"f:spec": {"f:a": {}, "f:b": {"f:c": {}}}}
+    assert applied_fields(live, "nobody") is None
+    assert applied_fields(live, None) is None
+    owned = applied_fields(live, "m")
+    # spec.a is owned whole (kept as it is, extra keys too); in spec.b only c; e is not ours.
+    live_object = {"spec": {"a": {"x": 1, "y": 2}, "b": {"c": 1, "z": 3}, "e": 5}}
+    shaped = project(live_object, {"spec": {"a": {"x": 1}, "b": {}}}, owned=owned)
+    assert shaped == {"spec": {"a": {"x": 1, "y": 2}, "b": {"c": 1}}}
 
 
 def test_diff_against_recorded_objects_shows_exactly_what_changed(tmp_path: Path) -> None:

@@ -188,6 +188,14 @@ def generate_command(
 @_namespaces_option
 @_policy_namespace_option
 @_instance_option
+@click.option(
+    "--field-manager",
+    default="kubectl",
+    show_default=True,
+    help="The field manager that server-side applies the generated objects (`kubectl apply --server-side` is "
+    "kubectl): fields it applied that the platform no longer generates show as removed. Objects it did not "
+    "apply are compared on the generated fields only.",
+)
 def diff_command(
     platform_file: str,
     kubeconfig: str | None,
@@ -197,6 +205,7 @@ def diff_command(
     namespaces: bool,
     policy_namespace: str,
     instance: str | None,
+    field_manager: str,
 ) -> None:
     """Show how the live cluster differs from what PLATFORM generates.
 
@@ -206,6 +215,7 @@ def diff_command(
     platform owns (labelled app.kubernetes.io/managed-by=kueue-governor, and
     app.kubernetes.io/instance=NAME with --instance, without that label otherwise) that are no
     longer generated show as deletions. Quantities compare by value (64 and "64", 1024Mi and 1Gi).
+    Fields the --field-manager applied that are no longer generated show as removed.
     """
     platform, problems = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
     _report(problems)
@@ -218,7 +228,7 @@ def diff_command(
         live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
     except LiveError as exc:
         raise UsageFailure(str(exc)) from None
-    diffs = diff_objects(desired, live)
+    diffs = diff_objects(desired, live, field_manager)
     for diff in diffs:
         click.echo(f"# {diff.action}: {diff.label}")
         click.echo(diff.diff, nl=False)

@@ -25,6 +25,7 @@ __all__ = [
     "LiveError",
     "LiveState",
     "ObjectDiff",
+    "applied_fields",
     "diff_objects",
     "fetch_live",
     "owned_selector",
@@ -147,24 +148,63 @@ async def fetch_live(
     return state
 
 
-def project(live: Any, desired: Any, field: str = "") -> Any:
+def applied_fields(live: Mapping[str, Any], field_manager: str | None) -> dict[str, Any] | None:
+    """The fields ``field_manager`` owns in ``live`` through server-side apply: the union of the
+    ``fieldsV1`` of its ``operation: Apply`` entries of ``metadata.managedFields`` (subresources
+    left out), e.g. ``{"f:spec": {"f:nodeLabels": {}}}``. None when it has none (the object was
+    applied otherwise, or by another manager)."""
+    if field_manager is None:
+        return None
+    metadata = live.get("metadata") or {}
+    entries = [
+        entry
+        for entry in metadata.get("managedFields") or []
+        if isinstance(entry, Mapping)
+        and entry.get("manager") == field_manager
+        and entry.get("operation") == "Apply"
+        and not entry.get("subresource")
+    ]
+    if not entries:
+        return None
+    merged: dict[str, Any] = {}
+
+    def merge(into: dict[str, Any], fields: Any) -> None:
+        for key, value in (fields or {}).items() if isinstance(fields, Mapping) else ():
+            merge(into.setdefault(key, {}), value)
+
+    for entry in entries:
+        merge(merged, entry.get("fieldsV1"))
+    return merged
+
+
+def project(live: Any, desired: Any, field: str = "", owned: Mapping[str, Any] | None = None) -> Any:
     """``live`` reduced to the shape of ``desired``: map keys the generator does not write are
     dropped (recursively; lists element by element when lengths match), so server defaults and
     status are not reported as drift. A key the server left out because its value is empty
     (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value. A quantity
     (:data:`~webhook.generate.validate.QUANTITY_FIELDS`) equal to the desired one in another form
     (``"64"`` for ``64``, ``"1Gi"`` for ``"1024Mi"``) takes the desired form, so a diff shows only
-    real changes. ``field`` is the map key the values are found under."""
+    real changes. ``field`` is the map key the values are found under.
+
+    ``owned`` (:func:`applied_fields` at this level; ``{}``: owned as a whole, e.g. an atomic list
+    or map) keeps the live keys the applier owns that ``desired`` no longer has: applying again
+    removes them, so the diff shows them removed (a dropped ``borrowingLimit`` or node label)."""
+    whole = owned is not None and not owned
     if isinstance(live, Mapping) and isinstance(desired, Mapping):
         out = {}
         for key, wanted in desired.items():
+            child = {} if whole else (owned.get(f"f:{key}") if owned is not None else None)
             if key in live:
-                out[key] = project(live[key], wanted, str(key))
+                out[key] = project(live[key], wanted, str(key), child)
             elif wanted in _EMPTY and type(wanted) in _EMPTY_TYPES:
                 out[key] = wanted
+        if owned is not None:
+            removed = [key for key in live if key not in desired and (whole or f"f:{key}" in owned)]
+            out.update({key: live[key] for key in removed})
         return out
     if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
-        return [project(a, b, field) for a, b in zip(live, desired, strict=True)]
+        child = {} if whole else None
+        return [project(a, b, field, child) for a, b in zip(live, desired, strict=True)]
     if field in QUANTITY_FIELDS and same_quantity(live, desired):
         return desired
     return live
@@ -194,11 +234,13 @@ def _yaml_lines(obj: Any) -> list[str]:
     return dump_yaml([obj]).splitlines(keepends=True) if obj is not None else []
 
 
-def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
+def diff_objects(desired: list[Manifest], live: LiveState, field_manager: str | None = None) -> list[ObjectDiff]:
     """Every generated object that differs from the cluster, then every stray managed object.
 
     Pure: no I/O. Objects equal once projected (:func:`project`, quantities compared by value)
-    are left out; an empty list means the cluster matches.
+    are left out; an empty list means the cluster matches. With ``field_manager`` (the manager
+    that server-side applies the generated objects), fields it applied and the platform no longer
+    generates show as removed; objects it did not apply are compared on the generated fields only.
     """
     out = []
     for obj in desired:
@@ -210,7 +252,7 @@ def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
             )
             out.append(ObjectDiff(key, "create", diff))
             continue
-        shaped = project(current, obj)
+        shaped = project(current, obj, owned=applied_fields(current, field_manager))
         if equivalent(shaped, obj):
             continue
         diff = "".join(
