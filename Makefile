@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster e2e-build e2e-up e2e-down e2e-status e2e-test
+.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -74,6 +74,12 @@ e2e-down: install
 
 e2e-status: install
 	$(PYTHON) -m e2e.devcluster status
+
+## Re-record the unit tests' fixtures from a real API server: tests/data/admission/*.json (AdmissionReviews
+## as sent to a webhook) and tests/data/live/ (the bundled platform's objects as `kgov diff` reads them).
+## Starts its own cluster (a few minutes); needs kubectl.
+record-reviews: install
+	$(PYTHON) -m e2e.record
 
 ## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set).
 e2e-test: install

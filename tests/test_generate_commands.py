@@ -1,8 +1,8 @@
-"""``kgov generate`` and ``kgov diff`` through click, with a fake API server for ``diff``."""
+"""``kgov generate`` and ``kgov diff`` through click; ``diff`` against objects recorded from a real
+API server (``tests/data/live``, re-recorded by ``make record-reviews``: see e2e/record.py)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -14,13 +14,18 @@ from click.testing import CliRunner
 
 from webhook.core.platform import load_platform
 from webhook.generate.commands import diff_command, generate_command
-from webhook.generate.live import LiveState, diff_objects, project, resource_path
-from webhook.generate.manifests import GenerateOptions, build_manifests, object_key
+from webhook.generate.live import LiveState, applied_fields, diff_objects, owned_selector, project, resource_path
+from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
+from webhook.generate.validate import equivalent, same_quantity
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "kueue-config" / "platform.yaml"
 NODES = ROOT / "tests" / "data" / "nodes-p5.json"
+#: The bundled platform as it was when its objects were recorded, and those objects as the API
+#: server returned them to `kgov diff` (applied server-side, ClusterQueues Active; scrubbed).
+LIVE_PLATFORM = ROOT / "tests" / "data" / "live" / "platform.yaml"
+LIVE_OBJECTS = ROOT / "tests" / "data" / "live" / "bundled-objects.json"
 
 
 @pytest.fixture
@@ -168,27 +173,138 @@ def test_help_documents_exit_codes() -> None:
 # --- diff ---------------------------------------------------------------------------------------
 
 
-def desired_objects() -> list[dict[str, Any]]:
-    manifests = build_manifests(load_platform(EXAMPLE), GenerateOptions())
+def desired_objects(platform: Path = LIVE_PLATFORM, **options: Any) -> list[dict[str, Any]]:
+    manifests = build_manifests(load_platform(platform), GenerateOptions(namespaces=True, **options))
     return [obj for objects in manifests.values() for obj in objects]
 
 
-def live_copy(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the API server would return: server metadata, defaults, status, quantities as strings."""
-    live = copy.deepcopy(obj)
-    live["metadata"].update({"uid": "0000", "resourceVersion": "42", "generation": 1})
-    live["metadata"]["labels"]["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-    if obj["kind"] == "ClusterQueue":
-        live["spec"]["flavorFungibility"] = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
-        live["spec"]["stopPolicy"] = "None"
-        live["spec"].setdefault("preemption", {})["borrowWithinCohort"] = {"policy": "Never"}
-        live["spec"]["preemption"].setdefault("reclaimWithinCohort", "Never")
-        for group in live["spec"]["resourceGroups"]:
-            for flavor in group["flavors"]:
-                for resource in flavor["resources"]:
-                    resource["nominalQuota"] = str(resource["nominalQuota"])
-        live["status"] = {"pendingWorkloads": 0}
-    return live
+def recorded_live() -> LiveState:
+    return LiveState({object_key(obj): obj for obj in json.loads(LIVE_OBJECTS.read_text())})
+
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+RESEARCH_CQ = (KUEUE, "ClusterQueue", "", "hyperpod-ns-research-clusterqueue")
+
+
+def test_recorded_objects_are_what_we_applied() -> None:
+    """What the API server returned is not what was applied (server and Kueue defaults, Kueue's
+    finalizer, quantities re-written as strings, keys re-ordered), and none of that is drift."""
+    desired = desired_objects()
+    live = recorded_live()
+    assert list(live.objects) == [object_key(obj) for obj in desired]
+    assert len(desired) == 23
+    generated = next(obj for obj in desired if object_key(obj) == RESEARCH_CQ)
+    research = live.objects[RESEARCH_CQ]
+    assert research is not None
+    assert generated["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
+        "name": "cpu",
+        "nominalQuota": 1536,
+        "borrowingLimit": 768,
+    }
+    assert research["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
+        "borrowingLimit": "768",
+        "name": "cpu",
+        "nominalQuota": "1536",
+    }
+    assert research["spec"]["fairSharing"] == {"weight": "2"}
+    assert research["spec"]["stopPolicy"] == "None"
+    assert research["metadata"]["finalizers"] == ["kueue.x-k8s.io/resource-in-use"]
+    assert diff_objects(desired, live) == []
+    # They were applied server-side by the field manager kgov-e2e: what it owns is no drift either.
+    assert applied_fields(research, "kgov-e2e") == {
+        "f:metadata": {"f:labels": {"f:app.kubernetes.io/managed-by": {}, "f:kueue-governor.io/team": {}}},
+        "f:spec": {
+            "f:cohortName": {},
+            "f:fairSharing": {"f:weight": {}},
+            "f:namespaceSelector": {},
+            "f:preemption": {"f:reclaimWithinCohort": {}, "f:withinClusterQueue": {}},
+            "f:queueingStrategy": {},
+            "f:resourceGroups": {},
+        },
+    }
+    assert applied_fields(research, "kubectl") is None
+    assert diff_objects(desired, live, "kgov-e2e") == []
+
+
+def test_fields_the_applier_owns_and_the_platform_dropped_show_as_removed(tmp_path: Path) -> None:
+    platform = yaml.safe_load(LIVE_PLATFORM.read_text())
+    del platform["teams"][0]["quotas"][0]["resources"]["cpu"]["borrowingLimit"]  # in an atomic list
+    del platform["teams"][0]["fairSharing"]  # a field of its own
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
+    desired = desired_objects(tmp_path / "platform.yaml")
+    diffs = {d.label: d for d in diff_objects(desired, recorded_live(), "kgov-e2e")}
+    research = "ClusterQueue/hyperpod-ns-research-clusterqueue"
+    assert sorted(diffs) == [research, "ConfigMap/kueue-governor-system/kgov-policy"]
+    changed = diffs[research].diff.splitlines()[2:]
+    assert [line for line in changed if line[:1] in "-+"] == [
+        "-        borrowingLimit: '768'",
+        "-  fairSharing:",
+        "-    weight: '2'",
+    ]
+    # Without knowing who applied them, only the generated fields are compared: the removals are
+    # not seen (the policy ConfigMap still changes).
+    assert [d.label for d in diff_objects(desired, recorded_live(), "kubectl")] == [
+        "ConfigMap/kueue-governor-system/kgov-policy"
+    ]
+
+
+def test_applied_fields_merges_the_managers_apply_entries() -> None:
+    live = {
+        "metadata": {
+            "managedFields": [
+                {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": {"f:a": {}}}},
+                {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": {"f:b": {"f:c": {}}}}},
+                {"manager": "m", "operation": "Update", "fieldsV1": {"f:spec": {"f:d": {}}}},
+                {"manager": "m", "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": {}}},
+                {"manager": "other", "operation": "Apply", "fieldsV1": {"f:spec": {"f:e": {}}}},
+            ]
+        }
+    }
+    assert applied_fields(live, "m") == {"f:spec": {"f:a": {}, "f:b": {"f:c": {}}}}
+    assert applied_fields(live, "nobody") is None
+    assert applied_fields(live, None) is None
+    owned = applied_fields(live, "m")
+    # spec.a is owned whole (kept as it is, extra keys too); in spec.b only c; e is not ours.
+    live_object = {"spec": {"a": {"x": 1, "y": 2}, "b": {"c": 1, "z": 3}, "e": 5}}
+    shaped = project(live_object, {"spec": {"a": {"x": 1}, "b": {}}}, owned=owned)
+    assert shaped == {"spec": {"a": {"x": 1, "y": 2}, "b": {"c": 1}}}
+
+
+def test_diff_against_recorded_objects_shows_exactly_what_changed(tmp_path: Path) -> None:
+    platform = yaml.safe_load(LIVE_PLATFORM.read_text())
+    platform["flavors"][0]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    platform["teams"][0]["quotas"][0]["resources"]["nvidia.com/gpu"]["nominalQuota"] = 48
+    platform["teams"] = [team for team in platform["teams"] if team["name"] != "data-science"]
+    platform["priorities"].append({"name": "batch", "value": 50, "podPriorityClass": True})
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
+    desired = desired_objects(tmp_path / "platform.yaml")
+    recorded = recorded_live().objects
+    keys = {object_key(obj) for obj in desired}
+    # As fetch_live reads it: the generated objects' counterparts, and the recorded ones no longer
+    # generated (all labelled managed-by: kueue-governor) as strays.
+    strays = [obj for key, obj in recorded.items() if key not in keys]
+    live = LiveState({key: recorded.get(key) for key in keys}, strays)
+    diffs = diff_objects(desired, live)
+    assert [(d.action, d.label, d.recreate) for d in diffs] == [
+        (
+            "update",
+            "ResourceFlavor/p5-48xlarge",
+            f"changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; {REFUSED}",
+        ),
+        ("update", "ClusterQueue/hyperpod-ns-research-clusterqueue", None),
+        ("create", "WorkloadPriorityClass/batch-priority", None),
+        ("create", "PriorityClass/batch-priority", None),
+        ("update", "ConfigMap/kueue-governor-system/kgov-policy", None),
+        # data-science's namespaces are strays too, but a Namespace is never proposed for deletion.
+        ("delete", "ClusterQueue/hyperpod-ns-data-science-clusterqueue", None),
+        ("delete", "LocalQueue/ds-sandbox/hyperpod-ns-data-science-localqueue", None),
+        ("delete", "LocalQueue/hyperpod-ns-data-science/hyperpod-ns-data-science-localqueue", None),
+    ]
+    # Only the GPU line changes: the other quotas, "1536" live for 1536 generated and so on, are
+    # the same quantities (they showed as changes before quantities were compared by value).
+    changed = [line for line in diffs[1].diff.splitlines()[2:] if line[:1] in "-+"]
+    assert changed == ["-        nominalQuota: '64'", "+        nominalQuota: 48"]
+    assert diffs[2].diff.startswith("--- /dev/null\n+++ WorkloadPriorityClass/batch-priority (generated)\n")
 
 
 @pytest.mark.parametrize(
@@ -201,47 +317,82 @@ def live_copy(obj: dict[str, Any]) -> dict[str, Any]:
         pytest.param({}, {"zero": 0, "x": "y"}, {}, id="missing-values-stay-missing"),
         pytest.param([{"a": 1, "z": 0}], [{"a": 2}], [{"a": 1}], id="lists-element-wise"),
         pytest.param([{"a": 1}, {"a": 2}], [{"a": 1}], [{"a": 1}, {"a": 2}], id="lists-of-other-length-kept"),
+        pytest.param(
+            {"nominalQuota": "1Gi", "borrowingLimit": "64", "lendingLimit": "500m", "weight": "1"},
+            {"nominalQuota": "1024Mi", "borrowingLimit": 64, "lendingLimit": 0.5, "weight": "1.0"},
+            {"nominalQuota": "1024Mi", "borrowingLimit": 64, "lendingLimit": 0.5, "weight": "1.0"},
+            id="equal-quantities-take-the-desired-form",
+        ),
+        pytest.param(
+            {"nominalQuota": "48", "borrowingLimit": "1Gi"},
+            {"nominalQuota": 64, "borrowingLimit": "1G"},
+            {"nominalQuota": "48", "borrowingLimit": "1Gi"},
+            id="other-quantities-stay-as-live",
+        ),
+        pytest.param(
+            {"labels": {"size": "1k"}, "value": "1000"},
+            {"labels": {"size": "1000"}, "value": 1000},
+            {"labels": {"size": "1k"}, "value": "1000"},
+            id="not-a-quantity-field",
+        ),
     ],
 )
 def test_project(live: Any, desired: Any, shaped: Any) -> None:
     assert project(live, desired) == shaped
 
 
-def test_projection_ignores_server_fields() -> None:
-    for obj in desired_objects():
-        shaped = project(live_copy(obj), obj)
-        assert shaped["metadata"] == obj["metadata"]
-    assert diff_objects(desired_objects(), LiveState({object_key(o): live_copy(o) for o in desired_objects()})) == []
+@pytest.mark.parametrize(
+    ("a", "b", "field", "expected"),
+    [
+        pytest.param("64", 64, "nominalQuota", True, id="string-and-number"),
+        pytest.param("1Gi", "1024Mi", "borrowingLimit", True, id="binary-suffixes"),
+        pytest.param("500m", "0.5", "lendingLimit", True, id="milli"),
+        pytest.param("1G", "1Gi", "nominalQuota", False, id="decimal-is-not-binary"),
+        pytest.param("1k", "1000", "", False, id="label-values-are-text"),
+        pytest.param(True, 1, "", False, id="boolean-is-not-a-number"),
+        pytest.param({"weight": "2"}, {"weight": 2}, "", True, id="nested"),
+        pytest.param({"a": 1}, {"a": 1, "b": 2}, "", False, id="other-keys"),
+        pytest.param([1, 2], [1], "", False, id="other-lengths"),
+    ],
+)
+def test_equivalent(a: Any, b: Any, field: str, expected: bool) -> None:
+    assert equivalent(a, b, field) is expected
+    assert equivalent(b, a, field) is expected
 
 
-def test_diff_objects_reports_create_update_recreate_delete() -> None:
-    desired = desired_objects()
-    live: dict[Any, Any] = {}
-    for obj in desired:
-        current = live_copy(obj)
-        if obj["kind"] == "ResourceFlavor":
-            current["spec"]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
-        if obj["kind"] == "ClusterQueue" and obj["metadata"]["name"] == "hyperpod-ns-research-clusterqueue":
-            current["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "48"
-        live[object_key(obj)] = None if obj["kind"] == "Cohort" else current
-    stray = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "old-team"}}
-    diffs = diff_objects(desired, LiveState(live, [stray]))
-    assert [(d.action, d.label, d.recreate) for d in diffs] == [
-        (
-            "update",
-            "ResourceFlavor/p5-48xlarge",
-            "changes nodeLabels of a ResourceFlavor with topologyName 'aws-network'; Kueue refuses changes to "
-            "nodeLabels, tolerations and topologyName once it is set",
-        ),
-        ("create", "Cohort/ml-platform", None),
-        ("update", "ClusterQueue/hyperpod-ns-research-clusterqueue", None),
-        ("delete", "ClusterQueue/old-team", None),
+def test_same_quantity_refuses_what_is_not_a_quantity() -> None:
+    assert same_quantity("8", 8)
+    assert not same_quantity("eight", "eight")
+    assert not same_quantity(None, None)
+
+
+def test_owned_selector() -> None:
+    assert owned_selector() == "app.kubernetes.io/managed-by=kueue-governor,!app.kubernetes.io/instance"
+    assert owned_selector("prod") == "app.kubernetes.io/managed-by=kueue-governor,app.kubernetes.io/instance=prod"
+
+
+def test_instance_labels_every_object(workdir: Path) -> None:
+    out = workdir / "generated"
+    result = run(generate_command, workdir / "platform.yaml", "-o", out, "--namespaces", "--instance", "prod-1")
+    assert result.exit_code == 0, result.output
+    objects = [
+        doc
+        for path in sorted(out.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in yaml.safe_load_all(path.read_text())
     ]
-    assert "-        nominalQuota: '48'\n+        nominalQuota: 64\n" in diffs[2].diff
-    # The other quotas are '1536' live and 1536 generated: equal, so not shown as changed.
-    changed = [line for line in diffs[2].diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    assert changed == ["-        nominalQuota: '48'", "+        nominalQuota: 64"]
-    assert diffs[1].diff.startswith("--- /dev/null\n+++ Cohort/ml-platform (generated)\n")
+    assert len(objects) == 23
+    assert {obj["metadata"]["labels"].get(INSTANCE_LABEL) for obj in objects} == {"prod-1"}
+    plain = desired_objects(EXAMPLE)
+    assert all(INSTANCE_LABEL not in obj["metadata"]["labels"] for obj in plain)
+
+
+@pytest.mark.parametrize("command", [generate_command, diff_command])
+@pytest.mark.parametrize("value", ["", "-prod", "a b", "x" * 64])
+def test_instance_must_be_a_label_value(workdir: Path, command: Any, value: str) -> None:
+    result = run(command, workdir / "platform.yaml", "--instance", value)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--instance': {value!r} is not a label value (at most 63 letters" in result.stderr
 
 
 def test_resource_paths() -> None:

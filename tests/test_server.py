@@ -28,7 +28,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from webhook.certs import write_private
 from webhook.server import MAX_BODY_BYTES
 
-DATA = Path(__file__).resolve().parent / "data" / "admission"
 RESEARCH = "hyperpod-ns-research"
 RESEARCH_QUEUE = "hyperpod-ns-research-localqueue"
 INFERENCE_QUEUE = "hyperpod-ns-inference-localqueue"
@@ -273,52 +272,6 @@ async def test_body_over_the_limit_gets_413(server: RunningServer, session: aioh
     # The server is still answering after refusing the body.
     status, answer = await post_review(session, server, review_of(job()))
     assert status == 200 and answer["response"]["allowed"] is True
-
-
-@pytest.mark.parametrize(
-    ("fixture", "api_version", "uid"),
-    [
-        ("v1-job-create.json", "admission.k8s.io/v1", "3c0f5e2a-8d0b-4b8e-9a53-6f1d2c7e4a10"),
-        ("v1beta1-jobset-create.json", "admission.k8s.io/v1beta1", "a4f1b7c2-0e6d-4f3a-b8c9-2d5e7f901234"),
-        ("v1-job-update-queue-label.json", "admission.k8s.io/v1", "e7c3a9d1-5b2f-4c8e-a6d0-3f9b1e2c7a45"),
-    ],
-)
-async def test_replay_recorded_reviews(
-    server: RunningServer, session: aiohttp.ClientSession, fixture: str, api_version: str, uid: str
-) -> None:
-    raw = (DATA / fixture).read_bytes()
-    status, answer = await post_review(session, server, raw)
-
-    assert status == 200
-    assert answer["apiVersion"] == api_version
-    assert answer["kind"] == "AdmissionReview"
-    response = answer["response"]
-    assert response["uid"] == uid
-
-    if fixture == "v1-job-create.json":
-        # The API server has already defaulted spec.suspend to false: it is replaced, not added.
-        ops = decode_patch(response)
-        assert op_at(ops, "/spec/suspend") == {"op": "replace", "path": "/spec/suspend", "value": True}
-        assert op_at(ops, "/metadata/labels")["value"] == {QUEUE_LABEL: RESEARCH_QUEUE}
-        assert op_at(ops, "/spec/template/spec/priorityClassName")["value"] == "training-priority"
-        # The existing annotations map (last-applied-configuration) is never replaced.
-        assert not any(op["path"] == "/metadata/annotations" for op in ops)
-    elif fixture == "v1beta1-jobset-create.json":
-        ops = decode_patch(response)
-        assert op_at(ops, "/metadata/labels/kueue.x-k8s.io~1queue-name")["value"] == RESEARCH_QUEUE
-        assert op_at(ops, "/spec/suspend")["value"] is True
-        for index in range(4):  # one podset per replicatedJob
-            template = f"/spec/replicatedJobs/{index}/template/spec/template"
-            assert op_at(ops, f"{template}/spec/priorityClassName")["value"] == "training-priority"
-            assert op_at(ops, f"{template}/metadata/annotations")["value"] == {
-                "kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-3"
-            }
-    else:
-        assert response["allowed"] is False
-        assert "patch" not in response
-        assert response["status"]["code"] == 403
-        assert "queue: " in response["status"]["message"]
-        assert f"allowed: {RESEARCH_QUEUE}" in response["status"]["message"]
 
 
 # -- health and metrics ---------------------------------------------------------------------------

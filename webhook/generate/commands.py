@@ -7,6 +7,7 @@ Exit codes of all three: 0 success (no drift), 1 validation failure or drift, 2 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,26 @@ _policy_namespace_option = click.option(
     show_default=True,
     help="Namespace of the webhook and of its policy ConfigMap kgov-policy.",
 )
+#: A Kubernetes label value: at most 63 characters, alphanumerics with ``-``, ``_``, ``.`` inside.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _instance_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not _LABEL_VALUE.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit)"
+        )
+    return value
+
+
+_instance_option = click.option(
+    "--instance",
+    metavar="NAME",
+    callback=_instance_value,
+    help="Label every object app.kubernetes.io/instance=NAME; `kgov diff --instance NAME` then owns only "
+    "the objects with that label (several platforms in one cluster). Default: no such label.",
+)
 _nodes_option = click.option(
     "--nodes",
     "nodes_path",
@@ -108,6 +129,7 @@ _strict_option = click.option(
 @_strict_option
 @_namespaces_option
 @_policy_namespace_option
+@_instance_option
 def generate_command(
     platform_file: str,
     output_dir: str,
@@ -116,6 +138,7 @@ def generate_command(
     strict: bool,
     namespaces: bool,
     policy_namespace: str,
+    instance: str | None,
 ) -> None:
     """Generate Kueue objects (kueue.x-k8s.io/v1beta2) and the webhook policy from PLATFORM.
 
@@ -125,7 +148,8 @@ def generate_command(
     Warns when a change to the files already there would need an object to be re-created.
     """
     platform, problems = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
-    manifests = build_manifests(platform, GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace))
+    options = GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace, instance=instance)
+    manifests = build_manifests(platform, options)
     desired = [obj for objects in manifests.values() for obj in objects]
     problems += recreate_warnings(desired, load_generated(output_dir), platform)
     _report(problems)
@@ -169,6 +193,15 @@ def generate_command(
 @_strict_option
 @_namespaces_option
 @_policy_namespace_option
+@_instance_option
+@click.option(
+    "--field-manager",
+    default="kubectl",
+    show_default=True,
+    help="The field manager that server-side applies the generated objects (`kubectl apply --server-side` is "
+    "kubectl): fields it applied that the platform no longer generates show as removed. Objects it did not "
+    "apply are compared on the generated fields only.",
+)
 def diff_command(
     platform_file: str,
     kubeconfig: str | None,
@@ -177,26 +210,31 @@ def diff_command(
     strict: bool,
     namespaces: bool,
     policy_namespace: str,
+    instance: str | None,
+    field_manager: str,
 ) -> None:
     """Show how the live cluster differs from what PLATFORM generates.
 
     For every generated object: a unified diff of the fields the generator writes (live → generated),
     "create" when it is missing, and a RECREATE note when Kueue refuses the change in place (a
-    ResourceFlavor with topologyName, a Topology's levels, a LocalQueue's clusterQueue). Objects
-    labelled app.kubernetes.io/managed-by=kueue-governor that are no longer generated show as
-    deletions.
+    ResourceFlavor with topologyName, a Topology's levels, a LocalQueue's clusterQueue). Objects the
+    platform owns (labelled app.kubernetes.io/managed-by=kueue-governor, and
+    app.kubernetes.io/instance=NAME with --instance, without that label otherwise) that are no
+    longer generated show as deletions. Quantities compare by value (64 and "64", 1024Mi and 1Gi).
+    Fields the --field-manager applied that are no longer generated show as removed.
     """
     platform, problems = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
     _report(problems)
     if any(p.severity == "error" for p in problems):
         raise SystemExit(1)
-    manifests = build_manifests(platform, GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace))
+    options = GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace, instance=instance)
+    manifests = build_manifests(platform, options)
     desired = [obj for objects in manifests.values() for obj in objects]
     try:
-        live = asyncio.run(fetch_live(desired, kubeconfig, context))
+        live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
     except LiveError as exc:
         raise UsageFailure(str(exc)) from None
-    diffs = diff_objects(desired, live)
+    diffs = diff_objects(desired, live, field_manager)
     for diff in diffs:
         click.echo(f"# {diff.action}: {diff.label}")
         click.echo(diff.diff, nl=False)

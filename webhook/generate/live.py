@@ -2,9 +2,11 @@
 
 :func:`fetch_live` reads, for every generated object, the object of the same kind, namespace and
 name (``None`` when absent) and lists the objects labelled ``app.kubernetes.io/managed-by:
-kueue-governor`` that are no longer generated. :func:`diff_objects` is pure: it compares only the
-fields the generator writes (a live object's status, server-set metadata and fields defaulted by
-Kueue are not drift), quantities by value, and flags changes Kueue refuses in place.
+kueue-governor`` (and, for a named instance, ``app.kubernetes.io/instance: <instance>``) that are
+no longer generated. :func:`diff_objects` is pure: it compares only the fields the generator
+writes (a live object's status, server-set metadata and fields defaulted by Kueue are not drift),
+quantities by value (``64`` and ``"64"``, ``1024Mi`` and ``1Gi`` are no change, and are not shown
+as one next to a real change), and flags changes Kueue refuses in place.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.generate.manifests import MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
+from webhook.generate.manifests import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
 from webhook.generate.render import dump_yaml
-from webhook.generate.validate import canonical, needs_recreate
+from webhook.generate.validate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
 from webhook.kube.client import ClusterError, get_json, open_client
 
 __all__ = [
@@ -24,8 +26,10 @@ __all__ = [
     "LiveError",
     "LiveState",
     "ObjectDiff",
+    "applied_fields",
     "diff_objects",
     "fetch_live",
+    "owned_selector",
     "project",
     "resource_path",
 ]
@@ -73,8 +77,22 @@ class LiveState:
     extra: list[Manifest] = field(default_factory=list)
 
 
-async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, context: str | None = None) -> LiveState:
-    """Read the live counterparts of ``desired`` and our stray objects of the same kinds.
+def owned_selector(instance: str | None = None) -> str:
+    """The label selector of the objects a platform owns: ours (``managed-by``) and of its instance.
+
+    ``None`` → ``app.kubernetes.io/managed-by=kueue-governor,!app.kubernetes.io/instance`` (objects
+    of a named instance belong to that instance, never to an unnamed platform);
+    ``"prod"`` → ``app.kubernetes.io/managed-by=kueue-governor,app.kubernetes.io/instance=prod``.
+    """
+    owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    return f"{owned},{INSTANCE_LABEL}={instance}" if instance is not None else f"{owned},!{INSTANCE_LABEL}"
+
+
+async def fetch_live(
+    desired: list[Manifest], kubeconfig: str | None = None, context: str | None = None, instance: str | None = None
+) -> LiveState:
+    """Read the live counterparts of ``desired`` and the stray objects of the same kinds that the
+    platform owns (:func:`owned_selector` of ``instance``) but no longer generates.
 
     Raises:
         LiveError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
@@ -92,7 +110,7 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
             listing = await get_json(
                 api,
                 resource_path(api_version, kind),
-                [("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")],
+                [("labelSelector", owned_selector(instance))],
             )
             for item in (listing or {}).get("items") or []:
                 item = {"apiVersion": api_version, "kind": kind, **item}
@@ -101,33 +119,64 @@ async def fetch_live(desired: list[Manifest], kubeconfig: str | None = None, con
     return state
 
 
-def project(live: Any, desired: Any) -> Any:
+def applied_fields(live: Mapping[str, Any], field_manager: str | None) -> dict[str, Any] | None:
+    """The fields ``field_manager`` owns in ``live`` through server-side apply: the union of the
+    ``fieldsV1`` of its ``operation: Apply`` entries of ``metadata.managedFields`` (subresources
+    left out), e.g. ``{"f:spec": {"f:nodeLabels": {}}}``. None when it has none (the object was
+    applied otherwise, or by another manager)."""
+    if field_manager is None:
+        return None
+    metadata = live.get("metadata") or {}
+    entries = [
+        entry
+        for entry in metadata.get("managedFields") or []
+        if isinstance(entry, Mapping)
+        and entry.get("manager") == field_manager
+        and entry.get("operation") == "Apply"
+        and not entry.get("subresource")
+    ]
+    if not entries:
+        return None
+    merged: dict[str, Any] = {}
+
+    def merge(into: dict[str, Any], fields: Any) -> None:
+        for key, value in (fields or {}).items() if isinstance(fields, Mapping) else ():
+            merge(into.setdefault(key, {}), value)
+
+    for entry in entries:
+        merge(merged, entry.get("fieldsV1"))
+    return merged
+
+
+def project(live: Any, desired: Any, field: str = "", owned: Mapping[str, Any] | None = None) -> Any:
     """``live`` reduced to the shape of ``desired``: map keys the generator does not write are
     dropped (recursively; lists element by element when lengths match), so server defaults and
     status are not reported as drift. A key the server left out because its value is empty
-    (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value."""
+    (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value. A quantity
+    (:data:`~webhook.generate.validate.QUANTITY_FIELDS`) equal to the desired one in another form
+    (``"64"`` for ``64``, ``"1Gi"`` for ``"1024Mi"``) takes the desired form, so a diff shows only
+    real changes. ``field`` is the map key the values are found under.
+
+    ``owned`` (:func:`applied_fields` at this level; ``{}``: owned as a whole, e.g. an atomic list
+    or map) keeps the live keys the applier owns that ``desired`` no longer has: applying again
+    removes them, so the diff shows them removed (a dropped ``borrowingLimit`` or node label)."""
+    whole = owned is not None and not owned
     if isinstance(live, Mapping) and isinstance(desired, Mapping):
         out = {}
         for key, wanted in desired.items():
+            child = {} if whole else (owned.get(f"f:{key}") if owned is not None else None)
             if key in live:
-                out[key] = project(live[key], wanted)
+                out[key] = project(live[key], wanted, str(key), child)
             elif wanted in _EMPTY and type(wanted) in _EMPTY_TYPES:
                 out[key] = wanted
+        if owned is not None:
+            removed = [key for key in live if key not in desired and (whole or f"f:{key}" in owned)]
+            out.update({key: live[key] for key in removed})
         return out
     if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
-        return [project(a, b) for a, b in zip(live, desired, strict=True)]
-    return live
-
-
-def align(live: Any, desired: Any) -> Any:
-    """``live`` with each scalar that equals its generated counterpart by value (``'64'`` and
-    ``64``, ``'1Ti'`` and ``1099511627776``) written as the generated one, so the unified diff shows
-    only the values that differ."""
-    if isinstance(live, Mapping) and isinstance(desired, Mapping):
-        return {key: align(value, desired[key]) if key in desired else value for key, value in live.items()}
-    if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
-        return [align(a, b) for a, b in zip(live, desired, strict=True)]
-    if not isinstance(live, Mapping | list) and canonical(live) == canonical(desired):
+        child = {} if whole else None
+        return [project(a, b, field, child) for a, b in zip(live, desired, strict=True)]
+    if field in QUANTITY_FIELDS and same_quantity(live, desired):
         return desired
     return live
 
@@ -156,11 +205,13 @@ def _yaml_lines(obj: Any) -> list[str]:
     return dump_yaml([obj]).splitlines(keepends=True) if obj is not None else []
 
 
-def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
+def diff_objects(desired: list[Manifest], live: LiveState, field_manager: str | None = None) -> list[ObjectDiff]:
     """Every generated object that differs from the cluster, then every stray managed object.
 
-    Pure: no I/O. Objects equal once projected (:func:`project`) and with quantities compared by
-    value are left out; an empty list means the cluster matches.
+    Pure: no I/O. Objects equal once projected (:func:`project`, quantities compared by value)
+    are left out; an empty list means the cluster matches. With ``field_manager`` (the manager
+    that server-side applies the generated objects), fields it applied and the platform no longer
+    generates show as removed; objects it did not apply are compared on the generated fields only.
     """
     out = []
     for obj in desired:
@@ -172,12 +223,12 @@ def diff_objects(desired: list[Manifest], live: LiveState) -> list[ObjectDiff]:
             )
             out.append(ObjectDiff(key, "create", diff))
             continue
-        shaped = project(current, obj)
-        if canonical(shaped) == canonical(obj):
+        shaped = project(current, obj, owned=applied_fields(current, field_manager))
+        if equivalent(shaped, obj):
             continue
         diff = "".join(
             difflib.unified_diff(
-                _yaml_lines(align(shaped, obj)),
+                _yaml_lines(shaped),
                 _yaml_lines(obj),
                 fromfile=f"{_label(key)} (live)",
                 tofile=f"{_label(key)} (generated)",

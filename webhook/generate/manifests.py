@@ -47,6 +47,7 @@ __all__ = [
     "FILE_KINDS",
     "HYPERPOD_MANAGED_QUEUE_LABEL",
     "HYPERPOD_QUOTA_ALLOCATION_LABEL",
+    "INSTANCE_LABEL",
     "KUEUE_API_VERSION",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
@@ -76,6 +77,10 @@ Manifest = dict[str, Any]
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kueue-governor"
+#: Kubernetes' recommended label for the instance of an application (as Helm's release name):
+#: with ``GenerateOptions.instance`` every generated object carries it, and ``kgov diff`` of that
+#: instance owns only the objects that carry it.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
 TEAM_LABEL = "kueue-governor.io/team"
 #: Set by the API server on every Namespace (Kubernetes ≥ 1.22); selects namespaces by name.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -93,11 +98,14 @@ class GenerateOptions:
     """What to generate besides Kueue's objects.
 
     ``namespaces``: also emit the teams' Namespace objects; ``policy_namespace``: namespace of the
-    policy ConfigMap (the webhook's own namespace, never mutated).
+    policy ConfigMap (the webhook's own namespace, never mutated); ``instance``: the value of
+    :data:`INSTANCE_LABEL` on every object (None: no such label), for several platforms in one
+    cluster, each diffed on its own.
     """
 
     namespaces: bool = False
     policy_namespace: str = DEFAULT_POLICY_NAMESPACE
+    instance: str | None = None
 
 
 @dataclass
@@ -432,6 +440,9 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
     out: dict[str, list[Manifest]] = {}
     for name in FILE_KINDS:
         objects = builders[name]()
+        if options.instance is not None:
+            for obj in objects:
+                obj["metadata"]["labels"][INSTANCE_LABEL] = options.instance
         if objects:
             out[name] = objects
     return out

@@ -38,10 +38,12 @@ from webhook.core.quantity import format_quantity, parse_quantity
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, Manifest, plan_resource_groups
 
 __all__ = [
+    "QUANTITY_FIELDS",
     "Recreate",
-    "canonical",
+    "equivalent",
     "needs_recreate",
     "recreate_warnings",
+    "same_quantity",
     "validate_platform",
 ]
 
@@ -328,19 +330,33 @@ def _spec(obj: Mapping[str, Any]) -> dict[str, Any]:
     return dict(spec) if isinstance(spec, Mapping) else {}
 
 
-def canonical(value: Any) -> Any:
-    """``value`` with every number-like scalar in canonical quantity form, for comparisons:
-    ``"64"``, ``64`` and ``"64.0"`` all become ``"64"``; ``"1Gi"`` becomes ``"1073741824"``."""
-    if isinstance(value, Mapping):
-        return {k: canonical(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [canonical(v) for v in value]
-    if isinstance(value, int | float | str) and not isinstance(value, bool):
-        try:
-            return format_quantity(parse_quantity(value))
-        except ValueError:
-            return value
-    return value
+#: Fields of the generated objects that hold a Kubernetes quantity (``resource.Quantity`` in
+#: Kueue's API): quotas and limits of a ClusterQueue's or Cohort's resources, a fairSharing weight.
+#: The API server and Kueue may return them in another form (``64`` → ``"64"``, ``1024Mi`` →
+#: ``"1Gi"`` once Kueue re-writes the object).
+QUANTITY_FIELDS = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit", "weight"})
+
+
+def same_quantity(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same Kubernetes quantity (``64`` and ``"64"``, ``"1Gi"`` and
+    ``"1024Mi"``, ``0.5`` and ``"500m"``); False when either is not a quantity."""
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except ValueError:
+        return False
+
+
+def equivalent(a: Any, b: Any, field: str = "") -> bool:
+    """Deep equality where a :data:`QUANTITY_FIELDS` value compares by quantity and every other
+    scalar exactly (a label value ``"1k"`` is not ``"1000"``; ``true`` is not ``1``). ``field`` is
+    the map key ``a`` and ``b`` are found under."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(equivalent(a[key], b[key], str(key)) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(equivalent(x, y, field) for x, y in zip(a, b, strict=True))
+    if field in QUANTITY_FIELDS and same_quantity(a, b):
+        return True
+    return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
 
 
 def needs_recreate(desired: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
@@ -357,7 +373,7 @@ def needs_recreate(desired: Mapping[str, Any], current: Mapping[str, Any]) -> st
     kind = desired.get("kind")
     old, new = _spec(current), _spec(desired)
     if kind == "ResourceFlavor":
-        changed = sorted(k for k in {*old, *new} if canonical(old.get(k)) != canonical(new.get(k)))
+        changed = sorted(k for k in {*old, *new} if not equivalent(old.get(k), new.get(k), k))
         if old.get("topologyName") and changed:
             where = f"changes {', '.join(changed)} of a ResourceFlavor with topologyName {old['topologyName']!r}; "
             if set(changed) & {"nodeLabels", "tolerations", "topologyName"}:
