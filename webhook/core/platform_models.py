@@ -49,11 +49,7 @@ def dns1123_label_error(value: str) -> str | None:
     Kubernetes names that also end up as label values (LocalQueue and WorkloadPriorityClass names
     in ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class``) must be labels too.
     """
-    try:
-        _dns1123_label(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+    return _error_of(_dns1123_label, value)
 
 
 def dns1123_subdomain_error(value: str) -> str | None:
@@ -69,8 +65,13 @@ def dns1123_subdomain_error(value: str) -> str | None:
 
 def label_value_error(value: str) -> str | None:
     """Why ``value`` is not a Kubernetes label value, or None when it is one."""
+    return _error_of(_label_value, value)
+
+
+def _error_of(check: Callable[[str], str], value: str) -> str | None:
+    """The message of the ValueError ``check(value)`` raises, or None when it passes."""
     try:
-        _label_value(value)
+        check(value)
     except ValueError as exc:
         return str(exc)
     return None
