@@ -158,10 +158,8 @@ def main() -> None:
     report, report_cpu = baseline + figures["table"][0], baseline_cpu + figures["table"][1]
     verdict = "met" if report < 1 else "met in CPU time" if report_cpu < 1 else "MISSED"
     print(f"   report (load + table): {report:.3f} s wall, {report_cpu:.3f} s CPU; goal < 1 s: {verdict}")
-    picture, picture_cpu = baseline + figures["png"][0], baseline_cpu + figures["png"][1]
-    print(
-        f"   picture (load + png): {picture:.3f} s wall, {picture_cpu:.3f} s CPU; matplotlib import {import_time:.3f} s"
-    )
+    drawn, drawn_cpu = baseline + figures["png"][0], baseline_cpu + figures["png"][1]
+    print(f"   picture (load + png): {drawn:.3f} s wall, {drawn_cpu:.3f} s CPU; matplotlib import {import_time:.3f} s")
     kgov = [sys.executable, "-m", "webhook.cli"]
     startup = median_times(lambda: subprocess.run([*kgov, "--version"], check=True, capture_output=True), args.repeat)
     command = median_times(

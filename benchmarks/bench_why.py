@@ -38,7 +38,7 @@ LAYERS = [f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3)]
 
 
 def scaled(racks: int, pending: int) -> dict[str, Any]:
-    data = json.loads(SOURCE.read_text())
+    data: dict[str, Any] = json.loads(SOURCE.read_text())
     template = data["nodes"][0]
     nodes = []
     for rack in range(racks):
