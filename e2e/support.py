@@ -440,6 +440,20 @@ def kgov_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 
+def kgov_review(options: list[str], body: dict[str, Any]) -> dict[str, Any]:
+    """The response of ``kgov review OPTIONS`` (the server's code path) to the AdmissionReview
+    ``body``; fails the test when kgov exits non-zero (with its stderr)."""
+    result = subprocess.run(
+        [*kgov_command(), "review", *options],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout)["response"])
+
+
 @dataclass(frozen=True)
 class Generated:
     """What ``kgov generate --namespaces`` wrote: its directory and objects in kustomization order."""

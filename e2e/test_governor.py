@@ -39,7 +39,7 @@ from e2e.support import (
     history,
     is_true,
     job_manifest,
-    kgov_command,
+    kgov_review,
     list_objects,
     narrowest_level_holding,
     pause_pod_spec,
@@ -515,15 +515,7 @@ def _review(governor: GovernorInfo, nodes: list[dict[str, Any]], request: dict[s
     nodes_file = tmp / "nodes.json"
     nodes_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    result = subprocess.run(
-        [*kgov_command(), "review", "--platform", str(governor.platform), "--nodes", str(nodes_file)],
-        input=json.dumps(review),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout)["response"])
+    return kgov_review(["--platform", str(governor.platform), "--nodes", str(nodes_file)], review)
 
 
 def _request(operation: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
