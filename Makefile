@@ -32,10 +32,10 @@ test: lint test-unit generate-check helm-check e2e-test
 test-unit: install
 	$(PYTHON) -m pytest tests
 
-## ruff, mypy --strict and the import-linter layer contracts.
+## ruff, mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
 lint: install
 	$(VENV)/bin/ruff check webhook tests benchmarks e2e
-	$(VENV)/bin/mypy webhook
+	$(VENV)/bin/mypy webhook benchmarks
 	$(VENV)/bin/lint-imports
 
 ## The checked-in kueue-config/generated/ must match what the platform file generates.

@@ -17,8 +17,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
-import platform
 import signal
 import socket
 import ssl
@@ -32,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from timing import machine_at_start
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
@@ -279,17 +279,23 @@ async def load(
     return LoadResult(len(latencies), elapsed, Latencies.of(latencies))
 
 
-def bench_tls(total: int, concurrency: int, rounds: int) -> None:
+def serving_pair(directory: Path) -> ssl.SSLContext:
+    """Write a one-day CA (``ca.crt``) and a serving certificate it signs for localhost and
+    127.0.0.1 (``tls.crt``, ``tls.key``) to ``directory``; return a client context trusting the CA."""
     from webhook.certs import generate_ca, issue_serving_certificate, write_private
 
+    ca_cert, ca_key = generate_ca("kgov-bench-ca", days=1)
+    cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], [LOOPBACK], days=1)
+    (directory / "ca.crt").write_bytes(ca_cert)
+    write_private(directory / "tls.crt", cert)
+    write_private(directory / "tls.key", key)
+    return ssl.create_default_context(cafile=str(directory / "ca.crt"))
+
+
+def bench_tls(total: int, concurrency: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="kgov-bench-") as scratch:
         directory = Path(scratch)
-        ca_cert, ca_key = generate_ca("kgov-bench-ca", days=1)
-        cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], [LOOPBACK], days=1)
-        (directory / "ca.crt").write_bytes(ca_cert)
-        write_private(directory / "tls.crt", cert)
-        write_private(directory / "tls.key", key)
-        context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+        context = serving_pair(directory)
 
         ours_port, noop_port = free_port(), free_port()
         tls = ["--tls-cert-file", str(directory / "tls.crt"), "--tls-private-key-file", str(directory / "tls.key")]
@@ -363,8 +369,7 @@ def main() -> None:
         if not 1 <= value <= limit:
             parser.error(f"--{name} must be between 1 and {limit}")
 
-    print(f"kueue-governor admission benchmarks: Python {platform.python_version()}, {ssl.OPENSSL_VERSION}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print(machine_at_start("admission benchmarks"))
     bench_handler(args.iterations)
     bench_tls(args.requests, args.concurrency, args.rounds)
 

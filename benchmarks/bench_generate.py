@@ -16,10 +16,9 @@ Run: ``python benchmarks/bench_generate.py [--teams N] [--flavors N] [--repeat N
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
+
+from timing import median_times
 
 from webhook.core.platform import parse_platform
 from webhook.generate.manifests import GenerateOptions, build_manifests
@@ -88,15 +87,6 @@ def platform_document(teams: int, flavors: int) -> dict[str, Any]:
     }
 
 
-def median_seconds(action: Callable[[], object], repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teams", type=int, default=1000)
@@ -116,9 +106,9 @@ def main() -> None:
     files = generate()
     objects = [obj for objs in build_manifests(platform, options).values() for obj in objs]
 
-    parse = median_seconds(lambda: parse_platform(document), args.repeat)
-    dump = median_seconds(lambda: dump_yaml(objects), args.repeat)
-    gen = median_seconds(generate, args.repeat)
+    parse = median_times(lambda: parse_platform(document), args.repeat)[0]
+    dump = median_times(lambda: dump_yaml(objects), args.repeat)[0]
+    gen = median_times(generate, args.repeat)[0]
 
     size = sum(len(text) for text in files.values())
     print(f"platform: {args.teams} teams x {args.flavors} flavors x {len(RESOURCES)} resources")

@@ -24,7 +24,6 @@ import asyncio
 import gzip
 import json
 import os
-import platform
 import ssl
 import subprocess
 import sys
@@ -43,9 +42,11 @@ from bench_admission import (
     Latencies,
     free_port,
     jobset_review,
+    serving_pair,
     start_server,
     wait_healthy,
 )
+from timing import machine_at_start
 
 MIB = 1024 * 1024
 
@@ -263,18 +264,10 @@ def main() -> None:
         print(json.dumps(stats))
         return
 
-    from webhook.certs import generate_ca, issue_serving_certificate, write_private
-
-    print(f"kueue-governor hostile-client benchmark: Python {platform.python_version()}, {ssl.OPENSSL_VERSION}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print(machine_at_start("hostile-client benchmark"))
     with tempfile.TemporaryDirectory(prefix="kgov-bench-") as scratch:
         directory = Path(scratch)
-        ca_cert, ca_key = generate_ca("kgov-bench-ca", days=1)
-        cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], [LOOPBACK], days=1)
-        (directory / "ca.crt").write_bytes(ca_cert)
-        write_private(directory / "tls.crt", cert)
-        write_private(directory / "tls.key", key)
-        context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+        context = serving_pair(directory)
         port, metrics_port = free_port(), free_port()
         command = [sys.executable, "-m", "webhook.cli", "serve", "--platform", str(PLATFORM),
                    "--tls-cert-file", str(directory / "tls.crt"), "--tls-private-key-file", str(directory / "tls.key"),

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from timing import load_at_end, median_times
 
 from webhook.sources import load_objects
 from webhook.topology.render import render_table
@@ -96,18 +95,6 @@ def inventory(spines: int, blocks: int, racks: int, hosts: int, seed: int = 7) -
     return nodes, pods
 
 
-def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Median wall time and median CPU time of this process for ``fn`` over ``repeat`` calls, in
-    seconds (CPU time shows what the wall time would be on an idle machine)."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--spines", type=int, default=5)
@@ -152,10 +139,10 @@ def main() -> None:
         render_picture(tree(), png, "png")
 
     figures = {
-        "load (baseline)": timed(load, args.repeat),
-        "tree": timed(tree, args.repeat),
-        "table": timed(table, args.repeat),
-        "png": timed(picture, args.repeat),
+        "load (baseline)": median_times(load, args.repeat),
+        "tree": median_times(tree, args.repeat),
+        "table": median_times(table, args.repeat),
+        "png": median_times(picture, args.repeat),
     }
     built = tree()
     root = built.root
@@ -171,13 +158,11 @@ def main() -> None:
     report, report_cpu = baseline + figures["table"][0], baseline_cpu + figures["table"][1]
     verdict = "met" if report < 1 else "met in CPU time" if report_cpu < 1 else "MISSED"
     print(f"   report (load + table): {report:.3f} s wall, {report_cpu:.3f} s CPU; goal < 1 s: {verdict}")
-    picture, picture_cpu = baseline + figures["png"][0], baseline_cpu + figures["png"][1]
-    print(
-        f"   picture (load + png): {picture:.3f} s wall, {picture_cpu:.3f} s CPU; matplotlib import {import_time:.3f} s"
-    )
+    drawn, drawn_cpu = baseline + figures["png"][0], baseline_cpu + figures["png"][1]
+    print(f"   picture (load + png): {drawn:.3f} s wall, {drawn_cpu:.3f} s CPU; matplotlib import {import_time:.3f} s")
     kgov = [sys.executable, "-m", "webhook.cli"]
-    startup = timed(lambda: subprocess.run([*kgov, "--version"], check=True, capture_output=True), args.repeat)
-    command = timed(
+    startup = median_times(lambda: subprocess.run([*kgov, "--version"], check=True, capture_output=True), args.repeat)
+    command = median_times(
         lambda: subprocess.run(
             [*kgov, "topology", "--nodes", str(nodes_file), "--pods", str(pods_file)], check=True, capture_output=True
         ),
@@ -187,8 +172,7 @@ def main() -> None:
         f"   whole command `kgov topology --nodes --pods` (table): {command[0]:.3f} s wall, "
         f"of which {startup[0]:.3f} s is `kgov --version` (interpreter and CLI start)"
     )
-    with open("/proc/loadavg") as handle:
-        print(f"   1-minute load average at the end: {handle.read().split()[0]} on {os.cpu_count()} CPUs")
+    print(load_at_end())
     print(f"   table lines: {render_table(built).count(chr(10))}, PNG: {png.stat().st_size // 1024} KiB ({png})")
 
 

@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from timing import load_at_end, median_times
 
 from webhook.why.explain import explain
 from webhook.why.snapshot import Snapshot
@@ -40,7 +38,7 @@ LAYERS = [f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3)]
 
 
 def scaled(racks: int, pending: int) -> dict[str, Any]:
-    data = json.loads(SOURCE.read_text())
+    data: dict[str, Any] = json.loads(SOURCE.read_text())
     template = data["nodes"][0]
     nodes = []
     for rack in range(racks):
@@ -67,17 +65,6 @@ def scaled(racks: int, pending: int) -> dict[str, Any]:
         copy_["metadata"]["creationTimestamp"] = f"2026-12-01T09:{index // 60 % 60:02d}:{index % 60:02d}Z"
         data["workloads"].append(copy_)
     return data
-
-
-def median(run: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of ``repeat`` runs."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:
@@ -107,13 +94,13 @@ def main() -> None:
         snapshot.free, snapshot.memo = None, {}
         return team_statuses(snapshot, "research")
 
-    load, load_cpu = median(lambda: Snapshot.from_dump(json.loads(text)), args.repeat)
+    load, load_cpu = median_times(lambda: Snapshot.from_dump(json.loads(text)), args.repeat)
     print(f"   {'step':<16} {'wall s':>8} {'x load':>8} {'cpu s':>8} {'x load':>8}")
     print(f"   {'load (baseline)':<16} {load:8.3f} {1:8.2f} {load_cpu:8.3f} {1:8.2f}")
     for name, run in (("why", why), ("status", status), ("status --team", team)):
-        took, took_cpu = median(run, args.repeat)
+        took, took_cpu = median_times(run, args.repeat)
         print(f"   {name:<16} {took:8.3f} {took / load:8.2f} {took_cpu:8.3f} {took_cpu / load_cpu:8.2f}")
-    print(f"   1-minute load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(load_at_end())
 
 
 if __name__ == "__main__":

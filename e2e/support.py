@@ -1,5 +1,6 @@
 """Helpers for e2e tests: polling, Kueue objects, Kueue's topology assignments, admission outcomes
-(warnings, denials, an object's history), cleanup of workloads, and reading the node shape."""
+(warnings, denials, an object's history), cleanup of workloads, reading the node shape, and the
+pause-container Jobs the tests submit."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError
 T = TypeVar("T")
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+GPU = "nvidia.com/gpu"
 
 
 class WaitTimeout(AssertionError):
@@ -437,6 +440,20 @@ def kgov_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 
+def kgov_review(options: list[str], body: dict[str, Any]) -> dict[str, Any]:
+    """The response of ``kgov review OPTIONS`` (the server's code path) to the AdmissionReview
+    ``body``; fails the test when kgov exits non-zero (with its stderr)."""
+    result = subprocess.run(
+        [*kgov_command(), "review", *options],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout)["response"])
+
+
 @dataclass(frozen=True)
 class Generated:
     """What ``kgov generate --namespaces`` wrote: its directory and objects in kustomization order."""
@@ -523,3 +540,30 @@ async def wait_cluster_queues_active(dynamic: DynamicClient, names: list[str], t
         return wanted <= active
 
     await wait_for(all_active, f"{len(wanted)} ClusterQueues to become Active", timeout)
+
+
+def pause_pod_spec(
+    gpus: int, cpu: str, memory: str | None = None, restart_policy: str | None = "Never"
+) -> dict[str, Any]:
+    """A pod spec of one container ``main`` running :data:`PAUSE_IMAGE` that requests ``cpu``,
+    ``memory`` (when given) and ``gpus`` GPUs, with a GPU limit equal to the request; its
+    ``restartPolicy`` is ``restart_policy`` (none when None)."""
+    requests = {"cpu": cpu, **({"memory": memory} if memory is not None else {}), GPU: str(gpus)}
+    container = {"name": "main", "image": PAUSE_IMAGE, "resources": {"requests": requests, "limits": {GPU: str(gpus)}}}
+    return {**({"restartPolicy": restart_policy} if restart_policy is not None else {}), "containers": [container]}
+
+
+def job_manifest(
+    name: str, namespace: str, pods: int, template: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A batch/v1 Job of ``pods`` pods at once (parallelism = completions = ``pods``) from the pod
+    ``template``, with ``labels`` on the Job when given (e.g. Kueue's queue-name label)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {"parallelism": pods, "completions": pods, "template": template},
+    }

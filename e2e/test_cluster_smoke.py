@@ -25,7 +25,9 @@ from e2e.support import (
     delete_workload_object,
     get,
     is_true,
+    job_manifest,
     list_objects,
+    pause_pod_spec,
     wait_for,
     workload_for,
 )
@@ -107,31 +109,8 @@ async def gpu_queue(dynamic: DynamicClient, namespace: str) -> AsyncIterator[str
 
 def gpu_job(name: str, namespace: str, queue: str, pods: int, gpus_per_pod: int) -> dict[str, Any]:
     """A Job labelled for ``queue`` whose pods must share one rack (network-node-layer-3)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: queue}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": {
-                "metadata": {"annotations": {REQUIRED_TOPOLOGY: RACK}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "registry.k8s.io/pause:3.10",
-                            "resources": {
-                                "requests": {"cpu": "4", "nvidia.com/gpu": str(gpus_per_pod)},
-                                "limits": {"nvidia.com/gpu": str(gpus_per_pod)},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    template = {"metadata": {"annotations": {REQUIRED_TOPOLOGY: RACK}}, "spec": pause_pod_spec(gpus_per_pod, "4")}
+    return job_manifest(name, namespace, pods, template, {QUEUE_LABEL: queue})
 
 
 async def gpu_nodes(dynamic: DynamicClient) -> dict[str, dict[str, str]]:

@@ -22,6 +22,7 @@ from kubernetes_asyncio.dynamic.exceptions import NotFoundError
 
 from e2e import manifests
 from e2e.support import (
+    GPU,
     KUEUE_API,
     Cleanup,
     Generated,
@@ -29,8 +30,10 @@ from e2e.support import (
     create,
     generate,
     is_true,
+    job_manifest,
     kgov_command,
     list_objects,
+    pause_pod_spec,
     wait_cluster_queues_active,
     wait_for,
 )
@@ -38,41 +41,14 @@ from e2e.support import (
 pytestmark = pytest.mark.e2e
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GPU = "nvidia.com/gpu"
 SCALE_TEAMS = 50
 SCALE_PREFIX = "scale"
 
 
 def small_job(namespace: str, queue: str, gpus: int = 1) -> dict[str, Any]:
     """One pod of ``gpus`` GPUs, labelled for ``queue`` (the generator's LocalQueue)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": f"small-{secrets.token_hex(3)}",
-            "namespace": namespace,
-            "labels": {QUEUE_LABEL: queue},
-        },
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "registry.k8s.io/pause:3.10",
-                            "resources": {
-                                "requests": {"cpu": "100m", "memory": "64Mi", GPU: str(gpus)},
-                                "limits": {GPU: str(gpus)},
-                            },
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    template = {"spec": pause_pod_spec(gpus, "100m", "64Mi")}
+    return job_manifest(f"small-{secrets.token_hex(3)}", namespace, 1, template, {QUEUE_LABEL: queue})
 
 
 async def admit_one_job_per_namespace(

@@ -28,6 +28,7 @@ from e2e import manifests
 from e2e.conftest import E2ECluster, GovernorInfo
 from e2e.support import (
     FIELD_MANAGER,
+    GPU,
     Cleanup,
     Generated,
     Refused,
@@ -37,9 +38,11 @@ from e2e.support import (
     get,
     history,
     is_true,
-    kgov_command,
+    job_manifest,
+    kgov_review,
     list_objects,
     narrowest_level_holding,
+    pause_pod_spec,
     resource_version,
     wait_for,
     workload_for,
@@ -60,7 +63,6 @@ TAS_ANNOTATIONS = (
     "kueue.x-k8s.io/podset-slice-size",
 )
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
-GPU = "nvidia.com/gpu"
 INSTANCE_TYPE = {manifests.INSTANCE_TYPE_LABEL: "p5.48xlarge"}
 
 RESEARCH = "hyperpod-ns-research"
@@ -80,33 +82,11 @@ def unique(prefix: str) -> str:
 
 def pod_template(gpus: int, restart_policy: str = "Never") -> dict[str, Any]:
     """A pod template with no Kueue annotation, no priority and no affinity: what a user writes."""
-    return {
-        "spec": {
-            "restartPolicy": restart_policy,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {"cpu": "100m", "memory": "64Mi", GPU: str(gpus)},
-                        "limits": {GPU: str(gpus)},
-                    },
-                }
-            ],
-        }
-    }
+    return {"spec": pause_pod_spec(gpus, "100m", "64Mi", restart_policy)}
 
 
 def job(name: str, namespace: str, pods: int, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if labels:
-        metadata["labels"] = labels
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {"parallelism": pods, "completions": pods, "template": pod_template(gpus)},
-    }
+    return job_manifest(name, namespace, pods, pod_template(gpus), labels)
 
 
 def jobset(name: str, namespace: str, replicated: dict[str, int], gpus: int) -> dict[str, Any]:
@@ -535,15 +515,7 @@ def _review(governor: GovernorInfo, nodes: list[dict[str, Any]], request: dict[s
     nodes_file = tmp / "nodes.json"
     nodes_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    result = subprocess.run(
-        [*kgov_command(), "review", "--platform", str(governor.platform), "--nodes", str(nodes_file)],
-        input=json.dumps(review),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout)["response"])
+    return kgov_review(["--platform", str(governor.platform), "--nodes", str(nodes_file)], review)
 
 
 def _request(operation: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:

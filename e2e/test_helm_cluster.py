@@ -502,32 +502,25 @@ async def test_kgov_certs_publishes_the_ca_bundle(api: k8s.ApiClient, e2e_cluste
     never = k8s.V1LabelSelector(
         match_expressions=[k8s.V1LabelSelectorRequirement(key="kueue-governor.io/never", operator="Exists")]
     )
-    webhook = k8s.V1MutatingWebhook(
-        name="inject.kueue-governor.io",
-        admission_review_versions=["v1"],
-        side_effects="None",
-        failure_policy="Ignore",
-        object_selector=never,
-        client_config=k8s.AdmissionregistrationV1WebhookClientConfig(url="https://127.0.0.1:1/mutate"),
-        rules=[
-            k8s.V1RuleWithOperations(
-                api_groups=["batch"], api_versions=["v1"], operations=["CREATE"], resources=["jobs"]
-            )
-        ],
-    )
-    validating = k8s.V1ValidatingWebhook(
-        name="inject.kueue-governor.io",
-        admission_review_versions=["v1"],
-        side_effects="None",
-        failure_policy="Ignore",
-        object_selector=never,
-        client_config=k8s.AdmissionregistrationV1WebhookClientConfig(url="https://127.0.0.1:1/validate"),
-        rules=[
-            k8s.V1RuleWithOperations(
-                api_groups=["batch"], api_versions=["v1"], operations=["CREATE"], resources=["jobs"]
-            )
-        ],
-    )
+
+    def webhook_fields(path: str) -> dict[str, Any]:
+        """A webhook on Job CREATE that selects no object and points at nothing (port 1)."""
+        return {
+            "name": "inject.kueue-governor.io",
+            "admission_review_versions": ["v1"],
+            "side_effects": "None",
+            "failure_policy": "Ignore",
+            "object_selector": never,
+            "client_config": k8s.AdmissionregistrationV1WebhookClientConfig(url=f"https://127.0.0.1:1/{path}"),
+            "rules": [
+                k8s.V1RuleWithOperations(
+                    api_groups=["batch"], api_versions=["v1"], operations=["CREATE"], resources=["jobs"]
+                )
+            ],
+        }
+
+    webhook = k8s.V1MutatingWebhook(**webhook_fields("mutate"))
+    validating = k8s.V1ValidatingWebhook(**webhook_fields("validate"))
     registration = k8s.AdmissionregistrationV1Api(api)
     await registration.create_mutating_webhook_configuration(
         k8s.V1MutatingWebhookConfiguration(metadata=k8s.V1ObjectMeta(name=name), webhooks=[webhook])

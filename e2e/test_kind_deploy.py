@@ -9,11 +9,9 @@ policy ConfigMap they mount, and the serving certificate against the Service nam
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,7 +20,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import manifests
 from e2e.kind import deploy
-from e2e.support import BUNDLED_PLATFORM, FIELD_MANAGER, Generated, kgov_command
+from e2e.support import BUNDLED_PLATFORM, FIELD_MANAGER, Generated, kgov_review
 
 pytestmark = pytest.mark.e2e
 
@@ -97,18 +95,6 @@ async def test_in_cluster_governor_objects_are_accepted_by_the_api_server(
     assert "--watch-cluster" in args
 
 
-def _review(option: str, path: Path, body: dict[str, Any]) -> dict[str, Any]:
-    result = subprocess.run(
-        [*kgov_command(), "review", option, str(path)],
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout)["response"])
-
-
 def test_policy_configmap_answers_like_the_platform_file(bundled_config: Generated, tmp_path: Path) -> None:
     """In kind the governor reads the generated ConfigMap (``--policy``), here the platform file:
     both give the same answer."""
@@ -134,7 +120,7 @@ def test_policy_configmap_answers_like_the_platform_file(bundled_config: Generat
             "object": job,
         },
     }
-    from_configmap = _review("--policy", policy, body)
-    from_platform = _review("--platform", BUNDLED_PLATFORM, body)
+    from_configmap = kgov_review(["--policy", str(policy)], body)
+    from_platform = kgov_review(["--platform", str(BUNDLED_PLATFORM)], body)
     assert from_configmap == from_platform
     assert from_configmap["allowed"] is True and from_configmap["patchType"] == "JSONPatch"

@@ -31,7 +31,9 @@ from e2e.support import (
     delete,
     history,
     is_true,
+    job_manifest,
     list_objects,
+    pause_pod_spec,
     resource_version,
     wait_for,
     workload_for,
@@ -54,7 +56,6 @@ COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 RUN_LABEL = "kueue-governor.io/e2e-run"
 RACK = manifests.TOPOLOGY_LEVELS[2]
 HOSTNAME = manifests.TOPOLOGY_LEVELS[3]
-GPU = "nvidia.com/gpu"
 KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
 
 
@@ -112,16 +113,7 @@ def pod_template(run_id: str, gpus: int, annotations: dict[str, str] | None = No
         "spec": {
             # KWOK deletes a pod at a random time before its deletionTimestamp (pod-delete stage)
             "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {"cpu": "1", GPU: str(gpus)},
-                        "limits": {GPU: str(gpus)},
-                    },
-                }
-            ],
+            **pause_pod_spec(gpus, "1", restart_policy=None),
         },
     }
 
@@ -131,12 +123,7 @@ def plain_job(name: str, run_id: str, pods: int, gpus: int, complete_after: str)
     ``complete_after`` (a duration, e.g. ``"10s"``)."""
     template = pod_template(run_id, gpus, {COMPLETE_DELAY: complete_after, COMPLETE_JITTER: complete_after})
     template["spec"]["restartPolicy"] = "Never"
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": RESEARCH, "labels": {RUN_LABEL: run_id}},
-        "spec": {"parallelism": pods, "completions": pods, "template": template},
-    }
+    return job_manifest(name, RESEARCH, pods, template, {RUN_LABEL: run_id})
 
 
 async def node_labels(dynamic: DynamicClient) -> dict[str, dict[str, str]]:

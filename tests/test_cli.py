@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import Pki
 from support import PLATFORM, REPO, job, review_body
 
 from webhook.cli import main
@@ -386,30 +387,17 @@ def test_mutate_flattens_nested_and_typed_lists(tmp_path: Path) -> None:
     )
 
 
-def test_serve_with_certificate_and_key_swapped_says_so(tmp_path: Path) -> None:
-    from webhook.certs import generate_ca, issue_serving_certificate
+def _serve_on_port_1(*options: str) -> Any:
+    """``kgov serve`` of the bundled platform on 127.0.0.1:1 (refused before it listens)."""
+    return invoke("serve", "--platform", str(PLATFORM), "--host", "127.0.0.1", "--port", "1", *options)
 
-    ca_cert, ca_key = generate_ca("test-ca", days=1)
-    cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], ["127.0.0.1"], days=1)
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    result = invoke(
-        "serve",
-        "--platform",
-        str(PLATFORM),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "1",
-        "--tls-cert-file",
-        str(tmp_path / "tls.key"),
-        "--tls-private-key-file",
-        str(tmp_path / "tls.crt"),
-    )
+
+def test_serve_with_certificate_and_key_swapped_says_so(pki: Pki) -> None:
+    result = _serve_on_port_1("--tls-cert-file", str(pki.key_file), "--tls-private-key-file", str(pki.cert_file))
     assert result.exit_code == 2
     assert "cannot load the serving certificate pair" in result.stderr
     # In words, not OpenSSL's "PEM lib": the file given as the certificate holds none.
-    assert f"{tmp_path / 'tls.key'} holds no PEM certificate" in result.stderr
+    assert f"{pki.key_file} holds no PEM certificate" in result.stderr
 
 
 def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:
@@ -460,29 +448,16 @@ def test_review_refuses_absurdly_long_numbers_without_python_internals() -> None
     assert "set_int_max_str_digits" not in result.stderr
 
 
-def test_serve_with_a_kubeconfig_that_is_not_one_says_so(tmp_path: Path) -> None:
-    from webhook.certs import generate_ca, issue_serving_certificate
-
-    ca_cert, ca_key = generate_ca("test-ca", days=1)
-    cert, key = issue_serving_certificate(ca_cert, ca_key, ["localhost"], ["127.0.0.1"], days=1)
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
+def test_serve_with_a_kubeconfig_that_is_not_one_says_so(tmp_path: Path, pki: Pki) -> None:
     (tmp_path / "kubeconfig").write_text("just some text\n")
-    result = invoke(
-        "serve",
-        "--platform",
-        str(PLATFORM),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "1",
+    result = _serve_on_port_1(
         "--watch-cluster",
         "--kubeconfig",
         str(tmp_path / "kubeconfig"),
         "--tls-cert-file",
-        str(tmp_path / "tls.crt"),
+        str(pki.cert_file),
         "--tls-private-key-file",
-        str(tmp_path / "tls.key"),
+        str(pki.key_file),
     )
     assert result.exit_code == 2
     assert "cannot reach the API server for --watch-cluster" in result.stderr

@@ -11,9 +11,9 @@ import os
 import ssl
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 import yaml
@@ -28,9 +28,12 @@ from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
 from webhook.core.wellformed import describe
 from webhook.logs import configure_logging
+from webhook.options import file_option
 from webhook.sources import InputError, load_manifests, load_namespace_labels, load_nodes, load_policies
 
 __all__ = ["main"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 EXIT_DENIED = 1
 EXIT_INPUT = 2
@@ -48,30 +51,23 @@ def _fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
     sys.exit(code)
 
 
-platform_option = click.option(
-    "--platform",
-    "platform",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Platform file (teams, quotas, policies).",
-)
-policy_option = click.option(
+platform_option = file_option("--platform", "platform", help="Platform file (teams, quotas, policies).")
+policy_option = file_option(
     "--policy",
     "policy",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Compiled policy JSON (the policy.json of the kgov-policy ConfigMap) instead of --platform.",
 )
-namespaces_option = click.option(
+namespaces_option = file_option(
     "--namespaces",
     "namespaces_file",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="`kubectl get namespaces -o json` dump, for teams that select namespaces by labels.",
 )
-nodes_option = click.option(
-    "--nodes",
-    "nodes_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="`kubectl get nodes -o json` dump, for topology mode auto.",
-)
+nodes_option = file_option("--nodes", "nodes_file", help="`kubectl get nodes -o json` dump, for topology mode auto.")
+
+
+def _seconds_option(flag: str, default: float, minimum: float, help: str) -> Callable[[_F], _F]:
+    """A duration option of ``kgov serve``, in seconds, at least ``minimum``; the default is shown."""
+    return click.option(flag, default=default, show_default=True, type=click.FloatRange(minimum), help=help)
 
 
 def _teams(platform: Path | None, policy: Path | None) -> TeamIndex:
@@ -311,8 +307,8 @@ class _Reviewer:
 @main.command("serve")
 @platform_option
 @policy_option
-@click.option("--tls-cert-file", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--tls-private-key-file", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@file_option("--tls-cert-file", required=True)
+@file_option("--tls-private-key-file", required=True)
 @click.option("--host", default="0.0.0.0", show_default=True)
 @click.option("--port", default=8443, show_default=True, type=click.IntRange(1, 65535))
 @namespaces_option
@@ -339,41 +335,26 @@ class _Reviewer:
     help="Plain-HTTP port of /metrics (and /healthz, /readyz); 0: no metrics listener.",
 )
 @click.option("--metrics-host", help="Address of the metrics port (default: --host).")
-@click.option(
+@_seconds_option(
     "--shutdown-delay",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="After SIGTERM, seconds of serving while /readyz says not ready (endpoints drop the pod first).",
+    5.0,
+    0,
+    "After SIGTERM, seconds of serving while /readyz says not ready (endpoints drop the pod first).",
 )
-@click.option(
+@_seconds_option(
     "--shutdown-timeout",
-    default=20.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Then, seconds to drain before every connection is dropped. terminationGracePeriodSeconds must "
+    20.0,
+    0,
+    "Then, seconds to drain before every connection is dropped. terminationGracePeriodSeconds must "
     "exceed --shutdown-delay + --shutdown-timeout.",
 )
-@click.option(
-    "--header-timeout",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(0.1),
-    help="Seconds for the TLS handshake, and for a request's line and headers.",
-)
-@click.option(
-    "--body-timeout",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(0.1),
-    help="Seconds for a request body once its headers are in.",
-)
-@click.option(
+@_seconds_option("--header-timeout", 10.0, 0.1, "Seconds for the TLS handshake, and for a request's line and headers.")
+@_seconds_option("--body-timeout", 10.0, 0.1, "Seconds for a request body once its headers are in.")
+@_seconds_option(
     "--idle-timeout",
-    default=120.0,
-    show_default=True,
-    type=click.FloatRange(0.1),
-    help="Seconds a kept-alive connection may stay without a request (above the API server's 90 s).",
+    120.0,
+    0.1,
+    "Seconds a kept-alive connection may stay without a request (above the API server's 90 s).",
 )
 @click.option(
     "--max-connections",

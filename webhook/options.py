@@ -7,18 +7,24 @@ ask about another object. :data:`OBJECT_NAME` (a DNS-1123 subdomain, most object
 
 An output file must have an existing parent directory; :func:`check_output_file` says so before
 any work is done, :func:`write_output` turns a failed write into a usage error naming the option.
+
+:func:`file_option` declares an option that names a file (not a directory), the shape of most
+``kgov`` inputs (``--platform``, ``--nodes``, ``--kubeconfig``, ``-o``…).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from webhook.core.platform_models import dns1123_label_error, dns1123_subdomain_error
 
-__all__ = ["NAMESPACE", "OBJECT_NAME", "OutputError", "check_output_file", "write_output"]
+__all__ = ["NAMESPACE", "OBJECT_NAME", "OutputError", "check_output_file", "file_option", "write_output"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class _NameType(click.ParamType[str]):
@@ -76,3 +82,12 @@ def write_output(path: Path, content: str | bytes, option: str) -> None:
             path.write_text(content, encoding="utf-8")
     except OSError as exc:
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def file_option(
+    *param_decls: str, exists: bool = False, path_type: type[Any] | None = Path, **attrs: Any
+) -> Callable[[_F], _F]:
+    """``click.option(*param_decls, **attrs)`` whose value is a file path, refused by click when it
+    names a directory (or, with ``exists``, names nothing). The value is a :class:`~pathlib.Path`,
+    or the text as typed with ``path_type=None``."""
+    return click.option(*param_decls, type=click.Path(exists=exists, dir_okay=False, path_type=path_type), **attrs)

@@ -5,6 +5,7 @@ rules. Every finding is a :class:`Problem` with its field path.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +32,11 @@ class Problem(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
+
+
+def _unknown(path: str, what: str, name: str, known: Iterable[str]) -> Problem:
+    """The reference at ``path`` names no ``what`` of the platform: ``unknown cohort 'x' (known: [...])``."""
+    return Problem(path=path, message=f"unknown {what} {name!r} (known: {sorted(known)})")
 
 
 class PlatformError(ValueError):
@@ -86,22 +92,12 @@ def check_platform(platform: Platform) -> list[Problem]:
 
     for index, flavor in enumerate(platform.flavors):
         if flavor.topologyName is not None and flavor.topologyName not in topologies:
-            problems.append(
-                Problem(
-                    path=f"flavors[{index}].topologyName",
-                    message=f"unknown topology {flavor.topologyName!r} (known: {sorted(topologies)})",
-                )
-            )
+            problems.append(_unknown(f"flavors[{index}].topologyName", "topology", flavor.topologyName, topologies))
 
     parents = {c.name: c.parentName for c in platform.cohorts}
     for index, cohort in enumerate(platform.cohorts):
         if cohort.parentName is not None and cohort.parentName not in cohort_names:
-            problems.append(
-                Problem(
-                    path=f"cohorts[{index}].parentName",
-                    message=f"unknown cohort {cohort.parentName!r} (known: {sorted(cohort_names)})",
-                )
-            )
+            problems.append(_unknown(f"cohorts[{index}].parentName", "cohort", cohort.parentName, cohort_names))
         seen = {cohort.name}
         parent = cohort.parentName
         while parent is not None and parent in parents:
@@ -116,20 +112,11 @@ def check_platform(platform: Platform) -> list[Problem]:
     for index, team in enumerate(platform.teams):
         base = f"teams[{index}]"
         if team.cohort is not None and team.cohort not in cohort_names:
-            problems.append(
-                Problem(
-                    path=f"{base}.cohort", message=f"unknown cohort {team.cohort!r} (known: {sorted(cohort_names)})"
-                )
-            )
+            problems.append(_unknown(f"{base}.cohort", "cohort", team.cohort, cohort_names))
         for qindex, quota in enumerate(team.quotas):
             qpath = f"{base}.quotas[{qindex}]"
             if quota.flavor not in flavor_names:
-                problems.append(
-                    Problem(
-                        path=f"{qpath}.flavor",
-                        message=f"unknown flavor {quota.flavor!r} (known: {sorted(flavor_names)})",
-                    )
-                )
+                problems.append(_unknown(f"{qpath}.flavor", "flavor", quota.flavor, flavor_names))
             for resource, limits in quota.resources.items():
                 rpath = f"{qpath}.resources.{resource}"
                 for field in ("borrowingLimit", "lendingLimit"):
@@ -157,12 +144,7 @@ def check_platform(platform: Platform) -> list[Problem]:
             named = ([rule.default] if rule.default else []) + list(rule.allowed or [])
             for name in named:
                 if name not in priority_names:
-                    problems.append(
-                        Problem(
-                            path=f"{base}.policy.{field}",
-                            message=f"unknown priority {name!r} (known: {sorted(priority_names)})",
-                        )
-                    )
+                    problems.append(_unknown(f"{base}.policy.{field}", "priority", name, priority_names))
             if rule.default and rule.allowed is not None and rule.default not in rule.allowed:
                 problems.append(
                     Problem(

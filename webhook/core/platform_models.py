@@ -34,13 +34,17 @@ _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
-def _dns1123_label(value: str) -> str:
-    if len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit, at most 63 characters)"
-        )
+def _matching(value: str, pattern: re.Pattern[str], most: int, what: str) -> str:
+    """``value`` when ``pattern`` matches all of it within ``most`` characters, else ValueError
+    ``'{value}' is not {what}``."""
+    if len(value) > most or not pattern.fullmatch(value):
+        raise ValueError(f"{value!r} is not {what}")
     return value
+
+
+def _dns1123_label(value: str) -> str:
+    what = "lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
+    return _matching(value, _DNS1123_LABEL, 63, f"a DNS-1123 label ({what})")
 
 
 def dns1123_label_error(value: str) -> str | None:
@@ -49,28 +53,28 @@ def dns1123_label_error(value: str) -> str | None:
     Kubernetes names that also end up as label values (LocalQueue and WorkloadPriorityClass names
     in ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class``) must be labels too.
     """
-    try:
-        _dns1123_label(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+    return _error_of(_dns1123_label, value)
 
 
 def dns1123_subdomain_error(value: str) -> str | None:
     """Why ``value`` is not a DNS-1123 subdomain (the name most Kubernetes objects must have:
     Jobs, Workloads, ClusterQueues, Topologies, webhook configurations…), or None when it is one."""
-    if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return (
-            f"{value!r} is not a valid object name: a DNS-1123 subdomain (lower-case letters, digits, '-' and "
-            "'.', starting and ending with a letter or digit, at most 253 characters)"
-        )
-    return None
+    what = (
+        "a valid object name: a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and "
+        "ending with a letter or digit, at most 253 characters)"
+    )
+    return _error_of(lambda name: _matching(name, _DNS1123_SUBDOMAIN, 253, what), value)
 
 
 def label_value_error(value: str) -> str | None:
     """Why ``value`` is not a Kubernetes label value, or None when it is one."""
+    return _error_of(_label_value, value)
+
+
+def _error_of(check: Callable[[str], str], value: str) -> str | None:
+    """The message of the ValueError ``check(value)`` raises, or None when it passes."""
     try:
-        _label_value(value)
+        check(value)
     except ValueError as exc:
         return str(exc)
     return None
@@ -92,12 +96,8 @@ def _label_key(value: str) -> str:
 
 
 def _label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a valid label value (at most 63 of [A-Za-z0-9-_.], starting and ending with a "
-            "letter or digit)"
-        )
-    return value
+    what = "a valid label value (at most 63 of [A-Za-z0-9-_.], starting and ending with a letter or digit)"
+    return _matching(value, _LABEL_VALUE, 63, what)
 
 
 def _quantity(value: Any) -> Any:

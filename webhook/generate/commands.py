@@ -28,7 +28,7 @@ from webhook.generate.live import LiveError, diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
 from webhook.generate.validate import recreate_warnings, validate_platform
-from webhook.options import NAMESPACE
+from webhook.options import NAMESPACE, file_option
 from webhook.sources import InputError, load_nodes, read_document
 
 __all__ = ["diff_command", "generate_command", "import_hyperpod_command"]
@@ -98,10 +98,11 @@ _instance_option = click.option(
     help="Label every object app.kubernetes.io/instance=NAME; `kgov diff --instance NAME` then owns only "
     "the objects with that label (several platforms in one cluster). Default: no such label.",
 )
-_nodes_option = click.option(
+_nodes_option = file_option(
     "--nodes",
     "nodes_path",
-    type=click.Path(exists=True, dir_okay=False),
+    exists=True,
+    path_type=None,
     help="`kubectl get nodes -o json` output: check quotas against node capacity and topology labels.",
 )
 _strict_option = click.option(
@@ -183,10 +184,8 @@ def generate_command(
     "2 usage error, or the kubeconfig or cluster cannot be used.",
 )
 @_platform_argument
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).",
+@file_option(
+    "--kubeconfig", exists=True, path_type=None, help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config)."
 )
 @click.option("--context", help="Kubeconfig context (default: the current context).")
 @_nodes_option
@@ -264,18 +263,20 @@ def _read_json(path: str) -> Any:
     epilog="Exit codes: 0 platform printed; 1 the definitions cannot be mapped; 2 usage error. "
     "The mapping is described in docs/hyperpod-mapping.md.",
 )
-@click.option(
+@file_option(
     "--quota",
     "quota_files",
+    exists=True,
+    path_type=None,
     multiple=True,
     required=True,
-    type=click.Path(exists=True, dir_okay=False),
     help="`aws sagemaker describe-compute-quota` (or list-compute-quotas) JSON; repeat per team.",
 )
-@click.option(
+@file_option(
     "--scheduler",
     "scheduler_file",
-    type=click.Path(exists=True, dir_okay=False),
+    exists=True,
+    path_type=None,
     help="`aws sagemaker describe-cluster-scheduler-config` JSON (priority classes, fair share).",
 )
 @click.option(

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from webhook.core.platform import PlatformError, load_platform
-from webhook.options import OBJECT_NAME, check_output_file
+from webhook.options import OBJECT_NAME, check_output_file, file_option, write_output
 from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
     TopologyDocumentError,
@@ -62,13 +62,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
         else:
             click.echo(content, nl=False)
         return
-    try:
-        if isinstance(content, bytes):
-            output.write_bytes(content)
-        else:
-            output.write_text(content, encoding="utf-8")
-    except OSError as exc:
-        raise UsageFailure(f"-o {output}: cannot write: {exc.strerror}") from None
+    write_output(output, content, "-o")
 
 
 @click.group(
@@ -77,21 +71,14 @@ def _write(output: Path | None, content: str | bytes) -> None:
     epilog=_EXIT_CODES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.option(
+@file_option(
     "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Read the live cluster (default without --nodes, as kubectl: $KUBECONFIG, else ~/.kube/config).",
 )
-@click.option(
-    "--nodes",
-    "nodes_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="`kubectl get nodes -o json` dump instead of a live cluster.",
-)
-@click.option(
+@file_option("--nodes", "nodes_file", help="`kubectl get nodes -o json` dump instead of a live cluster.")
+@file_option(
     "--pods",
     "pods_file",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="`kubectl get pods -A -o json` dump: requests of pods bound to the nodes are not free (with --nodes).",
 )
 @click.option(
@@ -101,11 +88,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
     help="Levels of this Kueue Topology: from --platform if given, else from the cluster. "
     "Default: the AWS network-node layer labels.",
 )
-@click.option(
-    "--platform",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Platform file whose topologies --topology names.",
-)
+@file_option("--platform", help="Platform file whose topologies --topology names.")
 @click.option(
     "--resource",
     help="Accelerator resource to count (default: the first of nvidia.com/gpu, amd.com/gpu, "
@@ -117,7 +100,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
     type=click.Choice([*TEXT_FORMATS, *PICTURE_FORMATS]),
     help="Output format (default: table; png/svg when -o ends in .png/.svg).",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@file_option("-o", "--output", help="Write here instead of stdout.")
 @click.pass_context
 def topology_group(
     ctx: click.Context,
@@ -263,19 +246,15 @@ def _read_topology_document(path: Path) -> Any:
 
 
 @topology_group.command("label", epilog=_EXIT_CODES)
-@click.option(
+@file_option(
     "--from",
     "source",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
     help="`aws ec2 describe-instance-topology` output (JSON; an array of pages too).",
 )
-@click.option(
-    "--nodes", "nodes_file", type=click.Path(dir_okay=False, path_type=Path), help="`kubectl get nodes -o json` dump."
-)
-@click.option(
+@file_option("--nodes", "nodes_file", help="`kubectl get nodes -o json` dump.")
+@file_option(
     "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Read (and with --apply, label) the live cluster (default without --nodes: $KUBECONFIG, ~/.kube/config).",
 )
 @click.option(
