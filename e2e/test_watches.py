@@ -293,6 +293,60 @@ async def test_label_changes_move_new_jobs(
     assert runs == [None, ALPHA, BETA, ALPHA, None], f"{len(queues)} Jobs, queues in order of creation: {queues}"
 
 
+async def first_job_in_new_namespace(
+    dynamic: DynamicClient, make_namespace: NamespaceFactory, labels: dict[str, str]
+) -> tuple[str, Created | Refused]:
+    """Create a namespace and, concurrently, its first Job, sent the moment the API server knows
+    the namespace (retried while it answers 404): (namespace, what the create returned)."""
+    name = f"e2e-watch-new-{secrets.token_hex(4)}"
+    body = job(name)
+
+    async def first_job() -> Created | Refused:
+        while True:
+            try:
+                return await create_with_warnings(dynamic, body)
+            except Refused as refused:
+                if refused.status.get("code") == 404 and refused.status.get("details", {}).get("kind") == "namespaces":
+                    await asyncio.sleep(0.002)
+                    continue
+                return refused
+
+    pending = asyncio.create_task(first_job())
+    await make_namespace(labels, name=name)
+    return name, await pending
+
+
+async def assert_governed_or_retry(
+    dynamic: DynamicClient, outcomes: list[tuple[str, Created | Refused]], wanted: str
+) -> int:
+    """Each first Job got queue ``wanted``, or was refused with 503 and the message to retry, and
+    a retry (polled) gets ``wanted``. Returns how many were refused."""
+    refused = []
+    for namespace, outcome in outcomes:
+        if isinstance(outcome, Refused):
+            assert outcome.status.get("code") == 503, outcome.status
+            message = str(outcome.status.get("message"))
+            assert f"namespace {namespace!r} is not in the governor's namespace cache yet" in message, message
+            assert "retry in a few seconds" in message, message
+            refused.append(namespace)
+        else:
+            assert queue_of(outcome.obj) == wanted, outcome.obj["metadata"]
+    for namespace in refused:
+        await until_queue(dynamic, namespace, wanted, "a retried first Job to be governed")
+    return len(refused)
+
+
+def namespace_waits(
+    before: dict[tuple[str, frozenset[tuple[str, str]]], float],
+    after: dict[tuple[str, frozenset[tuple[str, str]]], float],
+) -> dict[str, float]:
+    return {
+        result: sample(after, "kgov_namespace_cache_waits_total", result=result)
+        - sample(before, "kgov_namespace_cache_waits_total", result=result)
+        for result in ("seen", "unseen")
+    }
+
+
 async def test_namespace_created_together_with_its_first_job(
     dynamic: DynamicClient,
     make_namespace: NamespaceFactory,
@@ -300,54 +354,18 @@ async def test_namespace_created_together_with_its_first_job(
     tmp_path: Path,
     e2e_cluster: E2ECluster,
 ) -> None:
-    """The Job is sent the moment the API server knows the namespace (retried while it answers
-    404), racing the namespace's watch event to the governor. The governor waits for its cache
-    to see the namespace (``kgov_namespace_cache_waits_total{result="seen"}``); a namespace still
-    unseen after that is refused with 503 and a message to retry. Never is the Job let through
-    without the team's queue."""
+    """10 namespaces, each created together with its first Job, racing the namespace's watch
+    event to the governor. The governor waits for its cache to see the namespace
+    (``kgov_namespace_cache_waits_total{result="seen"}``); a namespace still unseen after that is
+    refused with 503 and a message to retry (``unseen``). Never is the Job let through without
+    the team's queue."""
     await asyncio.to_thread(governor, write_platform(tmp_path, platform("e2e-watch-none")))
     before = governor_metrics(e2e_cluster)
-    outcomes: list[tuple[str, Created | Refused]] = []
-    for _ in range(10):
-        name = f"e2e-watch-new-{secrets.token_hex(4)}"
-        body = job(name)
-
-        async def first_job(body: dict[str, Any] = body) -> Created | Refused:
-            while True:
-                try:
-                    return await create_with_warnings(dynamic, body)
-                except Refused as refused:
-                    if (
-                        refused.status.get("code") == 404
-                        and refused.status.get("details", {}).get("kind") == "namespaces"
-                    ):
-                        await asyncio.sleep(0.002)
-                        continue
-                    return refused
-
-        pending = asyncio.create_task(first_job())
-        await make_namespace({TEAM_LABEL: "alpha"}, name=name)
-        outcomes.append((name, await pending))
-
-    after = governor_metrics(e2e_cluster)
-    waits = {
-        result: sample(after, "kgov_namespace_cache_waits_total", result=result)
-        - sample(before, "kgov_namespace_cache_waits_total", result=result)
-        for result in ("seen", "unseen")
-    }
-    print(f"first Jobs in new namespaces: 10; the governor waited for its cache {waits}")
-    for _, outcome in outcomes:
-        if isinstance(outcome, Refused):
-            assert outcome.status.get("code") == 503, outcome.status
-            assert "is not in the governor's namespace cache yet" in str(outcome.status.get("message"))
-            assert "retry" in str(outcome.status.get("message"))
-        else:
-            assert queue_of(outcome.obj) == ALPHA, outcome.obj["metadata"]
-    refused = [namespace for namespace, outcome in outcomes if isinstance(outcome, Refused)]
-    assert waits["unseen"] == len(refused)
-    # A refused one is governed when retried, as its message says.
-    for namespace in refused:
-        await until_queue(dynamic, namespace, ALPHA, "a retried first Job to be governed")
+    outcomes = [await first_job_in_new_namespace(dynamic, make_namespace, {TEAM_LABEL: "alpha"}) for _ in range(10)]
+    waits = namespace_waits(before, governor_metrics(e2e_cluster))
+    print(f"first Jobs in 10 new namespaces: the governor waited for its cache {waits}")
+    refused = await assert_governed_or_retry(dynamic, outcomes, ALPHA)
+    assert waits["unseen"] == refused
 
 
 # --------------------------------------------------------------------------- nodes
@@ -464,8 +482,9 @@ async def test_watches_recover_after_api_server_restart_and_compaction(
     mid-stream), etcd compacted up to its current revision, and the API server started again.
     The governor's watches break, are opened again from the last versions they saw, get
     ``410 Gone`` (those versions are compacted away), and list again
-    (``kgov_cache_lists_total{reason="expired"}``, once per cache). A label change made
-    afterwards reaches new Jobs."""
+    (``kgov_cache_lists_total{reason="expired"}``, once per cache). A namespace created with its
+    first Job right after the restart is governed (or refused, to be retried); a label change
+    made afterwards reaches new Jobs."""
     if e2e_cluster.local is None:
         pytest.skip("restarts the local control plane's API server")
     state = Path(e2e_cluster.local.state_dir)
@@ -495,6 +514,13 @@ async def test_watches_recover_after_api_server_restart_and_compaction(
 
     try:
         await wait_for(reachable, "the API server to answer this test's client again", timeout=CATCH_UP)
+        # At once, while the governor's watches may still be backing off: a namespace created
+        # together with its first Job is governed, or refused to be retried; never passed.
+        waits_before = governor_metrics(e2e_cluster)
+        outcome = await first_job_in_new_namespace(dynamic, make_namespace, {TEAM_LABEL: "alpha"})
+        waits = namespace_waits(waits_before, governor_metrics(e2e_cluster))
+        print(f"first Job in a namespace made right after the restart: the governor waited {waits}")
+        assert waits["unseen"] == await assert_governed_or_retry(dynamic, [outcome], ALPHA)
         await relabel(dynamic, namespace, {TEAM_LABEL: None, TIER_LABEL: "gpu"})
         await until_queue(dynamic, namespace, BETA, "a label change after the restart to reach new Jobs")
 
