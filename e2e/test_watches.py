@@ -354,16 +354,21 @@ async def test_namespace_created_together_with_its_first_job(
     tmp_path: Path,
     e2e_cluster: E2ECluster,
 ) -> None:
-    """10 namespaces, each created together with its first Job, racing the namespace's watch
+    """30 namespaces, each created together with its first Job (10 in turn, 20 at once), racing the namespace's watch
     event to the governor. The governor waits for its cache to see the namespace
     (``kgov_namespace_cache_waits_total{result="seen"}``); a namespace still unseen after that is
     refused with 503 and a message to retry (``unseen``). Never is the Job let through without
     the team's queue."""
     await asyncio.to_thread(governor, write_platform(tmp_path, platform("e2e-watch-none")))
     before = governor_metrics(e2e_cluster)
+    # One after the other, then 20 at once (the governor's loop busy with many requests and
+    # watch events together).
     outcomes = [await first_job_in_new_namespace(dynamic, make_namespace, {TEAM_LABEL: "alpha"}) for _ in range(10)]
+    outcomes += await asyncio.gather(
+        *(first_job_in_new_namespace(dynamic, make_namespace, {TEAM_LABEL: "alpha"}) for _ in range(20))
+    )
     waits = namespace_waits(before, governor_metrics(e2e_cluster))
-    print(f"first Jobs in 10 new namespaces: the governor waited for its cache {waits}")
+    print(f"first Jobs in 30 new namespaces: the governor waited for its cache {waits}")
     refused = await assert_governed_or_retry(dynamic, outcomes, ALPHA)
     assert waits["unseen"] == refused
 
