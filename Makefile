@@ -36,6 +36,7 @@ test-unit: install
 lint: install
 	$(VENV)/bin/ruff check webhook tests benchmarks e2e
 	$(VENV)/bin/mypy webhook benchmarks
+	$(VENV)/bin/mypy e2e/test_watches.py
 	$(VENV)/bin/lint-imports
 
 ## The checked-in kueue-config/generated/ must match what the platform file generates.

@@ -48,7 +48,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -307,8 +307,8 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def stop_process(paths: Paths, name: str, timeout: float = 20.0) -> bool:
-    """SIGTERM the process group of ``name``, SIGKILL after ``timeout`` seconds.
+def stop_process(paths: Paths, name: str, timeout: float = 20.0, signum: signal.Signals = signal.SIGTERM) -> bool:
+    """Send ``signum`` (SIGTERM) to the process group of ``name``, SIGKILL after ``timeout`` seconds.
 
     Only a process that is still the one recorded in the pid file is signalled. Returns whether
     a running process was found.
@@ -318,7 +318,7 @@ def stop_process(paths: Paths, name: str, timeout: float = 20.0) -> bool:
         paths.pid(name).unlink(missing_ok=True)
         return False
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(record.pid, signal.SIGTERM)
+        os.killpg(record.pid, signum)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _running(record):
         time.sleep(0.1)
@@ -1036,6 +1036,91 @@ def stop_governor(root: Path | None = None) -> None:
         info.governor_metrics_url = None
         _save(paths, info)
     stop_process(paths, "governor")
+
+
+def restart_apiserver(
+    root: Path | None = None, while_down: Callable[[], None] | None = None, crash: bool = False
+) -> float:
+    """Stop kube-apiserver (SIGTERM, as a rolling restart does; SIGKILL with ``crash``: every
+    connection cut mid-stream), run ``while_down()``, start it again with the same command line on
+    the same port, and wait for its ``/readyz``.
+
+    Every client (the controllers, Kueue, KWOK, ``kgov serve``) sees its connections close and
+    must reconnect on its own. Returns the seconds the API server was unreachable.
+
+    Raises:
+        DevClusterError: no running cluster, or the API server did not come back.
+    """
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    pid = process_alive(paths, "kube-apiserver")
+    if info is None or pid is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    command = [part.decode() for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if part]
+    admin = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-admin," in line)
+    started = time.monotonic()
+    # On SIGTERM the API server drains its connections (watches included) for up to 60 s itself.
+    stop_process(paths, "kube-apiserver", timeout=90.0, signum=signal.SIGKILL if crash else signal.SIGTERM)
+    if while_down is not None:
+        while_down()
+    port = int(info.apiserver_url.rsplit(":", 1)[1])
+    for _ in range(10):
+        _wait_port_free(port, 30.0)
+        start_process(paths, "kube-apiserver", command)
+        # A client reconnecting in a tight loop can be handed the freed port as its own source
+        # port (a loopback self-connect) between our check and the server's bind: start again.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and process_alive(paths, "kube-apiserver") is not None:
+            time.sleep(0.1)
+        if process_alive(paths, "kube-apiserver") is not None or "address already in use" not in log_tail(
+            paths, "kube-apiserver", 3
+        ):
+            break
+    _wait_until(
+        "kube-apiserver /readyz after a restart",
+        lambda: _http_ok(f"{info.apiserver_url}/readyz", _context(paths.ca_crt), admin),
+        180.0,
+        paths,
+        "kube-apiserver",
+    )
+    return time.monotonic() - started
+
+
+def _wait_port_free(port: int, timeout: float) -> None:
+    """Wait until 127.0.0.1:``port`` can be bound (with SO_REUSEADDR, as a Go server binds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise DevClusterError(f"127.0.0.1:{port} still in use after {timeout:.0f}s") from None
+        time.sleep(0.2)
+
+
+def compact_etcd(root: Path | None = None) -> int:
+    """Compact etcd's history up to its current revision (etcd's v3 JSON gateway), as the API
+    server's own periodic compaction would; returns that revision. A watch from any older
+    resourceVersion then gets ``410 Gone``."""
+    info = load_info(root or state_dir())
+    if info is None:
+        raise DevClusterError("no running cluster; run `up` first")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{info.etcd_url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with opener.open(request, timeout=30) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+    revision = int(post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
 
 
 def down(root: Path | None = None, purge: bool = False) -> list[str]:

@@ -301,44 +301,78 @@ async def test_an_expired_version_right_after_a_list_backs_off(
     assert server.times[2] - server.times[1] >= 0.3
 
 
-async def test_a_dropped_watch_relists_after_a_back_off(server: ReplayServer, caches: list[ObjectCache]) -> None:
-    later = str(int(LIST_VERSION) + 100)
-    server.queue(listing(NODES["list"]), events(NODES["events"][:1], end="drop"), listing(node_list(later)))
+async def test_a_dropped_watch_resumes_from_the_last_version_after_a_back_off(
+    server: ReplayServer, caches: list[ObjectCache]
+) -> None:
+    """As client-go's reflector: a cut connection (an API server restarting) is no reason to list
+    everything again; the watch resumes from the last version seen, and a 410 for it lists."""
+    first = NODES["events"][0]
+    seen = first["object"]["metadata"]["resourceVersion"]
+    server.queue(listing(NODES["list"]), events([first], end="drop"), events([], end="close"))
     cache = caches[0]
+    lists: list[str] = []
+    cache.on_list = lists.append
     start(cache, retry_delay=0.2)
-    await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", LIST_VERSION, "list", later]
+    await until(lambda: len(server.requests) == 3)
+    assert server.watches() == ["list", LIST_VERSION, seen]
     assert server.times[2] - server.times[1] >= 0.2
-    # The re-list is the truth, not the event before the cut (the cordon it carried).
-    assert "unschedulable" not in cache.objects["gpu-1-1-1-1"]["spec"]
+    # The event before the cut is kept (the cordon it carried): no list replaced it.
+    assert cache.objects["gpu-1-1-1-1"]["spec"]["unschedulable"] is True
+    assert lists == ["initial"]
 
 
 async def test_a_silent_watch_is_given_up_after_the_read_timeout(
     server: ReplayServer, caches: list[ObjectCache]
 ) -> None:
-    later = str(int(LIST_VERSION) + 100)
-    server.queue(listing(NODES["list"]), silence(server.closing), listing(node_list(later)))
+    server.queue(listing(NODES["list"]), silence(server.closing), events([], end="close"))
     start(caches[0], retry_delay=0.05, read_timeout=0.5)
-    await until(lambda: len(server.requests) == 4)
-    assert server.watches() == ["list", LIST_VERSION, "list", later]
+    await until(lambda: len(server.requests) == 3)
+    assert server.watches() == ["list", LIST_VERSION, LIST_VERSION]
     assert server.times[2] - server.times[1] >= 0.5
 
 
-async def test_error_answers_to_the_watch_back_off_doubling(server: ReplayServer, caches: list[ObjectCache]) -> None:
+async def test_passing_errors_of_the_watch_back_off_doubling_and_resume(
+    server: ReplayServer, caches: list[ObjectCache]
+) -> None:
+    """A 500 (etcd timing out) or 429 answer to the watch is passing: the watch is tried again from
+    the same version after a back-off that doubles; no list."""
     timed_out = status(500, "InternalError", "etcdserver: request timed out")
     server.queue(
         listing(NODES["list"]),
         listing(timed_out, code=500),
+        listing(status(429, "TooManyRequests", "slow down"), code=429),
+        events([], end="close"),
+    )
+    lists: list[str] = []
+    caches[0].on_list = lists.append
+    start(caches[0], retry_delay=0.3, retry_max=10.0)
+    await until(lambda: len(server.requests) == 4)
+    assert server.watches() == ["list", LIST_VERSION, LIST_VERSION, LIST_VERSION]
+    assert 0.3 <= server.times[2] - server.times[1] < 0.6
+    assert 0.6 <= server.times[3] - server.times[2] < 1.2
+    assert lists == ["initial"]
+
+
+async def test_refusals_of_the_watch_list_again_after_a_back_off(
+    server: ReplayServer, caches: list[ObjectCache]
+) -> None:
+    forbidden = status(403, "Forbidden", "nodes is forbidden")
+    server.queue(
+        listing(NODES["list"]),
+        listing(forbidden, code=403),
         listing(node_list("1601")),
-        listing(timed_out, code=500),
+        listing(forbidden, code=403),
         listing(node_list("1602")),
     )
+    lists: list[str] = []
+    caches[0].on_list = lists.append
     start(caches[0], retry_delay=0.3, retry_max=10.0)
     await until(lambda: len(server.requests) == 6)
     assert server.watches() == ["list", LIST_VERSION, "list", "1601", "list", "1602"]
     # A successful list resets the back-off: both waits are the first one's (not 0.3 s then 0.6 s).
     for failed in (1, 3):
         assert 0.3 <= server.times[failed + 1] - server.times[failed] < 0.6
+    assert lists == ["initial", "error", "error"]
 
 
 # -- the pure parts ------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.connections import GuardedHandler
-from webhook.core.admission import MalformedReview, clip, decode_body
-from webhook.core.review import ReviewOutcome, review
+from webhook.core.admission import MalformedReview, build_response, clip, decode_body
+from webhook.core.draft import Plan
+from webhook.core.review import MESSAGE_PREFIX, ReviewOutcome, review
 from webhook.metrics import Metrics, kind_label, operation_label, rule_label
 from webhook.state import GovernorState
 
@@ -34,6 +35,10 @@ log = structlog.get_logger("kgov.server")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Longest user value (name, namespace, kind, uid, operation) in a log line, in characters.
 LOG_ECHO_LIMIT = 256
+#: Seconds a request waits for the namespace watch to deliver a namespace it has not seen yet (one
+#: created together with its first workload), well inside the API server's webhook timeout
+#: (5 s in the chart); then it is refused with a message to retry.
+NAMESPACE_WAIT_SECONDS = 2.0
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -143,6 +148,8 @@ async def _admit(request: web.Request) -> web.Response:
         try:
             body = decode_body(raw)
             outcome = review(body, state.teams, state.namespace_lookup, state.inventory)
+            if outcome.resolution.labels_unknown and state.namespace_wait is not None:
+                outcome = await _after_namespace_wait(state, body, outcome)
         except MalformedReview as exc:
             outcome_label = "malformed"
             metrics.malformed.inc()
@@ -176,6 +183,29 @@ async def _admit(request: web.Request) -> web.Response:
         metrics.in_flight.dec()
         state.in_flight -= 1
         metrics.latency.labels(outcome_label).observe(time.perf_counter() - started)
+
+
+async def _after_namespace_wait(state: GovernorState, body: Any, outcome: ReviewOutcome) -> ReviewOutcome:
+    """A request in a namespace the namespace cache has not seen (created a moment ago, or a watch
+    catching up after the API server came back): the namespace exists, since the API server is
+    admitting an object into it, so wait up to :data:`NAMESPACE_WAIT_SECONDS` for the watch to
+    deliver it and review again; still unknown, refuse with a 503 to be retried. Passing it
+    unmutated would let a workload of a label-selected team through ungoverned."""
+    assert state.namespace_wait is not None and state.teams is not None
+    namespace = outcome.request.namespace
+    if await state.namespace_wait(namespace, NAMESPACE_WAIT_SECONDS):
+        state.metrics.namespace_waits.labels("seen").inc()
+        return review(body, state.teams, state.namespace_lookup, state.inventory)
+    state.metrics.namespace_waits.labels("unseen").inc()
+    message = (
+        f"{MESSAGE_PREFIX}: namespace {namespace!r} is not in the governor's namespace cache yet "
+        f"(waited {NAMESPACE_WAIT_SECONDS:g} s), so the team whose namespaceSelector selects it cannot be "
+        "told; retry in a few seconds"
+    )
+    outcome.plan = Plan(denials=[message], denied_rules=["namespace"])
+    outcome.patch = []
+    outcome.response = build_response(outcome.request, allowed=False, message=message, code=503)
+    return outcome
 
 
 def _generate_name(obj: Mapping[str, Any] | None) -> str:

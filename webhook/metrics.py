@@ -147,6 +147,20 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.cache_lists = Counter(
+            "kgov_cache_lists_total",
+            "Full lists of a cluster cache (--watch-cluster), by cache (namespaces, nodes) and reason "
+            "(initial; expired: the watch's resourceVersion was gone, 410; error: a list or watch refused).",
+            ["cache", "reason"],
+            registry=self.registry,
+        )
+        self.namespace_waits = Counter(
+            "kgov_namespace_cache_waits_total",
+            "Requests in a namespace the namespace cache did not know yet, by how the wait ended (seen: the "
+            "watch delivered it in time; unseen: refused, to be retried).",
+            ["result"],
+            registry=self.registry,
+        )
         # Every series exists from the start, at zero, so dashboards and alerts see it before it moves.
         for outcome in OUTCOMES:
             self.latency.labels(outcome)
@@ -154,6 +168,11 @@ class Metrics:
             self.refused.labels(reason)
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
+        for cache in ("namespaces", "nodes"):
+            for reason in ("initial", "expired", "error"):
+                self.cache_lists.labels(cache, reason)
+        for result in ("seen", "unseen"):
+            self.namespace_waits.labels(result)
         for result in ("ok", "error"):
             self.policy_reloads.labels(result)
             self.cert_reloads.labels(result)

@@ -109,6 +109,9 @@ async def _start_caches(state: GovernorState) -> Any:
     namespaces, nodes = namespace_cache(api), node_cache(api)
     state.caches = [namespaces, nodes]
     state.namespace_lookup = namespace_labels(namespaces)
+    state.namespace_wait = namespaces.wait_for_object
+    for cache in state.caches:
+        cache.on_list = lambda reason, name=cache.name: state.metrics.cache_lists.labels(name, reason).inc()
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
 

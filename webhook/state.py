@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,9 @@ class GovernorState:
         self.inventory: NodeInventory | None = None
         self.certificate_loaded = False
         self.caches: list[Any] = []
+        #: ``await wait(name, timeout)``: whether the namespace cache knows ``name`` within ``timeout``
+        #: seconds (None without --watch-cluster: unknown labels are then final).
+        self.namespace_wait: Callable[[str, float], Awaitable[bool]] | None = None
         self.in_flight = 0
         self.shutting_down = False
         #: Why the policy file on disk was rejected while an older policy is served (None: it was not).

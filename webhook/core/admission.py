@@ -195,6 +195,10 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
     )
 
 
+#: metav1.StatusReason of the codes a denial carries (403 policy, 422 invalid object, 503 retry later).
+_STATUS_REASONS = {403: "Forbidden", 422: "Invalid", 503: "ServiceUnavailable"}
+
+
 def build_response(
     request: AdmissionRequest,
     *,
@@ -220,7 +224,7 @@ def build_response(
         status: dict[str, Any] = {"message": message}
         if not allowed:
             status["code"] = code or 403
-            status["reason"] = "Forbidden" if (code or 403) == 403 else "Invalid"
+            status["reason"] = _STATUS_REASONS.get(code or 403, "Invalid")
         response["status"] = status
     if warnings:
         response["warnings"] = [clip(warning) for warning in warnings]

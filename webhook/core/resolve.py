@@ -42,12 +42,15 @@ class Resolution:
     """``team`` is None when the namespace is untouched; ``reason`` says why (for logs, --explain).
 
     ``conflict`` is set when two teams select the namespace: the request is then denied, since
-    guessing a team would hand out another team's quota.
+    guessing a team would hand out another team's quota. ``labels_unknown`` is set when a team
+    selects namespaces by labels and the namespace's labels were not known (a namespace cache that
+    has not seen it yet): the caller decides whether to wait for them, refuse or pass.
     """
 
     team: TeamPolicyCompiled | None
     reason: str
     conflict: bool = False
+    labels_unknown: bool = False
 
 
 class TeamIndex:
@@ -78,7 +81,7 @@ class TeamIndex:
             return Resolution(team, f"namespace {namespace!r} is listed by team {team.team!r}")
         if labels is None:
             if self._selecting:
-                return Resolution(None, f"labels of namespace {namespace!r} are unknown")
+                return Resolution(None, f"labels of namespace {namespace!r} are unknown", labels_unknown=True)
             return Resolution(None, f"namespace {namespace!r} belongs to no team")
         matches = [
             t

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from webhook.core.inventory import NodeInventory
 from webhook.kube.client import open_client
 
-__all__ = ["ObjectCache", "connect", "namespace_cache", "node_cache"]
+__all__ = ["LIST_REASONS", "ObjectCache", "connect", "namespace_cache", "node_cache"]
 
 log = structlog.get_logger("kgov.cache")
 
@@ -39,18 +39,25 @@ async def connect(kubeconfig: str | None) -> client.ApiClient:
     return api
 
 
+#: Why a cache listed everything (the ``reason`` of ``kgov_cache_lists_total``): its first list;
+#: ``410 Gone`` for the version its watch resumed from; a list or watch refused or unreadable.
+LIST_REASONS = ("initial", "expired", "error")
+
+
 class ObjectCache:
     """Objects of one cluster-scoped kind by name, as plain dicts (``metadata``, ``spec``, ``status``).
 
     ``list_fn`` is a kubernetes-asyncio list call (e.g. ``CoreV1Api.list_namespace``); it is used
-    for the list and the watch. The cache lists once, then watches from the list's
-    ``resourceVersion``; when the API server ends a watch (its ``timeoutSeconds``) the next watch
-    resumes from the last version seen (an event's object or a ``BOOKMARK``). ``410 Gone`` (the
-    version is older than the API server keeps) re-lists at once, unless the version came from a
-    list just made (then it is a failure like the others); any other failure (an error
-    answer, a dropped connection, ``read_timeout`` seconds without a byte: a connection dead
-    without a close) re-lists after a back-off of ``retry_delay`` seconds, doubling up to
-    ``retry_max``.
+    for the list and the watch. As client-go's reflector does: one full list, then a watch from its
+    ``resourceVersion``; when a watch ends (the API server's ``timeoutSeconds``) or breaks (a
+    dropped connection, an API server restarting, ``read_timeout`` seconds without a byte: a
+    connection dead without a close, a ``429`` or ``5xx`` answer) the next watch resumes from the
+    last version seen (an event's object or a ``BOOKMARK``), after a back-off of ``retry_delay``
+    seconds, doubling up to ``retry_max``, when it broke or lasted under a second. ``410 Gone``
+    (that version is compacted away) lists everything again at once, unless the version came from
+    a list just made (then after the back-off: no list storm); any other refusal (``403``…) or an
+    unreadable list lists again after the back-off. ``on_list(reason)`` is called before each full
+    list (one of :data:`LIST_REASONS`), ``on_change()`` after each change of :attr:`objects`.
     """
 
     def __init__(
@@ -77,7 +84,9 @@ class ObjectCache:
         #: Seconds without a byte before a list or watch is given up (default: the watch's timeout + 30 s).
         self.read_timeout = read_timeout if read_timeout is not None else watch_timeout + 30.0
         self._task: asyncio.Task[None] | None = None
+        self._updated = asyncio.Event()
         self.on_change: Callable[[], None] | None = None
+        self.on_list: Callable[[str], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"watch-{self.name}")
@@ -87,6 +96,19 @@ class ObjectCache:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    async def wait_for_object(self, name: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``name`` to be in :attr:`objects`; whether it is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while name not in self.objects:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            updated = self._updated
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(updated.wait(), remaining)
+        return True
 
     # -- pure parts: a list body and watch events applied to the objects -------------------------
     def replace(self, listing: Mapping[str, Any]) -> None:
@@ -135,7 +157,9 @@ class ObjectCache:
         return data
 
     # -- the list + watch loop -------------------------------------------------------------------
-    async def _relist(self) -> None:
+    async def _relist(self, reason: str) -> None:
+        if self.on_list is not None:
+            self.on_list(reason)
         listing = await self._list(_preload_content=False, _request_timeout=self._timeout())
         try:
             # Without preloading, kubernetes-asyncio hands back error answers too: a 403 or 500
@@ -171,41 +195,51 @@ class ObjectCache:
 
     async def _run(self) -> None:
         delay = self.retry_delay
-        listed = False
+        reason: str | None = "initial"  # why the next round lists first (None: it resumes the watch)
         while True:
             fresh = False  # this watch starts from a list made just now
             try:
-                if not listed:
-                    await self._relist()
-                    listed = fresh = True
-                    delay = self.retry_delay
+                if reason is not None:
+                    await self._relist(reason)
+                    reason, fresh, delay = None, True, self.retry_delay
                 began = time.monotonic()
                 await self._watch()
                 # The API server ended the watch at its timeout: watch again from the last version
                 # (after a pause when it ended at once, so that such a server makes no busy loop).
-                if time.monotonic() - began < 1.0:
-                    await asyncio.sleep(self.retry_delay)
+                if time.monotonic() - began >= 1.0:
+                    delay = self.retry_delay
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.retry_max)
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                listed = False
                 if exc.status == 410 and not fresh:
                     log.info("cache watch expired; re-listing", cache=self.name, error=str(exc).strip())
+                    reason = "expired"
                     continue
-                # A 410 for the version a list gave a moment ago is no expiry: back off, no list storm.
-                await self._back_off(exc, delay)
+                # A 429 or 5xx (e.g. storage re-initializing) is passing: the watch resumes. A 410 for
+                # the version a list gave a moment ago, or a refusal, lists again, after a back-off.
+                transient = exc.status == 429 or (exc.status or 0) >= 500
+                if reason is not None or not transient or self.resource_version is None:
+                    reason = "error"
+                await self._back_off(exc, delay, reason)
                 delay = min(delay * 2, self.retry_max)
             except Exception as exc:  # a dropped connection, a bad answer: never leave the cache stale
-                listed = False
-                await self._back_off(exc, delay)
+                if reason is not None or self.resource_version is None:
+                    reason = "error"  # the list failed, or there is no version to resume from
+                await self._back_off(exc, delay, reason)
                 delay = min(delay * 2, self.retry_max)
 
-    async def _back_off(self, exc: Exception, delay: float) -> None:
+    async def _back_off(self, exc: Exception, delay: float, reason: str | None) -> None:
         error = f"{type(exc).__name__}: {exc}".strip()
-        log.warning("cache watch failed; re-listing", cache=self.name, error=error, retry_in_s=delay)
+        action = "re-listing" if reason else "resuming the watch"
+        log.warning(f"cache list or watch failed; {action}", cache=self.name, error=error, retry_in_s=delay)
         await asyncio.sleep(delay)
 
     def _changed(self) -> None:
+        updated, self._updated = self._updated, asyncio.Event()
+        updated.set()
         if self.on_change is not None:
             self.on_change()
 
