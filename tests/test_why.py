@@ -9,7 +9,17 @@ Each snapshot is every object the commands read, as ``kubectl get -o json`` gave
   never fits (3 pods, racks of 2 hosts); ``a0``, ``b1`` and ``p0`` running;
 - ``taint.json``: ``x1`` with 7 of 8 nodes tainted ``why-test=rec:NoSchedule``;
 - ``bundled.json``: the bundled platform with the governor: research's ``pretrain`` (5 x 8 GPUs)
-  and ``eval`` running, ``finetune`` (2 x 8 GPUs, rack required by ``topology: auto``) waiting.
+  and ``eval`` running, ``finetune`` (2 x 8 GPUs, rack required by ``topology: auto``) waiting;
+- ``owners.json`` (``scenarios.sh owners``, ``policy``, ``message``; workload objects with their
+  ``managedFields``): in ``why-own``, ClusterQueue ``why-tas`` (TAS flavor only, 100 CPUs):
+  ``pod1`` requesting nothing (Kueue: no TAS flavor assigned), ``foo`` requesting
+  ``example.com/foo``, Deployment ``web`` (3 x 40 CPUs, one pod pending), StatefulSet ``db``,
+  CronJob ``nightly``; ``more`` pending in ``why-borrow`` (nominal 2, borrowingLimit 1, using 3)
+  while its cohort has 3 CPUs unused; ``sel`` in a ClusterQueue whose namespaceSelector matches
+  nothing. In research's namespace, through the governor: ``plain`` (no labels) and ``labelled``
+  (the user set ``kueue.x-k8s.io/priority-class: experimentation-priority``);
+- ``taint-one.json`` (``scenarios.sh taint1``): ``one`` (1 pod of 8 GPUs, rack required) with 7
+  of 8 nodes tainted and a GPU of the eighth taken.
 
 Kueue's own message in each recorded Workload is the reference for the numbers.
 """
@@ -44,19 +54,24 @@ def causes() -> Snapshot:
     return Snapshot.from_file(DATA / "pending-causes.json")
 
 
-def workload_of_job(snapshot: Snapshot, namespace: str, job: str) -> dict[str, Any]:
-    owner = snapshot.find_object("Job", namespace, job)
+@pytest.fixture(scope="module")
+def owners() -> Snapshot:
+    return Snapshot.from_file(DATA / "owners.json")
+
+
+def workload_of_job(snapshot: Snapshot, namespace: str, job: str, kind: str = "Job") -> dict[str, Any]:
+    owner = snapshot.find_object(kind, namespace, job)
     assert owner is not None
     (workload,) = snapshot.workloads_of(owner)
     return workload
 
 
-def why(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> WhyReport:
-    return explain(snapshot, workload_of_job(snapshot, namespace, job), "Job", namespace, job)
+def why(snapshot: Snapshot, job: str, namespace: str = "why-rec", kind: str = "Job") -> WhyReport:
+    return explain(snapshot, workload_of_job(snapshot, namespace, job, kind), kind, namespace, job)
 
 
-def kueue_message(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> str:
-    conditions = workload_of_job(snapshot, namespace, job)["status"]["conditions"]
+def kueue_message(snapshot: Snapshot, job: str, namespace: str = "why-rec", kind: str = "Job") -> str:
+    conditions = workload_of_job(snapshot, namespace, job, kind)["status"]["conditions"]
     return str(next(c for c in conditions if c["type"] == "QuotaReserved")["message"])
 
 
@@ -101,6 +116,45 @@ def test_taint_is_named_with_the_nodes_it_excludes() -> None:
     assert 'untolerated taint "why-test=rec:NoSchedule" on 7 nodes' in report.summary
     assert report.helps[0].startswith('tolerate taint "why-test=rec:NoSchedule"')
     assert placement.fit_untainted_empty is not None and placement.fit_untainted_empty.pods == 2
+
+
+def test_policy_tells_values_the_user_set_from_those_it_set(owners: Snapshot) -> None:
+    assert owners.policy is not None
+    teams = TeamIndex(PolicySet.model_validate(json.loads(owners.policy["data"]["policy.json"])))
+
+    def rules(name: str) -> dict[str, Any]:
+        job = owners.find_object("Job", "hyperpod-ns-research", name)
+        assert job is not None
+        decision = decide(job, teams, owners.namespace_labels("hyperpod-ns-research"), owners.nodes)
+        assert decision.team == "research"
+        return {rule.rule: rule for rule in decision.rules}
+
+    # Submitted with no labels: the API server recorded no field manager for what the webhook set.
+    plain = rules("plain")
+    assert list(plain) == ["queue", "kueuePriority", "podPriority", "nodeAffinity", "topology"]
+    assert all(rule.by == "policy" for rule in plain.values())
+    assert plain["podPriority"].policy == "training-priority"
+    assert plain["nodeAffinity"].reason == "podset 'main': team node affinity"
+    # The user set the Kueue priority (kubectl-create owns the label): allowed, not the policy's doing.
+    labelled = rules("labelled")
+    priority = labelled["kueuePriority"]
+    assert (priority.by, priority.stored, priority.set_by) == ("user", "experimentation-priority", ["kubectl-create"])
+    assert priority.reason == "allowed by the policy"
+    assert labelled["podPriority"].by == "policy"
+    assert labelled["podPriority"].reason == "podset 'main': the Kueue priority the workload asks for"
+    report = WhyReport("Job", "hyperpod-ns-research", "labelled", None, None)
+    report.decision = decide(
+        owners.find_object("Job", "hyperpod-ns-research", "labelled") or {},
+        teams,
+        owners.namespace_labels("hyperpod-ns-research"),
+        owners.nodes,
+    )
+    text = to_text(report)
+    assert (
+        "kueuePriority: metadata/labels/kueue.x-k8s.io/priority-class = experimentation-priority set by the user "
+        "(kubectl-create), allowed by the policy"
+    ) in text
+    assert "podPriority: spec/template/spec/priorityClassName set by the policy" in text
 
 
 def test_behind_higher_priority_names_the_head(causes: Snapshot) -> None:
@@ -179,9 +233,10 @@ def test_governed_job_shows_which_rule_decided_what() -> None:
     decision = decide(job, teams, None, snapshot.nodes)
     assert decision.team == "research"
     rules = {rule.rule: rule for rule in decision.rules}
-    assert rules["queue"].by == "policy" and rules["queue"].reason == "the LocalQueue of team 'research'"
-    assert rules["kueuePriority"].by == "policy"
-    assert rules["topology"].by == "policy"
+    # Recorded without managedFields: who set the values is not known.
+    assert rules["queue"].by == "unrecorded" and rules["queue"].reason == "the LocalQueue of team 'research'"
+    assert rules["kueuePriority"].by == "unrecorded"
+    assert rules["topology"].by == "unrecorded"
     assert (
         rules["topology"].policy == {"kueue.x-k8s.io/podset-required-topology": RACK}
         or rules["topology"].policy == RACK

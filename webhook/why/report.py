@@ -12,7 +12,7 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
      "topology": [{"podset", "flavor", "topology", "levels", "mode", "level", "count", "perPod", "kueueNodes",
                    "excluded": {cause: nodes}, "kueueExcluded": {cause: nodes} | null,
                    "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...]}],
-     "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason"}],
+     "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason", "setBy"}],
                   "warnings", "denials", "skipped"} | null,
      "notes": [str]}
 """
@@ -20,6 +20,7 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
 from __future__ import annotations
 
 import dataclasses
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -116,7 +117,18 @@ def _decision(report: WhyReport) -> dict[str, Any] | None:
     return {
         "team": decision.team,
         "teamReason": decision.team_reason,
-        "rules": [dataclasses.asdict(rule) for rule in decision.rules],
+        "rules": [
+            {
+                "rule": rule.rule,
+                "path": rule.path,
+                "stored": rule.stored,
+                "policy": rule.policy,
+                "by": rule.by,
+                "reason": rule.reason,
+                "setBy": rule.set_by,
+            }
+            for rule in decision.rules
+        ],
         "warnings": decision.warnings,
         "denials": decision.denials,
         "skipped": decision.skipped,
@@ -128,6 +140,11 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
 
+def _short_value(value: Any) -> str:
+    """A stored value in one line: strings as they are, anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+
+
 def _text_decision(report: WhyReport) -> list[str]:
     decision = report.decision
     if decision is None:
@@ -137,7 +154,17 @@ def _text_decision(report: WhyReport) -> list[str]:
     lines = [f"Policy: team {decision.team} ({decision.team_reason})"]
     for rule in decision.rules:
         if rule.by == "policy":
-            lines.append(f"  {rule.rule}: {rule.path} by the policy: {rule.reason}")
+            lines.append(f"  {rule.rule}: {rule.path} set by the policy: {rule.reason}")
+        elif rule.by == "user":
+            who = ", ".join(rule.set_by)
+            lines.append(
+                f"  {rule.rule}: {rule.path} = {_short_value(rule.stored)} set by the user ({who}), {rule.reason}"
+            )
+        elif rule.by == "unrecorded":
+            lines.append(
+                f"  {rule.rule}: {rule.path} is the policy's value ({rule.reason}); set by the policy or the user "
+                "(the object has no managedFields to tell)"
+            )
         else:
             lines.append(f"  {rule.rule}: {rule.path} is {rule.stored!r}, not the policy's: {rule.reason}")
     lines.extend(f"  warning: {w}" for w in decision.warnings)
