@@ -39,6 +39,7 @@ from webhook.core.policy import PolicySet
 from webhook.core.resolve import TeamIndex
 from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
+from webhook.why.owners import explain_object
 from webhook.why.placement import taint_string
 from webhook.why.report import to_json, to_text
 from webhook.why.snapshot import Snapshot, find_workload_kind
@@ -116,6 +117,56 @@ def test_taint_is_named_with_the_nodes_it_excludes() -> None:
     assert 'untolerated taint "why-test=rec:NoSchedule" on 7 nodes' in report.summary
     assert report.helps[0].startswith('tolerate taint "why-test=rec:NoSchedule"')
     assert placement.fit_untainted_empty is not None and placement.fit_untainted_empty.pods == 2
+
+
+def test_workloads_of_what_an_object_owns_are_found(owners: Snapshot) -> None:
+    def workloads_owned_by(kind: str, uids: set[str]) -> set[str]:
+        return {
+            w["metadata"]["name"]
+            for w in owners.workloads
+            if w["metadata"]["namespace"] == "why-own"
+            and any(r.get("kind") == kind and r["uid"] in uids for r in w["metadata"].get("ownerReferences") or [])
+        }
+
+    def owned(kind: str, uids: set[str]) -> set[str]:
+        return {
+            o["metadata"]["uid"]
+            for o in owners.descendants
+            if o.get("kind") == kind and any(r["uid"] in uids for r in o["metadata"].get("ownerReferences") or [])
+        }
+
+    def report(kind: str, name: str) -> WhyReport:
+        obj = owners.find_object(kind, "why-own", name)
+        assert obj is not None
+        return explain_object(owners, obj, kind, "why-own", name)
+
+    # Deployment → ReplicaSet → Pod ← Workload (Kueue's pod integration: one per pod).
+    web = owners.find_object("Deployment", "why-own", "web")
+    assert web is not None
+    pods = owned("Pod", owned("ReplicaSet", {web["metadata"]["uid"]}))
+    kueue = workloads_owned_by("Pod", pods)
+    assert len(kueue) == 3
+    deployment = report("Deployment", "web")
+    assert {line.name for line in deployment.owned} == kueue
+    pending = [line for line in deployment.owned if line.state == "waiting for quota"]
+    assert [line.name for line in pending] == [deployment.workload]
+    assert deployment.cause == pending[0].cause == "over quota" and pending[0].owner.startswith("Pod/web-")
+    assert sorted(line.state for line in deployment.owned) == ["running", "running", "waiting for quota"]
+    # CronJob → Job ← Workload.
+    nightly = owners.find_object("CronJob", "why-own", "nightly")
+    assert nightly is not None
+    (job_workload,) = workloads_owned_by("Job", owned("Job", {nightly["metadata"]["uid"]}))
+    cron = report("CronJob", "nightly")
+    assert cron.workload == job_workload and cron.cause == "running"
+    assert [(line.name, line.owner.split("/")[0]) for line in cron.owned] == [(job_workload, "Job")]
+    # StatefulSet: its pod group's Workload, owned by the pods and (Kueue v0.19.2) the StatefulSet.
+    db = owners.find_object("StatefulSet", "why-own", "db")
+    assert db is not None
+    (group,) = workloads_owned_by("StatefulSet", {db["metadata"]["uid"]})
+    assert report("StatefulSet", "db").workload == group
+    text = to_text(deployment)
+    assert "Workloads: 3 (Kueue makes them for what it owns" in text and "kgov why workload/NAME -n why-own" in text
+    assert to_json(deployment)["owned"][0].keys() == {"name", "owner", "state", "cause", "summary"}
 
 
 def test_policy_tells_values_the_user_set_from_those_it_set(owners: Snapshot) -> None:

@@ -34,7 +34,7 @@ from webhook.why.quota import CohortView, ResourceQuota
 from webhook.why.snapshot import Snapshot
 from webhook.why.state import WorkloadState, workload_state
 
-__all__ = ["Position", "QuotaNeed", "WhyReport", "explain", "position_in_queue"]
+__all__ = ["OwnedWorkload", "Position", "QuotaNeed", "WhyReport", "explain", "position_in_queue"]
 
 _ZERO = Decimal(0)
 _PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
@@ -60,6 +60,18 @@ class QuotaNeed:
     @property
     def short(self) -> Decimal:
         return max(_ZERO, self.needed - self.quota.available)
+
+
+@dataclass
+class OwnedWorkload:
+    """One Workload of the object asked about: the object owning it directly (``Kind/name``),
+    its state and, when pending, its cause and summary."""
+
+    name: str
+    owner: str
+    state: str
+    cause: str = ""
+    summary: str = ""
 
 
 @dataclass
@@ -95,6 +107,7 @@ class WhyReport:
     summary: str = ""
     helps: list[str] = field(default_factory=list)
     decision: Decision | None = None
+    owned: list[OwnedWorkload] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 

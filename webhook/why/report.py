@@ -14,6 +14,7 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
                    "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...]}],
      "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason", "setBy"}],
                   "warnings", "denials", "skipped"} | null,
+     "owned": [{"name", "owner", "state", "cause", "summary"}],
      "notes": [str]}
 """
 
@@ -106,6 +107,7 @@ def to_json(report: WhyReport) -> dict[str, Any]:
             for podset, p in report.placements
         ],
         "decision": _decision(report),
+        "owned": [dataclasses.asdict(line) for line in report.owned],
         "notes": report.notes,
     }
 
@@ -184,6 +186,14 @@ def to_text(report: WhyReport) -> str:
         if state.message:
             lines.append(f"  Kueue: {state.message}")
     lines.append(f"Cause: {report.cause}: {report.summary}" if report.cause else f"Summary: {report.summary}")
+    if report.owned:
+        lines.append(
+            f"Workloads: {len(report.owned)} (Kueue makes them for what it owns; this report is on "
+            f"{report.workload}; for another: kgov why workload/NAME -n {report.namespace})"
+        )
+        rows = [["WORKLOAD", "OWNER", "STATE", "CAUSE"]]
+        rows.extend([line.name, line.owner, line.state, line.cause or "-"] for line in report.owned)
+        lines.extend(_table(rows))
     lines.extend(_text_decision(report))
     if report.cluster_queue:
         lines.append(
