@@ -87,6 +87,77 @@ def test_over_quota_gives_queue_and_cohort_numbers_kueue_agrees_with(causes: Sna
     more = re.search(r"(\d+) more needed", kueue_message(causes, "a1"))
     assert more is not None and need.short == int(more.group(1)) == 2
     assert "needs 2 cpu of borrowing the cohort does not have (0 available to this queue)" in report.helps
+    # The cohort has nothing left: it binds, not the queue's borrowing limit (2, none used).
+    assert q.binding == "cohort" and "the cohort binds: cohort why-c has 0 unused: 2 short" in report.summary
+
+
+def test_over_quota_names_the_borrowing_limit_when_it_binds(owners: Snapshot) -> None:
+    report = why(owners, "more", "why-own")
+    assert report.cause == "over quota"
+    (need,) = report.quota
+    q = need.quota
+    assert (need.needed, q.reserved, q.nominal, q.borrowing_limit) == (1, 3, 2, 1)
+    # The cohort (4 + 2 CPUs) has 3 unused, but the queue already borrows its limit of 1.
+    assert (q.cohort_available, q.available, q.binding) == (3, 0, "borrowingLimit")
+    more = re.search(r"(\d+) more needed", kueue_message(owners, "more", "why-own"))
+    assert more is not None and need.short == int(more.group(1)) == 1
+    assert (
+        "its borrowingLimit binds, not the cohort: it may hold at most 3 (nominal 2 + borrowingLimit 1), "
+        "which leaves 0, while cohort why-c2 has 3 unused: 1 short"
+    ) in report.summary
+    assert "raise ClusterQueue why-borrow's borrowingLimit for cpu from 1 to 2" in report.helps
+    assert not any("the cohort does not have" in h for h in report.helps)
+
+
+def test_a_podset_kueue_gives_no_flavor_never_fits(owners: Snapshot) -> None:
+    # A Pod requesting nothing in a topology-aware ClusterQueue: Kueue's onlyTASFlavor finds none.
+    report = why(owners, "pod1", "why-own", kind="Pod")
+    assert "no TAS flavor assigned" in kueue_message(owners, "pod1", "why-own", kind="Pod")
+    assert report.cause == "never fits"
+    assert report.summary.startswith(
+        "no flavor: podset main requests none of the resources ClusterQueue why-tas covers "
+        "(cpu, memory, nvidia.com/gpu)"
+    )
+    assert report.helps == [
+        "podset main: request one of them for its pods, e.g. cpu (or give the namespace a LimitRange with "
+        "default requests)"
+    ]
+    # A resource the ClusterQueue does not cover: Kueue's "unavailable in ClusterQueue".
+    foo = why(owners, "foo", "why-own")
+    assert "resource example.com/foo unavailable in ClusterQueue" in kueue_message(owners, "foo", "why-own")
+    assert foo.cause == "never fits"
+    assert foo.summary == (
+        "no flavor: podset main requests example.com/foo, which ClusterQueue why-tas does not cover "
+        "(it covers cpu, memory, nvidia.com/gpu)"
+    )
+
+
+def test_a_reason_kueue_names_and_kgov_does_not_model_is_shown_as_kueue_says(owners: Snapshot) -> None:
+    report = why(owners, "sel", "why-own")
+    message = kueue_message(owners, "sel", "why-own")
+    assert message == "workload namespace doesn't match ClusterQueue selector"
+    assert report.state is not None and report.state.state == "pending"
+    assert (report.cause, report.summary) == ("Kueue's message", message)
+
+
+def test_every_cause_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("- **the cause**, first that holds:") :]
+    source = (Path(__file__).parents[1] / "webhook" / "why" / "causes.py").read_text(encoding="utf-8")
+    causes = set(re.findall(r'report\.cause = "([^"]+)"', source))
+    causes |= set(re.findall(r'"(behind [a-z ]+)"', source))
+    assert causes == {
+        "never fits",
+        "Kueue's message",
+        "taint",
+        "no domain free",
+        "over quota",
+        "behind higher priority",
+        "behind earlier workloads",
+        "not evaluated yet",
+    }
+    for cause in causes:
+        assert f"`{cause}`" in section, cause
 
 
 def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) -> None:
@@ -117,6 +188,22 @@ def test_taint_is_named_with_the_nodes_it_excludes() -> None:
     assert 'untolerated taint "why-test=rec:NoSchedule" on 7 nodes' in report.summary
     assert report.helps[0].startswith('tolerate taint "why-test=rec:NoSchedule"')
     assert placement.fit_untainted_empty is not None and placement.fit_untainted_empty.pods == 2
+
+
+def test_one_pod_advice_counts_the_nodes_a_taint_excludes() -> None:
+    snapshot = Snapshot.from_file(DATA / "taint-one.json")
+    report = why(snapshot, "one", "why-taint")
+    kueue = parse_tas_message(kueue_message(snapshot, "one", "why-taint"))
+    assert kueue is not None and (kueue.fit, kueue.total) == (0, 1)
+    taint = 'taint "why-test=rec:NoSchedule"'
+    ((_, placement),) = report.placements
+    assert placement.excluded == kueue.excluded == {'resource "nvidia.com/gpu"': 1, taint: 7}
+    assert report.cause == "no domain free"
+    # The one eligible node is busy; the 7 the taint excludes are free: tolerating it would fit now.
+    assert report.helps == [
+        f"tolerate {taint} (or remove it): layer-3 nn-rack-1-1-2 would hold 2 pods now",
+        f"wait for running workloads on the 1 eligible node (7 excluded: {taint}: 7) to finish",
+    ]
 
 
 def test_workloads_of_what_an_object_owns_are_found(owners: Snapshot) -> None:
