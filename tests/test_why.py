@@ -380,6 +380,13 @@ def test_governed_job_shows_which_rule_decided_what() -> None:
         or rules["topology"].policy == RACK
     )
     assert "auto: 2 pods fit in one topology.k8s.aws/network-node-layer-3 domain" in rules["topology"].reason
+    # Kept, not reviewed again (who set them is not recorded), but shown with the policy's word.
+    assert (rules["podPriority"].by, rules["podPriority"].stored) == ("unrecorded", "training-priority")
+    assert rules["podPriority"].policy is None and rules["podPriority"].reason == "allowed by the policy"
+    assert rules["nodeAffinity"].by == "unrecorded"
+    assert rules["nodeAffinity"].stored["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}
+    ]
 
 
 def test_a_stored_value_the_policy_would_not_give_is_told_apart() -> None:

@@ -12,7 +12,8 @@ set in admission is ``policy``; another value is ``other`` (another webhook, or 
 policy). Each value the user set is ``user``, allowed by the policy or with the policy's warning
 or denial. Without ``managedFields`` (a recorded object stripped of them) the labels and
 annotations are taken out as if set in admission, and a value the policy would give is
-``unrecorded``: the policy's value, set by it or by the user.
+``unrecorded``: the policy's value, set by it or by the user; ``priorityClassName`` and node
+affinity are kept, ``unrecorded`` too, with what the policy says of them.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class RuleDecision:
     """One rule's outcome: ``path`` (``/``-joined), the value stored now, the value the policy
     gives (None for a value the user set and the policy keeps), ``by`` = ``policy`` (set in
     admission, the policy's value), ``user`` (in a request: ``set_by`` names its field
-    managers), ``other`` (set in admission, not the policy's value) or ``unrecorded`` (the
-    policy's value; no ``managedFields`` say who set it); ``reason``: the policy's reason, or
-    for ``user`` what the policy says of the value."""
+    managers), ``other`` (set in admission, not the policy's value) or ``unrecorded`` (no
+    ``managedFields`` say who set it: the policy's value, or with ``policy`` None a value kept);
+    ``reason``: the policy's reason, or for a kept value what the policy says of it."""
 
     rule: str
     path: str
@@ -149,9 +150,9 @@ def decide(
     recorded = managers_of(obj, ("metadata",)) is not None
     for rule, path in _governed(obj, row):
         managers = managers_of(obj, path)
-        if managers:
-            users.append((rule, path, managers))
-        elif recorded or rule not in ("podPriority", "nodeAffinity"):
+        if managers or not (recorded or rule not in ("podPriority", "nodeAffinity")):
+            users.append((rule, path, managers or []))  # no managers: kept, who set it unknown
+        else:
             _drop(submitted, path)
     submitted["metadata"] = {k: v for k, v in submitted.get("metadata", {}).items() if k not in _DROPPED_METADATA}
     body = {
@@ -219,7 +220,8 @@ def _applies(rule: str, team: TeamPolicyCompiled) -> bool:
 def _user_value(
     rule: str, path: tuple[Key, ...], managers: list[str], obj: Mapping[str, Any], plan: Plan
 ) -> RuleDecision:
-    """A governed value a request set: what the policy says of it (its warnings and denials for the rule)."""
+    """A governed value a request set (``managers``; none: an object without ``managedFields``
+    whose value was kept): what the policy says of it (its warnings and denials for the rule)."""
     base = rule.removesuffix(" (podset)")
     said = [m.removeprefix(f"{base}: ") for m in plan.denials if m.startswith(f"{base}: ")]
     warned = [m.removeprefix(f"{base}: ") for m in plan.warnings if m.startswith(f"{base}: ")]
@@ -234,7 +236,7 @@ def _user_value(
         path="/".join(str(p) for p in path),
         stored=_at(obj, path),
         policy=None,
-        by="user",
+        by="user" if managers else "unrecorded",
         reason=reason,
         set_by=managers,
     )

@@ -162,6 +162,11 @@ def _text_decision(report: WhyReport) -> list[str]:
             lines.append(
                 f"  {rule.rule}: {rule.path} = {_short_value(rule.stored)} set by the user ({who}), {rule.reason}"
             )
+        elif rule.by == "unrecorded" and rule.policy is None:
+            lines.append(
+                f"  {rule.rule}: {rule.path} = {_short_value(rule.stored)}, {rule.reason}; set by the policy or "
+                "the user (the object has no managedFields to tell)"
+            )
         elif rule.by == "unrecorded":
             lines.append(
                 f"  {rule.rule}: {rule.path} is the policy's value ({rule.reason}); set by the policy or the user "
