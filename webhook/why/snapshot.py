@@ -3,7 +3,9 @@
 A :class:`Snapshot` holds the objects as the API returns them (plain dicts, ``kubectl get -o json``
 items): Nodes, bound Pods, Kueue Workloads, ClusterQueues, LocalQueues, ResourceFlavors,
 Topologies, WorkloadPriorityClasses, Cohorts (all ``kueue.x-k8s.io/v1beta2``), the webhook's
-``kgov-policy`` ConfigMap when it can be read, and, for ``kgov why``, the one object asked about.
+``kgov-policy`` ConfigMap when it can be read, and, for ``kgov why``, the one object asked about
+with, for a kind whose Workloads belong to what it owns (:data:`DESCENDANT_LISTS`), the
+ReplicaSets, StatefulSets, Jobs or Pods of its namespace.
 :func:`read_snapshot` lists each kind with one request (SPEC §5: no per-object call storm);
 :meth:`Snapshot.from_dump` reads the same lists from a recorded JSON document.
 """
