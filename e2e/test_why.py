@@ -20,6 +20,7 @@ excluded: …``) and from the nodes, not assumed. Causes:
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 from collections.abc import AsyncIterator
@@ -213,8 +214,6 @@ FIT = r'topology "[^"]+" (?:allows to fit only (\d+) out of|doesn\'t allow to fi
 
 def kueue_fit(workload: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
     """(pods that fit, pods asked for, excluded nodes per cause) from Kueue's QuotaReserved message."""
-    import re
-
     message = str((support.condition(workload, "QuotaReserved") or {}).get("message", ""))
     found = re.search(FIT, message)
     assert found is not None, message
@@ -291,6 +290,41 @@ async def test_over_quota_names_the_queue_and_cohort_numbers(
     assert mine[borrower]["oldestPending"]["cause"] == "over quota"
 
 
+async def pending_rack_job(
+    dynamic: DynamicClient,
+    cleanup: support.Cleanup,
+    body: dict[str, Any],
+    tries: int = 3,
+    text: str = "allows to fit only",
+) -> dict[str, Any]:
+    """Submit ``body`` until Kueue holds it pending on topology, its message holding ``text``
+    (at most ``tries`` times).
+
+    Kueue counts pods that are not its own (the fillers) through a reconciler of its own; until
+    that has seen them, a Job submitted right after them can be admitted onto their hosts. Such
+    a Job is deleted (with its Workload) and submitted again.
+    """
+    cleanup.add(body)
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    for attempt in range(1, tries + 1):
+        created = await support.create(dynamic, body)
+
+        def settled(workload: dict[str, Any]) -> bool:
+            return admitted(workload) or pending_with(text)(workload)
+
+        workload = await workload_of(dynamic, created, "pending on topology or admitted", settled, timeout=90)
+        if not admitted(workload):
+            return created
+        if attempt < tries:
+            await support.delete_workload_object(dynamic, body)
+
+            async def gone() -> bool:
+                return await support.get(dynamic, body["apiVersion"], body["kind"], name, namespace) is None
+
+            await support.wait_for(gone, f"Job {name} to go", 60)
+    raise AssertionError(f"Kueue admitted Job {name} {tries} times: the filler pods were not counted")
+
+
 async def test_no_domain_free_counts_nodes_as_kueue_does(
     e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
 ) -> None:
@@ -316,8 +350,7 @@ async def test_no_domain_free_counts_nodes_as_kueue_does(
         }
         await support.create(dynamic, filler)
     gpus = gpus_of(next(iter(by_rack.values()))[0])
-    blocked = await submit(dynamic, cleanup, job("rack", namespace, queue, hosts, gpus=gpus, rack=True))
-    await workload_of(dynamic, blocked, "pending on topology", pending_with("allows to fit only"), timeout=90)
+    blocked = await pending_rack_job(dynamic, cleanup, job("rack", namespace, queue, hosts, gpus=gpus, rack=True))
 
     answer, workload = await why_agreeing(e2e_cluster, dynamic, blocked)
     fit, asked, excluded = kueue_fit(workload)
@@ -335,22 +368,15 @@ async def test_no_domain_free_counts_nodes_as_kueue_does(
 async def test_taint_excluding_nodes_is_named_with_its_count(
     e2e_cluster: E2ECluster, dynamic: DynamicClient, api: Any, namespace: str, queues: Queues, cleanup: support.Cleanup
 ) -> None:
-    from kubernetes_asyncio import client as k8s
-
     queue = await queues.add("taint", "1000")
     nodes = await flavor_nodes(dynamic)
     by_rack = racks(nodes)
     hosts = max(len(members) for members in by_rack.values())
     key = f"why-e2e-{queues.suffix}"
-    core = k8s.CoreV1Api(api)
     tainted = [n["metadata"]["name"] for n in nodes][1:]
 
     async def set_taint(name: str, on: bool) -> None:
-        node = await core.read_node(name)
-        taints = [t for t in node.spec.taints or [] if t.key != key]
-        if on:
-            taints.append(k8s.V1Taint(key=key, value="x", effect="NoSchedule"))
-        await core.patch_node(name, {"spec": {"taints": [api.sanitize_for_serialization(t) for t in taints]}})
+        await taint_node(api, name, key, on)
 
     try:
         for name in tainted:
@@ -371,6 +397,227 @@ async def test_taint_excluding_nodes_is_named_with_its_count(
     assert answer["topology"][0]["excluded"][f'taint "{key}=x:NoSchedule"'] == len(tainted)
     assert f'taint "{key}=x:NoSchedule" on {len(tainted)} nodes' in answer["summary"]
     assert any(h.startswith(f'tolerate taint "{key}=x:NoSchedule"') for h in answer["helps"])
+
+
+async def taint_node(api: Any, name: str, key: str, on: bool) -> None:
+    """Add (``on``) or remove the taint ``KEY=x:NoSchedule`` of one node."""
+    from kubernetes_asyncio import client as k8s
+
+    core = k8s.CoreV1Api(api)
+    node = await core.read_node(name)
+    taints = [t for t in node.spec.taints or [] if t.key != key]
+    if on:
+        taints.append(k8s.V1Taint(key=key, value="x", effect="NoSchedule"))
+    await core.patch_node(name, {"spec": {"taints": [api.sanitize_for_serialization(t) for t in taints]}})
+
+
+def gpu_filler(name: str, namespace: str, node: str) -> dict[str, Any]:
+    """A pod of 1 GPU bound to ``node`` by name (no Kueue label: not Kueue's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}},
+                }
+            ],
+        },
+    }
+
+
+async def test_one_pod_advice_counts_the_nodes_a_taint_excludes(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, api: Any, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("taint1", "1000")
+    nodes = await flavor_nodes(dynamic)
+    key = f"why-one-{queues.suffix}"
+    free, tainted = nodes[0]["metadata"]["name"], [n["metadata"]["name"] for n in nodes[1:]]
+    taint = f'taint "{key}=x:NoSchedule"'
+    try:
+        for name in tainted:
+            await taint_node(api, name, key, True)
+        # The one untainted node has a GPU taken: the pod fits there only once it is free.
+        await support.create(dynamic, gpu_filler("filler", namespace, free))
+        body = job("one", namespace, queue, 1, gpus=gpus_of(nodes[0]), rack=True)
+        blocked = await pending_rack_job(dynamic, cleanup, body, text=taint)
+        answer, workload = await why_agreeing(e2e_cluster, dynamic, blocked)
+    finally:
+        for name in tainted:
+            await taint_node(api, name, key, False)
+    _, asked, excluded = kueue_fit(workload)
+    assert asked == 1 and excluded == {taint: len(tainted), f'resource "{GPU}"': 1}
+    assert answer["cause"] == "no domain free", answer["summary"]
+    assert {k: v for k, v in answer["topology"][0]["excluded"].items() if k in excluded} == excluded
+    helps = answer["helps"]
+    tolerate = [h for h in helps if h.startswith(f"tolerate {taint} (or remove it): ")]
+    held = re.search(r"would hold (\d+) pods now$", tolerate[0]) if len(tolerate) == 1 else None
+    assert held is not None and int(held.group(1)) >= 1, helps
+    assert f"wait for running workloads on the 1 eligible node ({len(tainted)} excluded: {taint}: {len(tainted)})" in (
+        " ".join(helps)
+    )
+    # Kueue is the oracle of "would fit now": with the taint removed (above), it admits the Job.
+    await workload_of(dynamic, blocked, "admitted once the taint is gone", admitted, timeout=90)
+
+
+async def test_pod_requesting_nothing_the_queue_covers_never_fits(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("noflavor", "1000")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pod1", "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    created = await submit(dynamic, cleanup, pod)
+    # Kueue's own verdict (tas_flavorassigner.go onlyTASFlavor): no TAS flavor for a podset
+    # requesting none of the covered resources.
+    await workload_of(
+        dynamic, created, "pending with no TAS flavor", pending_with("no TAS flavor assigned"), timeout=90
+    )
+
+    answer = kgov(e2e_cluster, "why", "pod/pod1", "-n", namespace)
+    assert answer["cause"] == "never fits", answer["summary"]
+    assert answer["summary"].startswith(
+        f"no flavor: podset main requests none of the resources ClusterQueue {queue} covers (cpu, memory, {GPU})"
+    )
+    assert any("request one of them for its pods, e.g. cpu" in h for h in answer["helps"])
+
+
+async def test_over_quota_names_the_borrowing_limit_that_binds(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    await queues.add("bl-lender", "4", cohort="why-bl")
+    borrower = await queues.add("bl-borrower", "2", cohort="why-bl", borrowingLimit="1")
+    big = await submit(dynamic, cleanup, job("big", namespace, borrower, 1, cpu="3"))  # borrows 1: its limit
+    await workload_of(dynamic, big, "admitted", admitted)
+    more = await submit(dynamic, cleanup, job("more", namespace, borrower, 1, cpu="1"))
+    pending = await workload_of(dynamic, more, "waiting for quota", pending_with("insufficient unused quota for cpu"))
+    assert "1 more needed" in support.condition(pending, "QuotaReserved")["message"]  # type: ignore[index]
+
+    answer = kgov(e2e_cluster, "why", "job/more", "-n", namespace)
+    assert answer["cause"] == "over quota", answer["summary"]
+    cpu = next(q for q in answer["quota"] if q["resource"] == "cpu")
+    # The cohort has 6 - 3 = 3 CPUs unused; the borrowing limit leaves none.
+    assert (cpu["reserved"], cpu["nominal"], cpu["borrowingLimit"], cpu["cohortAvailable"]) == (3, 2, 1, 3)
+    assert cpu["needed"] - cpu["available"] == 1  # Kueue's "1 more needed"
+    assert (
+        "its borrowingLimit binds, not the cohort: it may hold at most 3 (nominal 2 + borrowingLimit 1)"
+        in (answer["summary"])
+    )
+    assert "while cohort" in answer["summary"] and "has 3 unused" in answer["summary"]
+    assert f"raise ClusterQueue {borrower}'s borrowingLimit for cpu from 1 to 2" in answer["helps"]
+    assert not any("the cohort does not have" in h for h in answer["helps"])
+
+
+async def owned_by(dynamic: DynamicClient, namespace: str, kind: str, api_version: str, uids: set[str]) -> set[str]:
+    """The uids of the ``kind`` objects of ``namespace`` that one of ``uids`` owns."""
+    return {
+        item["metadata"]["uid"]
+        for item in await support.list_objects(dynamic, api_version, kind, namespace)
+        if any(owner.get("uid") in uids for owner in item["metadata"].get("ownerReferences") or [])
+    }
+
+
+async def kueue_workloads(dynamic: DynamicClient, namespace: str, uids: set[str]) -> dict[str, dict[str, Any]]:
+    """Kueue's Workloads owned by one of ``uids``, by name."""
+    return {
+        w["metadata"]["name"]: w
+        for w in await support.list_objects(dynamic, support.KUEUE_API, "Workload", namespace)
+        if any(owner.get("uid") in uids for owner in w["metadata"].get("ownerReferences") or [])
+    }
+
+
+async def test_workloads_of_what_an_object_owns_are_found(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    queue = await queues.add("owners", "100")
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+
+    def template(cpu: str, app: str) -> dict[str, Any]:
+        container = {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+        return {"metadata": {"labels": {"app": app}}, "spec": {"containers": [container]}}
+
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "labels": labels},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template("40", "web")},
+    }
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "labels": labels},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": template("1", "db"),
+        },
+    }
+    job_template = job("x", namespace, queue, 1)
+    cron_job = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "* * * * *",
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"metadata": {"labels": labels}, "spec": job_template["spec"]},
+        },
+    }
+    made = {}
+    for body in (deployment, statefulset, cron_job):
+        body["metadata"]["namespace"] = namespace
+        made[body["kind"]] = await submit(dynamic, cleanup, body)
+
+    async def chain(kind: str) -> dict[str, dict[str, Any]]:
+        uids = {made[kind]["metadata"]["uid"]}
+        if kind == "Deployment":
+            uids = await owned_by(
+                dynamic, namespace, "Pod", "v1", await owned_by(dynamic, namespace, "ReplicaSet", "apps/v1", uids)
+            )
+        elif kind == "CronJob":
+            uids = await owned_by(dynamic, namespace, "Job", "batch/v1", uids)
+        else:
+            uids |= await owned_by(dynamic, namespace, "Pod", "v1", uids)
+        return await kueue_workloads(dynamic, namespace, uids)
+
+    async def settled() -> dict[str, dict[str, dict[str, Any]]] | None:
+        found = {kind: await chain(kind) for kind in made}
+        decided = all(support.condition(w, "QuotaReserved") for ws in found.values() for w in ws.values())
+        counts = (len(found["Deployment"]), len(found["StatefulSet"]), len(found["CronJob"]))
+        return found if counts == (3, 1, 1) and decided else None
+
+    # A CronJob makes its first Job within a minute.
+    found = await support.wait_for(
+        settled, "Kueue's Workloads of the Deployment's pods, the StatefulSet, the CronJob's Job", 150
+    )
+    for kind, resource in (
+        ("Deployment", "deployment/web"),
+        ("StatefulSet", "statefulset/db"),
+        ("CronJob", "cronjob/nightly"),
+    ):
+        answer = kgov(e2e_cluster, "why", resource, "-n", namespace)
+        assert answer["cause"] != "no workload", (kind, answer["summary"])
+        kueue = found[kind]
+        assert answer["workload"] in kueue, (kind, answer["workload"], sorted(kueue))
+        if kind == "StatefulSet":  # Kueue names the StatefulSet itself as an owner of its pod group
+            continue
+        assert {line["name"] for line in answer["owned"]} == set(kueue), kind
+    web = kgov(e2e_cluster, "why", "deployment/web", "-n", namespace)
+    states = {line["name"]: line for line in web["owned"]}
+    waiting = [name for name, w in found["Deployment"].items() if not support.is_true(w, "QuotaReserved")]
+    assert len(waiting) == 1, "100 CPUs hold 2 of the 3 pods of 40"
+    # The report is on the pending pod's Workload; each line names the pod owning it.
+    assert web["workload"] == waiting[0] and web["cause"] == "over quota", web["summary"]
+    assert states[waiting[0]]["cause"] == "over quota" and states[waiting[0]]["owner"].startswith("Pod/web-")
+    assert sum(line["state"] in ("admitted", "running") for line in web["owned"]) == 2
 
 
 async def test_behind_higher_priority_names_the_head(
@@ -439,9 +686,11 @@ async def test_governed_job_shows_the_policy_decision(
     decision = answer["decision"]
     assert decision["team"] == "research"
     rules = {rule["rule"]: rule for rule in decision["rules"]}
-    assert rules["queue"]["by"] == "policy"
-    assert rules["kueuePriority"]["by"] == "policy"
-    assert rules["topology"]["by"] == "policy"
+    # The API server records no field manager for what a webhook added: each is the policy's.
+    for rule in ("queue", "kueuePriority", "podPriority", "nodeAffinity", "topology"):
+        assert rules[rule]["by"] == "policy", rules.get(rule)
+    assert rules["podPriority"]["policy"] == "training-priority"
+    assert rules["nodeAffinity"]["reason"] == "podset 'main': team node affinity"
     assert "auto" in rules["topology"]["reason"]
 
     # Asked about the Workload itself, the policy is told for the Job it was made for (read live).
@@ -449,3 +698,22 @@ async def test_governed_job_shows_the_policy_decision(
     assert by_workload["decision"]["owner"] == f"Job hyperpod-ns-research/{name}"
     assert by_workload["decision"]["team"] == "research" and by_workload["policyNote"] is None
     assert by_workload["decision"]["rules"] == decision["rules"]
+
+async def test_a_value_the_user_set_is_told_from_the_policys(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, bundled_governor: Any, cleanup: support.Cleanup
+) -> None:
+    name = f"why-labelled-{secrets.token_hex(3)}"
+    body = job(name, "hyperpod-ns-research", "", 1, gpus=8, priority="experimentation-priority")
+    del body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    created = await submit(dynamic, cleanup, body)
+    assert created["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "experimentation-priority"
+
+    answer = kgov(e2e_cluster, "why", f"job/{name}", "-n", "hyperpod-ns-research")
+    rules = {rule["rule"]: rule for rule in answer["decision"]["rules"]}
+    priority = rules["kueuePriority"]
+    assert priority["by"] == "user" and priority["reason"] == "allowed by the policy", priority
+    assert priority["stored"] == "experimentation-priority" and priority["setBy"]
+    # The policy then gave the pods the Kueue priority the user asked for.
+    assert rules["podPriority"]["by"] == "policy" and rules["podPriority"]["policy"] == "experimentation-priority"
+    assert rules["podPriority"]["reason"] == "podset 'main': the Kueue priority the workload asks for"
+    assert rules["queue"]["by"] == "policy"

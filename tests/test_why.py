@@ -9,7 +9,17 @@ Each snapshot is every object the commands read, as ``kubectl get -o json`` gave
   never fits (3 pods, racks of 2 hosts); ``a0``, ``b1`` and ``p0`` running;
 - ``taint.json``: ``x1`` with 7 of 8 nodes tainted ``why-test=rec:NoSchedule``;
 - ``bundled.json``: the bundled platform with the governor: research's ``pretrain`` (5 x 8 GPUs)
-  and ``eval`` running, ``finetune`` (2 x 8 GPUs, rack required by ``topology: auto``) waiting.
+  and ``eval`` running, ``finetune`` (2 x 8 GPUs, rack required by ``topology: auto``) waiting;
+- ``owners.json`` (``scenarios.sh owners``, ``policy``, ``message``; workload objects with their
+  ``managedFields``): in ``why-own``, ClusterQueue ``why-tas`` (TAS flavor only, 100 CPUs):
+  ``pod1`` requesting nothing (Kueue: no TAS flavor assigned), ``foo`` requesting
+  ``example.com/foo``, Deployment ``web`` (3 x 40 CPUs, one pod pending), StatefulSet ``db``,
+  CronJob ``nightly``; ``more`` pending in ``why-borrow`` (nominal 2, borrowingLimit 1, using 3)
+  while its cohort has 3 CPUs unused; ``sel`` in a ClusterQueue whose namespaceSelector matches
+  nothing. In research's namespace, through the governor: ``plain`` (no labels) and ``labelled``
+  (the user set ``kueue.x-k8s.io/priority-class: experimentation-priority``);
+- ``taint-one.json`` (``scenarios.sh taint1``): ``one`` (1 pod of 8 GPUs, rack required) with 7
+  of 8 nodes tainted and a GPU of the eighth taken.
 
 Kueue's own message in each recorded Workload is the reference for the numbers.
 """
@@ -29,6 +39,7 @@ from webhook.core.policy import PolicySet
 from webhook.core.resolve import TeamIndex
 from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
+from webhook.why.owners import explain_object
 from webhook.why.placement import taint_string
 from webhook.why.report import to_json, to_text
 from webhook.why.snapshot import Snapshot, find_workload_kind
@@ -44,19 +55,24 @@ def causes() -> Snapshot:
     return Snapshot.from_file(DATA / "pending-causes.json")
 
 
-def workload_of_job(snapshot: Snapshot, namespace: str, job: str) -> dict[str, Any]:
-    owner = snapshot.find_object("Job", namespace, job)
+@pytest.fixture(scope="module")
+def owners() -> Snapshot:
+    return Snapshot.from_file(DATA / "owners.json")
+
+
+def workload_of_job(snapshot: Snapshot, namespace: str, job: str, kind: str = "Job") -> dict[str, Any]:
+    owner = snapshot.find_object(kind, namespace, job)
     assert owner is not None
     (workload,) = snapshot.workloads_of(owner)
     return workload
 
 
-def why(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> WhyReport:
-    return explain(snapshot, workload_of_job(snapshot, namespace, job), "Job", namespace, job)
+def why(snapshot: Snapshot, job: str, namespace: str = "why-rec", kind: str = "Job") -> WhyReport:
+    return explain(snapshot, workload_of_job(snapshot, namespace, job, kind), kind, namespace, job)
 
 
-def kueue_message(snapshot: Snapshot, job: str, namespace: str = "why-rec") -> str:
-    conditions = workload_of_job(snapshot, namespace, job)["status"]["conditions"]
+def kueue_message(snapshot: Snapshot, job: str, namespace: str = "why-rec", kind: str = "Job") -> str:
+    conditions = workload_of_job(snapshot, namespace, job, kind)["status"]["conditions"]
     return str(next(c for c in conditions if c["type"] == "QuotaReserved")["message"])
 
 
@@ -71,6 +87,77 @@ def test_over_quota_gives_queue_and_cohort_numbers_kueue_agrees_with(causes: Sna
     more = re.search(r"(\d+) more needed", kueue_message(causes, "a1"))
     assert more is not None and need.short == int(more.group(1)) == 2
     assert "needs 2 cpu of borrowing the cohort does not have (0 available to this queue)" in report.helps
+    # The cohort has nothing left: it binds, not the queue's borrowing limit (2, none used).
+    assert q.binding == "cohort" and "the cohort binds: cohort why-c has 0 unused: 2 short" in report.summary
+
+
+def test_over_quota_names_the_borrowing_limit_when_it_binds(owners: Snapshot) -> None:
+    report = why(owners, "more", "why-own")
+    assert report.cause == "over quota"
+    (need,) = report.quota
+    q = need.quota
+    assert (need.needed, q.reserved, q.nominal, q.borrowing_limit) == (1, 3, 2, 1)
+    # The cohort (4 + 2 CPUs) has 3 unused, but the queue already borrows its limit of 1.
+    assert (q.cohort_available, q.available, q.binding) == (3, 0, "borrowingLimit")
+    more = re.search(r"(\d+) more needed", kueue_message(owners, "more", "why-own"))
+    assert more is not None and need.short == int(more.group(1)) == 1
+    assert (
+        "its borrowingLimit binds, not the cohort: it may hold at most 3 (nominal 2 + borrowingLimit 1), "
+        "which leaves 0, while cohort why-c2 has 3 unused: 1 short"
+    ) in report.summary
+    assert "raise ClusterQueue why-borrow's borrowingLimit for cpu from 1 to 2" in report.helps
+    assert not any("the cohort does not have" in h for h in report.helps)
+
+
+def test_a_podset_kueue_gives_no_flavor_never_fits(owners: Snapshot) -> None:
+    # A Pod requesting nothing in a topology-aware ClusterQueue: Kueue's onlyTASFlavor finds none.
+    report = why(owners, "pod1", "why-own", kind="Pod")
+    assert "no TAS flavor assigned" in kueue_message(owners, "pod1", "why-own", kind="Pod")
+    assert report.cause == "never fits"
+    assert report.summary.startswith(
+        "no flavor: podset main requests none of the resources ClusterQueue why-tas covers "
+        "(cpu, memory, nvidia.com/gpu)"
+    )
+    assert report.helps == [
+        "podset main: request one of them for its pods, e.g. cpu (or give the namespace a LimitRange with "
+        "default requests)"
+    ]
+    # A resource the ClusterQueue does not cover: Kueue's "unavailable in ClusterQueue".
+    foo = why(owners, "foo", "why-own")
+    assert "resource example.com/foo unavailable in ClusterQueue" in kueue_message(owners, "foo", "why-own")
+    assert foo.cause == "never fits"
+    assert foo.summary == (
+        "no flavor: podset main requests example.com/foo, which ClusterQueue why-tas does not cover "
+        "(it covers cpu, memory, nvidia.com/gpu)"
+    )
+
+
+def test_a_reason_kueue_names_and_kgov_does_not_model_is_shown_as_kueue_says(owners: Snapshot) -> None:
+    report = why(owners, "sel", "why-own")
+    message = kueue_message(owners, "sel", "why-own")
+    assert message == "workload namespace doesn't match ClusterQueue selector"
+    assert report.state is not None and report.state.state == "pending"
+    assert (report.cause, report.summary) == ("Kueue's message", message)
+
+
+def test_every_cause_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("- **the cause**, first that holds:") :]
+    source = (Path(__file__).parents[1] / "webhook" / "why" / "causes.py").read_text(encoding="utf-8")
+    causes = set(re.findall(r'report\.cause = "([^"]+)"', source))
+    causes |= set(re.findall(r'"(behind [a-z ]+)"', source))
+    assert causes == {
+        "never fits",
+        "Kueue's message",
+        "taint",
+        "no domain free",
+        "over quota",
+        "behind higher priority",
+        "behind earlier workloads",
+        "not evaluated yet",
+    }
+    for cause in causes:
+        assert f"`{cause}`" in section, cause
 
 
 def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) -> None:
@@ -101,6 +188,111 @@ def test_taint_is_named_with_the_nodes_it_excludes() -> None:
     assert 'untolerated taint "why-test=rec:NoSchedule" on 7 nodes' in report.summary
     assert report.helps[0].startswith('tolerate taint "why-test=rec:NoSchedule"')
     assert placement.fit_untainted_empty is not None and placement.fit_untainted_empty.pods == 2
+
+
+def test_one_pod_advice_counts_the_nodes_a_taint_excludes() -> None:
+    snapshot = Snapshot.from_file(DATA / "taint-one.json")
+    report = why(snapshot, "one", "why-taint")
+    kueue = parse_tas_message(kueue_message(snapshot, "one", "why-taint"))
+    assert kueue is not None and (kueue.fit, kueue.total) == (0, 1)
+    taint = 'taint "why-test=rec:NoSchedule"'
+    ((_, placement),) = report.placements
+    assert placement.excluded == kueue.excluded == {'resource "nvidia.com/gpu"': 1, taint: 7}
+    assert report.cause == "no domain free"
+    # The one eligible node is busy; the 7 the taint excludes are free: tolerating it would fit now.
+    assert report.helps == [
+        f"tolerate {taint} (or remove it): layer-3 nn-rack-1-1-2 would hold 2 pods now",
+        f"wait for running workloads on the 1 eligible node (7 excluded: {taint}: 7) to finish",
+    ]
+
+
+def test_workloads_of_what_an_object_owns_are_found(owners: Snapshot) -> None:
+    def workloads_owned_by(kind: str, uids: set[str]) -> set[str]:
+        return {
+            w["metadata"]["name"]
+            for w in owners.workloads
+            if w["metadata"]["namespace"] == "why-own"
+            and any(r.get("kind") == kind and r["uid"] in uids for r in w["metadata"].get("ownerReferences") or [])
+        }
+
+    def owned(kind: str, uids: set[str]) -> set[str]:
+        return {
+            o["metadata"]["uid"]
+            for o in owners.descendants
+            if o.get("kind") == kind and any(r["uid"] in uids for r in o["metadata"].get("ownerReferences") or [])
+        }
+
+    def report(kind: str, name: str) -> WhyReport:
+        obj = owners.find_object(kind, "why-own", name)
+        assert obj is not None
+        return explain_object(owners, obj, kind, "why-own", name)
+
+    # Deployment → ReplicaSet → Pod ← Workload (Kueue's pod integration: one per pod).
+    web = owners.find_object("Deployment", "why-own", "web")
+    assert web is not None
+    pods = owned("Pod", owned("ReplicaSet", {web["metadata"]["uid"]}))
+    kueue = workloads_owned_by("Pod", pods)
+    assert len(kueue) == 3
+    deployment = report("Deployment", "web")
+    assert {line.name for line in deployment.owned} == kueue
+    pending = [line for line in deployment.owned if line.state == "waiting for quota"]
+    assert [line.name for line in pending] == [deployment.workload]
+    assert deployment.cause == pending[0].cause == "over quota" and pending[0].owner.startswith("Pod/web-")
+    assert sorted(line.state for line in deployment.owned) == ["running", "running", "waiting for quota"]
+    # CronJob → Job ← Workload.
+    nightly = owners.find_object("CronJob", "why-own", "nightly")
+    assert nightly is not None
+    (job_workload,) = workloads_owned_by("Job", owned("Job", {nightly["metadata"]["uid"]}))
+    cron = report("CronJob", "nightly")
+    assert cron.workload == job_workload and cron.cause == "running"
+    assert [(line.name, line.owner.split("/")[0]) for line in cron.owned] == [(job_workload, "Job")]
+    # StatefulSet: its pod group's Workload, owned by the pods and (Kueue v0.19.2) the StatefulSet.
+    db = owners.find_object("StatefulSet", "why-own", "db")
+    assert db is not None
+    (group,) = workloads_owned_by("StatefulSet", {db["metadata"]["uid"]})
+    assert report("StatefulSet", "db").workload == group
+    text = to_text(deployment)
+    assert "Workloads: 3 (Kueue makes them for what it owns" in text and "kgov why workload/NAME -n why-own" in text
+    assert to_json(deployment)["owned"][0].keys() == {"name", "owner", "state", "cause", "summary"}
+
+
+def test_policy_tells_values_the_user_set_from_those_it_set(owners: Snapshot) -> None:
+    assert owners.policy is not None
+    teams = TeamIndex(PolicySet.model_validate(json.loads(owners.policy["data"]["policy.json"])))
+
+    def rules(name: str) -> dict[str, Any]:
+        job = owners.find_object("Job", "hyperpod-ns-research", name)
+        assert job is not None
+        decision = decide(job, teams, owners.namespace_labels("hyperpod-ns-research"), owners.nodes)
+        assert decision.team == "research"
+        return {rule.rule: rule for rule in decision.rules}
+
+    # Submitted with no labels: the API server recorded no field manager for what the webhook set.
+    plain = rules("plain")
+    assert list(plain) == ["queue", "kueuePriority", "podPriority", "nodeAffinity", "topology"]
+    assert all(rule.by == "policy" for rule in plain.values())
+    assert plain["podPriority"].policy == "training-priority"
+    assert plain["nodeAffinity"].reason == "podset 'main': team node affinity"
+    # The user set the Kueue priority (kubectl-create owns the label): allowed, not the policy's doing.
+    labelled = rules("labelled")
+    priority = labelled["kueuePriority"]
+    assert (priority.by, priority.stored, priority.set_by) == ("user", "experimentation-priority", ["kubectl-create"])
+    assert priority.reason == "allowed by the policy"
+    assert labelled["podPriority"].by == "policy"
+    assert labelled["podPriority"].reason == "podset 'main': the Kueue priority the workload asks for"
+    report = WhyReport("Job", "hyperpod-ns-research", "labelled", None, None)
+    report.decision = decide(
+        owners.find_object("Job", "hyperpod-ns-research", "labelled") or {},
+        teams,
+        owners.namespace_labels("hyperpod-ns-research"),
+        owners.nodes,
+    )
+    text = to_text(report)
+    assert (
+        "kueuePriority: metadata/labels/kueue.x-k8s.io/priority-class = experimentation-priority set by the user "
+        "(kubectl-create), allowed by the policy"
+    ) in text
+    assert "podPriority: spec/template/spec/priorityClassName set by the policy" in text
 
 
 def test_behind_higher_priority_names_the_head(causes: Snapshot) -> None:
@@ -179,14 +371,22 @@ def test_governed_job_shows_which_rule_decided_what() -> None:
     decision = decide(job, teams, None, snapshot.nodes)
     assert decision.team == "research"
     rules = {rule.rule: rule for rule in decision.rules}
-    assert rules["queue"].by == "policy" and rules["queue"].reason == "the LocalQueue of team 'research'"
-    assert rules["kueuePriority"].by == "policy"
-    assert rules["topology"].by == "policy"
+    # Recorded without managedFields: who set the values is not known.
+    assert rules["queue"].by == "unrecorded" and rules["queue"].reason == "the LocalQueue of team 'research'"
+    assert rules["kueuePriority"].by == "unrecorded"
+    assert rules["topology"].by == "unrecorded"
     assert (
         rules["topology"].policy == {"kueue.x-k8s.io/podset-required-topology": RACK}
         or rules["topology"].policy == RACK
     )
     assert "auto: 2 pods fit in one topology.k8s.aws/network-node-layer-3 domain" in rules["topology"].reason
+    # Kept, not reviewed again (who set them is not recorded), but shown with the policy's word.
+    assert (rules["podPriority"].by, rules["podPriority"].stored) == ("unrecorded", "training-priority")
+    assert rules["podPriority"].policy is None and rules["podPriority"].reason == "allowed by the policy"
+    assert rules["nodeAffinity"].by == "unrecorded"
+    assert rules["nodeAffinity"].stored["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}
+    ]
 
 
 def test_a_stored_value_the_policy_would_not_give_is_told_apart() -> None:
@@ -335,7 +535,13 @@ def test_why_workload_shows_the_policy_decision_of_its_owner(tmp_path: Path) -> 
     assert report["decision"]["owner"] == "Job hyperpod-ns-research/finetune" and job_decision["owner"] is None
     assert report["decision"]["team"] == job_decision["team"] == "research"
     assert report["decision"]["rules"] == job_decision["rules"]
-    assert [r["rule"] for r in report["decision"]["rules"]] == ["queue", "kueuePriority", "topology"]
+    assert [r["rule"] for r in report["decision"]["rules"]] == [
+        "queue",
+        "kueuePriority",
+        "podPriority",
+        "nodeAffinity",
+        "topology",
+    ]
     assert report["policyNote"] is None
     text = CliRunner().invoke(
         main,

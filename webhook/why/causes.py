@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
 
 if TYPE_CHECKING:
-    from webhook.why.explain import WhyReport
+    from webhook.why.explain import QuotaNeed, WhyReport
 
 __all__ = ["amount", "classify", "level_name", "plural"]
 
@@ -58,6 +58,17 @@ def _narrowest_fitting(placement: PodsetPlacement, fits: list[DomainFit]) -> Dom
     return holding[-1] if holding else None
 
 
+def _eligible(placement: PodsetPlacement) -> str:
+    """``the 1 eligible node (7 excluded: taint "k=v:NoSchedule": 7)``: the nodes advice is about."""
+    nodes = placement.fit_empty[-1].nodes if placement.fit_empty else 0
+    excluded = {k: v for k, v in placement.excluded.items() if not k.startswith("resource ")}
+    said = f"the {nodes} eligible node{'s' * (nodes != 1)}"
+    if excluded:
+        listed = ", ".join(f"{k}: {v}" for k, v in excluded.items())
+        said += f" ({sum(excluded.values())} excluded: {listed})"
+    return said
+
+
 def _topology(report: WhyReport) -> bool:
     """Set a topology cause when a podset does not fit at its level; True when one was set."""
     for podset, placement in report.placements:
@@ -94,7 +105,7 @@ def _topology(report: WhyReport) -> bool:
             report.helps.append(
                 f"ask for {level_name(broader.level)} (its largest domain holds {broader.pods})"
                 if broader
-                else f"fewer or smaller pods: all eligible nodes together hold {placement.fit_empty[-1].pods}"
+                else f"fewer or smaller pods: {_eligible(placement)} together hold {placement.fit_empty[-1].pods}"
             )
             return True
         report.cause = "no domain free"
@@ -114,9 +125,55 @@ def _topology(report: WhyReport) -> bool:
             report.helps.append(
                 f"would fit now at {level_name(broader.level)} ({_domain(broader)} holds {broader.pods})"
             )
-        report.helps.append("wait for running workloads on those nodes to finish")
+        tolerated = placement.fit_untainted_now
+        if taints and tolerated is not None and tolerated.pods >= placement.count:
+            report.helps.append(
+                f"tolerate {', '.join(taints)} (or remove it): {_domain(tolerated)} would hold {tolerated.pods} "
+                "pods now"
+            )
+        report.helps.append(f"wait for running workloads on {_eligible(placement)} to finish")
         return True
     return False
+
+
+def _short(report: WhyReport, need: QuotaNeed) -> str:
+    """One short resource: the limit that binds (nominal, the cohort or the borrowing limit), with numbers."""
+    q = need.quota
+
+    def a(value: Decimal) -> str:
+        return amount(q.resource, value)
+
+    queue = f"ClusterQueue {report.cluster_queue}"
+    said = f"{q.resource}: needs {a(need.needed)}, {queue} uses {a(q.reserved)} of nominal {a(q.nominal)}"
+    borrow = need.needed - max(Decimal(0), q.nominal - q.reserved)
+    if q.binding == "borrowingLimit" and q.borrowing_limit is not None:
+        unused = q.cohort_available or Decimal(0)
+        said += (
+            f"; its borrowingLimit binds, not the cohort: it may hold at most {a(q.nominal + q.borrowing_limit)} "
+            f"(nominal {a(q.nominal)} + borrowingLimit {a(q.borrowing_limit)}), which leaves {a(q.available)}, "
+            f"while cohort {report.cohort} has {a(unused)} unused"
+        )
+        raised = q.borrowing_limit + need.short
+        report.helps.append(
+            f"raise {queue}'s borrowingLimit for {q.resource} from {a(q.borrowing_limit)} to {a(raised)}"
+            + (
+                ""
+                if q.borrowing_room is None or q.borrowing_room + need.short <= unused
+                else f" (then the cohort binds: it has {a(unused)} unused)"
+            )
+        )
+    elif q.binding == "cohort":
+        said += (
+            f" (borrowingLimit {a(q.borrowing_limit)})" if q.borrowing_limit is not None else ""
+        ) + f"; the cohort binds: cohort {report.cohort} has {a(q.cohort_available or Decimal(0))} unused"
+        if borrow > 0:
+            report.helps.append(
+                f"needs {a(borrow)} {q.resource} of borrowing the cohort does not have "
+                f"({a(q.available)} available to this queue)"
+            )
+    else:
+        said += " (no cohort to borrow from)"
+    return said + f": {a(need.short)} short"
 
 
 def classify(report: WhyReport) -> None:
@@ -127,6 +184,9 @@ def classify(report: WhyReport) -> None:
     if state.state not in _PENDING:
         report.cause = state.state
         report.summary = f"{state.state} since {state.since}" + (f": {state.message}" if state.message else "")
+        return
+    if report.no_flavor:
+        _no_flavor(report)
         return
     never = [n for n in report.quota if n.needed > n.quota.potential]
     if never:
@@ -139,6 +199,11 @@ def classify(report: WhyReport) -> None:
         )
         report.helps.append(f"ask for at most {amount(n.quota.resource, n.quota.potential)} {n.quota.resource}")
         return
+    if state.state == "pending" and state.message:
+        # Kueue's condition names a reason kgov does not model: its own words are the cause.
+        report.cause = "Kueue's message"
+        report.summary = state.message
+        return
     if _topology(report):
         return
     short = [n for n in report.quota if n.short > 0]
@@ -146,29 +211,12 @@ def classify(report: WhyReport) -> None:
         report.cause = "over quota"
         parts = []
         for n in short:
-            q = n.quota
-            parts.append(
-                f"{q.resource}: needs {amount(q.resource, n.needed)}, ClusterQueue {report.cluster_queue} uses "
-                f"{amount(q.resource, q.reserved)} of nominal {amount(q.resource, q.nominal)}"
-                + (f" (may borrow {amount(q.resource, q.borrowing_limit)})" if q.borrowing_limit is not None else "")
-                + (
-                    f", cohort {report.cohort} has {amount(q.resource, q.cohort_available)} unused"
-                    if q.cohort_available is not None
-                    else ""
-                )
-                + f": {amount(q.resource, n.short)} short"
-            )
-            borrow = n.needed - max(Decimal(0), q.nominal - q.reserved)
-            if report.cohort and borrow > 0:
-                report.helps.append(
-                    f"needs {amount(q.resource, borrow)} {q.resource} of borrowing the cohort does not have "
-                    f"({amount(q.resource, q.available)} available to this queue)"
-                )
+            parts.append(_short(report, n))
         report.summary = "; ".join(parts)
         report.helps.append("wait for admitted workloads of the queue (or the cohort) to finish")
         return
     position = report.position
-    if position is not None and position.ahead:
+    if position is not None and position.ahead and report.queueing_strategy == "StrictFIFO":
         higher = [a for a in position.ahead if a["priority"] > report.priority]
         report.cause = "behind higher priority" if higher else "behind earlier workloads"
         head = position.ahead[0]
@@ -178,8 +226,41 @@ def classify(report: WhyReport) -> None:
             + (f", {len(higher)} of higher priority than its {report.priority}" if higher else "")
             + f"; the head is {head['workload']} (priority {head['priority']}, {head['state']})"
         )
-        if report.queueing_strategy == "StrictFIFO":
-            report.helps.append("StrictFIFO: nothing behind the head is admitted until the head is")
+        report.helps.append("StrictFIFO: nothing behind the head is admitted until the head is")
         return
     report.cause = "not evaluated yet"
-    report.summary = "quota and topology allow it now; Kueue has not admitted it yet"
+    report.summary = "quota and topology allow it now; Kueue has not admitted it yet" + (
+        f" ({len(position.ahead)} pending ahead in {report.queueing_strategy}: those that do not fit do not hold it)"
+        if position is not None and position.ahead
+        else ""
+    )
+
+
+def _no_flavor(report: WhyReport) -> None:
+    """``never fits``: a podset Kueue can assign no flavor (see :class:`webhook.why.explain.NoFlavor`)."""
+    report.cause = "never fits"
+    parts = []
+    for gap in report.no_flavor:
+        listed = ", ".join(gap.covered) or "nothing"
+        if gap.uncovered:
+            parts.append(
+                f"no flavor: podset {gap.podset} requests {', '.join(gap.uncovered)}, which ClusterQueue "
+                f"{report.cluster_queue} does not cover (it covers {listed})"
+            )
+            report.helps.append(
+                f"podset {gap.podset}: drop the {', '.join(gap.uncovered)} request, or use a ClusterQueue that "
+                "covers it (unless Kueue's Configuration excludes it: resources.excludeResourcePrefixes)"
+            )
+        else:
+            parts.append(
+                f"no flavor: podset {gap.podset} requests none of the resources ClusterQueue "
+                f"{report.cluster_queue} covers ({listed}), so Kueue assigns it no flavor, and without one "
+                "its topology-aware ClusterQueue cannot place it (no TAS flavor)"
+            )
+            example = "cpu" if "cpu" in gap.covered else (gap.covered[0] if gap.covered else "")
+            report.helps.append(
+                f"podset {gap.podset}: request one of them for its pods"
+                + (f", e.g. {example}" if example else "")
+                + " (or give the namespace a LimitRange with default requests)"
+            )
+    report.summary = "; ".join(parts)

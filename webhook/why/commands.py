@@ -26,6 +26,7 @@ from webhook.options import NAMESPACE, OutputError, check_output_file, write_out
 from webhook.sources import POLICY_KEY, InputError, load_policies
 from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
+from webhook.why.owners import explain_object
 from webhook.why.report import to_json, to_text
 from webhook.why.snapshot import ClusterError, Snapshot, find_workload_kind, owner_of, read_snapshot
 from webhook.why.status import status_json, status_table, team_statuses, workloads_table
@@ -186,10 +187,7 @@ def _report(
         obj = snapshot.target or snapshot.find_object(kind, namespace, name)
         if obj is None:
             _fail(f"{kind} {namespace}/{name} not found")
-        owned = snapshot.workloads_of(obj)
-        # A re-admitted object may have left an older, finished Workload: the newest one speaks.
-        owned.sort(key=lambda w: str((w.get("metadata") or {}).get("creationTimestamp", "")))
-        report = explain(snapshot, owned[-1] if owned else None, kind, namespace, name)
+        report = explain_object(snapshot, obj, kind, namespace, name)
     if obj is not None:
         teams = _teams(snapshot, platform, policy)
         if teams is not None:

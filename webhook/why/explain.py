@@ -3,14 +3,19 @@
 :func:`explain` joins a :class:`~webhook.why.snapshot.Snapshot` in memory. The cause of a pending
 workload is the first that holds of:
 
-- ``never fits``: a resource needs more than the ClusterQueue can ever get (nominal + what its
-  borrowing limit and cohort allow), or no domain of the podset's level holds it on the current
-  nodes even with nothing running;
+- ``never fits``: a podset Kueue can assign no flavor (:class:`NoFlavor`), a resource needs
+  more than the ClusterQueue can ever get (nominal + what its borrowing limit and cohort allow),
+  or no domain of the podset's level holds it on the current nodes even with nothing running;
+- ``Kueue's message``: Kueue's ``QuotaReserved`` message names a reason not modelled here (not
+  quota, not topology): the message itself is the summary;
 - ``taint``: it would fit with no pods running if untolerated taints did not exclude nodes;
 - ``no domain free``: a domain could hold it, but other pods and workloads use the room now;
-- ``over quota``: its ClusterQueue (with what the cohort can lend) lacks a resource now;
-- ``behind higher priority``: it fits, and workloads of its ClusterQueue come before it;
-- ``not evaluated yet``: none of the above (Kueue has not tried it since its last change).
+- ``over quota``: its ClusterQueue lacks a resource now; the summary says which limit binds
+  (its nominal quota, the cohort's unused quota, or its own borrowing limit);
+- ``behind higher priority`` / ``behind earlier workloads``: it fits, but its ClusterQueue is
+  StrictFIFO and pending workloads of higher (or the same) priority come before it;
+- ``not evaluated yet``: none of the above (Kueue has not tried it since its last change; in a
+  BestEffortFIFO queue the pending workloads ahead of it do not hold it back).
 
 Amounts are base units (GPUs, CPU cores, bytes) as :class:`~decimal.Decimal`;
 :func:`webhook.why.report.to_json` turns them into JSON numbers.
@@ -34,7 +39,16 @@ from webhook.why.quota import CohortView, ResourceQuota
 from webhook.why.snapshot import Snapshot
 from webhook.why.state import WorkloadState, workload_state
 
-__all__ = ["Position", "QuotaNeed", "WhyReport", "explain", "position_in_queue"]
+__all__ = [
+    "NoFlavor",
+    "OwnedWorkload",
+    "Position",
+    "QuotaNeed",
+    "WhyReport",
+    "explain",
+    "no_flavor",
+    "position_in_queue",
+]
 
 _ZERO = Decimal(0)
 _PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
@@ -60,6 +74,31 @@ class QuotaNeed:
     @property
     def short(self) -> Decimal:
         return max(_ZERO, self.needed - self.quota.available)
+
+
+@dataclass
+class NoFlavor:
+    """A podset Kueue can assign no flavor (``flavorassigner.go``, ``tas_flavorassigner.go``
+    ``onlyTASFlavor``, v0.19.2): it requests ``uncovered`` resources the ClusterQueue does not
+    cover (Kueue: ``resource R unavailable in ClusterQueue``), or, with ``uncovered`` empty, none
+    of the ``covered`` ones while its ClusterQueue places it by topology (``no TAS flavor
+    assigned``)."""
+
+    podset: str
+    uncovered: list[str]
+    covered: list[str]
+
+
+@dataclass
+class OwnedWorkload:
+    """One Workload of the object asked about: the object owning it directly (``Kind/name``),
+    its state and, when pending, its cause and summary."""
+
+    name: str
+    owner: str
+    state: str
+    cause: str = ""
+    summary: str = ""
 
 
 @dataclass
@@ -90,6 +129,7 @@ class WhyReport:
     queueing_strategy: str = ""
     position: Position | None = None
     quota: list[QuotaNeed] = field(default_factory=list)
+    no_flavor: list[NoFlavor] = field(default_factory=list)
     placements: list[tuple[str, PodsetPlacement]] = field(default_factory=list)
     cause: str = ""
     summary: str = ""
@@ -99,6 +139,7 @@ class WhyReport:
     #: or why no policy decision can be shown.
     policy_owner: str = ""
     policy_note: str = ""
+    owned: list[OwnedWorkload] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -171,6 +212,43 @@ def _needs(workload: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
             }
         except (QuantityError, TypeError):
             continue
+    return out
+
+
+_TAS_REQUESTS = (
+    "required",
+    "preferred",
+    "unconstrained",
+    "podSetSliceRequiredTopology",
+    "podSetSliceSize",
+    "podsetSliceRequiredTopologyConstraints",
+)
+
+
+def no_flavor(snapshot: Snapshot, queue: Mapping[str, Any], workload: Mapping[str, Any]) -> list[NoFlavor]:
+    """The podsets (with pods) Kueue can assign no flavor in ``queue`` (see :class:`NoFlavor`).
+
+    A podset is placed by topology when it asks for it (``topologyRequest``: Kueue's
+    ``IsExplicitlyRequestingTAS``) or every flavor of the ClusterQueue has a ``topologyName``
+    (``IsTASOnly``). A ClusterQueue covering ``pods`` gives every podset a flavor. Resources that
+    Kueue's Configuration excludes (``resources.excludeResourcePrefixes``) are not known here.
+    """
+    groups = [g for g in (queue.get("spec") or {}).get("resourceGroups") or [] if isinstance(g, Mapping)]
+    covered = sorted({str(r) for g in groups for r in g.get("coveredResources") or []})
+    flavors = [str(f.get("name")) for g in groups for f in g.get("flavors") or [] if isinstance(f, Mapping)]
+    tas_only = bool(flavors) and all(
+        ((snapshot.flavor(f) or {}).get("spec") or {}).get("topologyName") for f in flavors
+    )
+    out: list[NoFlavor] = []
+    for podset in (workload.get("spec") or {}).get("podSets") or []:
+        if not isinstance(podset, Mapping) or not int(podset.get("count") or 0):
+            continue
+        requested = sorted(r for r, a in pod_requests((podset.get("template") or {}).get("spec") or {}).items() if a)
+        uncovered = [r for r in requested if r not in covered]
+        request = podset.get("topologyRequest") or {}
+        by_topology = tas_only or any(request.get(key) for key in _TAS_REQUESTS)
+        if uncovered or (by_topology and "pods" not in covered and not set(requested) & set(covered)):
+            out.append(NoFlavor(str(podset.get("name")), uncovered, covered))
     return out
 
 
@@ -253,6 +331,7 @@ def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, n
     cohorts = CohortView.build(snapshot.clusterqueues, snapshot.cohorts)
     report.notes.extend(cohorts.notes)
     needs = _needs(workload)
+    report.no_flavor = no_flavor(snapshot, queue, workload)
     report.placements = _placements(snapshot, workload, queue, needs)
     totals: dict[tuple[str, str], Decimal] = {}
     for podset, amounts in needs.items():

@@ -54,6 +54,11 @@ class ResourceQuota:
     available: Decimal = _ZERO
     potential: Decimal = _ZERO
     cohort_available: Decimal | None = None
+    #: What caps ``available`` now: ``nominal`` (no cohort), ``cohort`` (what the cohort has
+    #: left) or ``borrowingLimit`` (this queue's own limit leaves less than the cohort has).
+    binding: str = "nominal"
+    #: With a borrowing limit: what the limit still lets this queue take from the cohort.
+    borrowing_room: Decimal | None = None
 
     @property
     def local(self) -> Decimal:
@@ -154,10 +159,14 @@ class CohortView:
                 local_available = max(_ZERO, q.local - q.reserved)
                 parent_available = pool[key] - used[key]
                 parent_potential = pool[key]
+                q.binding = "cohort"
                 if q.borrowing_limit is not None:
                     stored = q.nominal - q.local
                     used_in_parent = max(_ZERO, q.reserved - q.local)
-                    parent_available = min(stored - used_in_parent + q.borrowing_limit, parent_available)
+                    q.borrowing_room = stored - used_in_parent + q.borrowing_limit
+                    if q.borrowing_room < parent_available:
+                        q.binding = "borrowingLimit"
+                    parent_available = min(q.borrowing_room, parent_available)
                     parent_potential = min(q.nominal + q.borrowing_limit, q.local + parent_potential) - q.local
                 q.cohort_available = pool[key] - used[key]
                 q.available = local_available + parent_available

@@ -12,15 +12,17 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
      "topology": [{"podset", "flavor", "topology", "levels", "mode", "level", "count", "perPod", "kueueNodes",
                    "excluded": {cause: nodes}, "kueueExcluded": {cause: nodes} | null,
                    "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...]}],
-     "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason"}],
+     "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason", "setBy"}],
                   "warnings", "denials", "skipped", "owner": str | null} | null,
      "policyNote": str | null (why there is no decision, for a Workload asked about directly),
+     "owned": [{"name", "owner", "state", "cause", "summary"}],
      "notes": [str]}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -107,6 +109,7 @@ def to_json(report: WhyReport) -> dict[str, Any]:
         ],
         "decision": _decision(report),
         "policyNote": report.policy_note or None,
+        "owned": [dataclasses.asdict(line) for line in report.owned],
         "notes": report.notes,
     }
 
@@ -118,7 +121,18 @@ def _decision(report: WhyReport) -> dict[str, Any] | None:
     return {
         "team": decision.team,
         "teamReason": decision.team_reason,
-        "rules": [dataclasses.asdict(rule) for rule in decision.rules],
+        "rules": [
+            {
+                "rule": rule.rule,
+                "path": rule.path,
+                "stored": rule.stored,
+                "policy": rule.policy,
+                "by": rule.by,
+                "reason": rule.reason,
+                "setBy": rule.set_by,
+            }
+            for rule in decision.rules
+        ],
         "warnings": decision.warnings,
         "denials": decision.denials,
         "skipped": decision.skipped,
@@ -129,6 +143,11 @@ def _decision(report: WhyReport) -> dict[str, Any] | None:
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+
+
+def _short_value(value: Any) -> str:
+    """A stored value in one line: strings as they are, anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
 
 
 def _text_decision(report: WhyReport) -> list[str]:
@@ -143,7 +162,22 @@ def _text_decision(report: WhyReport) -> list[str]:
     lines = [f"{policy}: team {decision.team} ({decision.team_reason})"]
     for rule in decision.rules:
         if rule.by == "policy":
-            lines.append(f"  {rule.rule}: {rule.path} by the policy: {rule.reason}")
+            lines.append(f"  {rule.rule}: {rule.path} set by the policy: {rule.reason}")
+        elif rule.by == "user":
+            who = ", ".join(rule.set_by)
+            lines.append(
+                f"  {rule.rule}: {rule.path} = {_short_value(rule.stored)} set by the user ({who}), {rule.reason}"
+            )
+        elif rule.by == "unrecorded" and rule.policy is None:
+            lines.append(
+                f"  {rule.rule}: {rule.path} = {_short_value(rule.stored)}, {rule.reason}; set by the policy or "
+                "the user (the object has no managedFields to tell)"
+            )
+        elif rule.by == "unrecorded":
+            lines.append(
+                f"  {rule.rule}: {rule.path} is the policy's value ({rule.reason}); set by the policy or the user "
+                "(the object has no managedFields to tell)"
+            )
         else:
             lines.append(f"  {rule.rule}: {rule.path} is {rule.stored!r}, not the policy's: {rule.reason}")
     lines.extend(f"  warning: {w}" for w in decision.warnings)
@@ -163,6 +197,14 @@ def to_text(report: WhyReport) -> str:
         if state.message:
             lines.append(f"  Kueue: {state.message}")
     lines.append(f"Cause: {report.cause}: {report.summary}" if report.cause else f"Summary: {report.summary}")
+    if report.owned:
+        lines.append(
+            f"Workloads: {len(report.owned)} (Kueue makes them for what it owns; this report is on "
+            f"{report.workload}; for another: kgov why workload/NAME -n {report.namespace})"
+        )
+        rows = [["WORKLOAD", "OWNER", "STATE", "CAUSE"]]
+        rows.extend([line.name, line.owner, line.state, line.cause or "-"] for line in report.owned)
+        lines.extend(_table(rows))
     lines.extend(_text_decision(report))
     if report.cluster_queue:
         lines.append(

@@ -3,7 +3,9 @@
 A :class:`Snapshot` holds the objects as the API returns them (plain dicts, ``kubectl get -o json``
 items): Nodes, bound Pods, Kueue Workloads, ClusterQueues, LocalQueues, ResourceFlavors,
 Topologies, WorkloadPriorityClasses, Cohorts (all ``kueue.x-k8s.io/v1beta2``), the webhook's
-``kgov-policy`` ConfigMap when it can be read, and, for ``kgov why``, the one object asked about.
+``kgov-policy`` ConfigMap when it can be read, and, for ``kgov why``, the one object asked about
+with, for a kind whose Workloads belong to what it owns (:data:`DESCENDANT_LISTS`), the
+ReplicaSets, StatefulSets, Jobs or Pods of its namespace.
 :func:`read_snapshot` lists each kind with one request (SPEC §5: no per-object call storm);
 :meth:`Snapshot.from_dump` reads the same lists from a recorded JSON document.
 """
@@ -50,6 +52,22 @@ _LISTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 }
 
 
+#: Kinds whose Workloads Kueue makes for objects they own, and the namespaced lists (field of
+#: :attr:`Snapshot.descendants` sources) that lead from the kind to those Workloads through
+#: ``ownerReferences``: a Deployment's pods (via ReplicaSets) each get one (pod integration), a
+#: CronJob's Jobs each get one, a StatefulSet's pods form a pod group (Kueue v0.19.2 also names
+#: the StatefulSet as an owner), a LeaderWorkerSet's groups (owned by it, their pods by its
+#: StatefulSets).
+DESCENDANT_LISTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "Deployment": (("/apis/apps/v1", "replicasets", "ReplicaSet"), ("/api/v1", "pods", "Pod")),
+    "CronJob": (("/apis/batch/v1", "jobs", "Job"),),
+    "StatefulSet": (("/api/v1", "pods", "Pod"),),
+    "LeaderWorkerSet": (("/apis/apps/v1", "statefulsets", "StatefulSet"), ("/api/v1", "pods", "Pod")),
+}
+#: Keys of a recorded dump whose objects may stand between an object and its Workloads.
+_DESCENDANT_KEYS = ("replicasets", "statefulsets", "jobs", "pods")
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata")
     return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""
@@ -79,8 +97,12 @@ class Snapshot:
     workloadpriorityclasses: list[dict[str, Any]] = field(default_factory=list)
     cohorts: list[dict[str, Any]] = field(default_factory=list)
     namespaces: list[dict[str, Any]] = field(default_factory=list)
-    #: Workload objects of any kind in a recorded dump (keys ``objects`` and ``jobs``).
+    #: Workload objects of any kind in a recorded dump (keys ``objects``, ``jobs``, ``deployments``,
+    #: ``statefulsets``, ``cronjobs``, ``leaderworkersets``).
     objects: list[dict[str, Any]] = field(default_factory=list)
+    #: Objects that may stand between ``target`` and its Workloads (ReplicaSets, StatefulSets,
+    #: Jobs, Pods of any phase, bound or not): see :data:`DESCENDANT_LISTS`.
+    descendants: list[dict[str, Any]] = field(default_factory=list)
     policy: dict[str, Any] | None = None
     target: dict[str, Any] | None = None
     pending_positions: dict[str, dict[str, int]] | None = None
@@ -97,6 +119,9 @@ class Snapshot:
         Pods that are not bound or have terminated are dropped, as the live list's field
         selector does."""
         snapshot = cls()
+        snapshot.descendants = [
+            item for key in _DESCENDANT_KEYS for item in data.get(key) or [] if isinstance(item, dict)
+        ]
         for key in _LISTS:
             setattr(snapshot, key, [item for item in data.get(key) or [] if isinstance(item, dict)])
         snapshot.pods = [
@@ -107,7 +132,10 @@ class Snapshot:
         ]
         snapshot.namespaces = [item for item in data.get("namespaces") or [] if isinstance(item, dict)]
         snapshot.objects = [
-            item for key in ("objects", "jobs") for item in data.get(key) or [] if isinstance(item, dict)
+            item
+            for key in ("objects", "jobs", "deployments", "statefulsets", "cronjobs", "leaderworkersets")
+            for item in data.get(key) or []
+            if isinstance(item, dict)
         ]
         policies = [item for item in data.get("policy") or [] if isinstance(item, dict) and item]
         snapshot.policy = policies[0] if policies else None
@@ -119,9 +147,14 @@ class Snapshot:
 
     # Joins, all in memory.
     def find_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """A recorded workload object by kind, namespace and name."""
+        """A recorded workload object by kind, namespace and name (a Pod among the recorded pods)."""
         return next(
-            (o for o in self.objects if o.get("kind") == kind and _namespace(o) == namespace and _name(o) == name), None
+            (
+                o
+                for o in (*self.objects, *self.descendants)
+                if o.get("kind") == kind and _namespace(o) == namespace and _name(o) == name
+            ),
+            None,
         )
 
     def namespace_labels(self, name: str) -> dict[str, str] | None:
@@ -153,6 +186,38 @@ class Snapshot:
             if _namespace(w) == namespace
             and any(ref.get("uid") == uid for ref in (w.get("metadata") or {}).get("ownerReferences") or [])
         ]
+
+    def workloads_under(self, owner: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
+        """Workloads of ``owner`` or of anything it owns, transitively through the
+        ``ownerReferences`` of :attr:`descendants` (by uid, in its namespace), each with the
+        object that owns it directly (``Kind/name``); in :attr:`workloads` order."""
+        namespace = _namespace(owner)
+        root = str((owner.get("metadata") or {}).get("uid") or "")
+        names = {root: f"{owner.get('kind')}/{_name(owner)}"}
+        frontier = [root]
+        children: dict[str, list[Mapping[str, Any]]] = {}
+        for obj in self.descendants:
+            if _namespace(obj) != namespace:
+                continue
+            for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+                children.setdefault(str(ref.get("uid")), []).append(obj)
+        while frontier:
+            uid = frontier.pop()
+            for child in children.get(uid, []):
+                child_uid = str((child.get("metadata") or {}).get("uid") or "")
+                if child_uid and child_uid not in names:
+                    names[child_uid] = f"{child.get('kind')}/{_name(child)}"
+                    frontier.append(child_uid)
+        out: list[tuple[dict[str, Any], str]] = []
+        for workload in self.workloads:
+            if _namespace(workload) != namespace:
+                continue
+            refs = [str(ref.get("uid")) for ref in (workload.get("metadata") or {}).get("ownerReferences") or []]
+            owners = [names[uid] for uid in refs if uid in names]
+            if owners:
+                # The object asked about, when it is an owner, else the first owner found.
+                out.append((workload, names[root] if root in refs else owners[0]))
+        return out
 
     def queue_of(self, workload: Mapping[str, Any]) -> str | None:
         """The ClusterQueue of a workload: its admission's, else its LocalQueue's."""
@@ -246,7 +311,12 @@ async def read_snapshot(
             snapshot.target = await get_json(api, object_path(row, namespace, name))
             if snapshot.target is None:
                 raise ClusterError(f"{row.kind} {namespace}/{name} not found")
-            owned = snapshot.workloads_of(snapshot.target)
+            for group_path, resource, kind in DESCENDANT_LISTS.get(row.kind, ()):
+                listing = await get_json(api, f"{group_path}/namespaces/{namespace}/{resource}")
+                for item in items_of(listing):
+                    item.setdefault("kind", kind)  # a list's items carry no kind of their own
+                    snapshot.descendants.append(item)
+            owned = [w for w, _ in snapshot.workloads_under(snapshot.target)]
             if owned:
                 queue = (namespace, str((owned[0].get("spec") or {}).get("queueName") or ""))
         elif workload_name is not None:
