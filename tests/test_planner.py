@@ -789,7 +789,9 @@ def test_update_that_strips_governed_fields_from_a_template_gets_them_back() -> 
     del template["spec"]["priorityClassName"]
     del stripped["metadata"]["labels"]
     outcome = run(stripped, policy, operation="UPDATE", old=governed)
-    assert outcome.plan.allowed and not outcome.plan.warnings
+    assert outcome.plan.allowed
+    # Each value put back is named in a warning (the user removed it and is told it stays).
+    assert outcome.plan.warned_rules == ["queue", "kueuePriority", "podPriority", "topology", "nodeAffinity"]
     assert apply_patch(stripped, outcome.patch) == governed
     # A template that never had them (created before the policy) may still change: an image bump.
     bumped = copy.deepcopy(created)

@@ -206,12 +206,15 @@ async def server(start_server: ServerFactory) -> RunningServer:
 
 async def replay(server: RunningServer, name: str) -> dict[str, Any]:
     """POST the recorded bytes to /mutate as the API server did; the answer (status 200 checked)."""
+    return await post_review(server, (DATA / name).read_bytes())
+
+
+async def post_review(server: RunningServer, body: bytes) -> dict[str, Any]:
+    """POST ``body`` (an AdmissionReview) to /mutate; the answer (status 200 checked)."""
     connector = aiohttp.TCPConnector(ssl=server.ssl_context)
     async with (
         aiohttp.ClientSession(connector=connector, timeout=TIMEOUT) as session,
-        session.post(
-            server.url("/mutate"), data=(DATA / name).read_bytes(), headers={"Content-Type": "application/json"}
-        ) as response,
+        session.post(server.url("/mutate"), data=body, headers={"Content-Type": "application/json"}) as response,
     ):
         assert response.status == 200
         answer = await response.json()
@@ -277,3 +280,79 @@ async def test_replay_queue_label_change_is_refused(server: RunningServer) -> No
             "reason": "Forbidden",
         },
     }
+
+
+# What an UPDATE removes from the stored Job of the recorded label change (its oldObject): the
+# path in the object, the JSON Patch that puts it back and the warning naming it.
+TEMPLATE = ("spec", "template")
+TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KEPT = "an update that leaves out a governed value keeps the stored one"
+REMOVED: dict[str, tuple[tuple[str, ...], dict[str, Any], str]] = {
+    "queue label (kubectl label job … kueue.x-k8s.io/queue-name-)": (
+        ("metadata", "labels", "kueue.x-k8s.io/queue-name"),
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": RESEARCH_QUEUE},
+        f"queue: this update removes metadata.labels.kueue.x-k8s.io/queue-name; kept {RESEARCH_QUEUE!r} ({KEPT})",
+    ),
+    "priority-class label": (
+        ("metadata", "labels", "kueue.x-k8s.io/priority-class"),
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1priority-class", "value": "training-priority"},
+        "kueuePriority: this update removes metadata.labels.kueue.x-k8s.io/priority-class; "
+        f"kept 'training-priority' ({KEPT})",
+    ),
+    "priorityClassName": (
+        (*TEMPLATE, "spec", "priorityClassName"),
+        {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "training-priority"},
+        f"podPriority: this update removes spec.template.spec.priorityClassName; kept 'training-priority' ({KEPT})",
+    ),
+    "TAS annotation": (
+        (*TEMPLATE, "metadata", "annotations", TOPOLOGY),
+        {"op": "add", "path": "/spec/template/metadata/annotations/kueue.x-k8s.io~1podset-required-topology",
+         "value": LAYER_3},
+        f"topology: this update removes {TOPOLOGY} of podset 'main'; kept {LAYER_3!r} ({KEPT})",
+    ),
+    "node affinity": (
+        (*TEMPLATE, "spec", "affinity"),
+        {"op": "add", "path": "/spec/template/spec/affinity", "value": INSTANCE_TYPE},
+        "nodeAffinity: this update removes the affinity of podset 'main'; kept the stored value "
+        "(it holds team 'research''s node affinity)",
+    ),
+}
+
+
+@pytest.mark.parametrize("removed", list(REMOVED))
+async def test_an_update_removing_a_governed_value_is_told_it_was_put_back(
+    server: RunningServer, removed: str
+) -> None:
+    """Defect: ``kubectl label job … kueue.x-k8s.io/queue-name-`` printed "unlabeled" with no
+    warning while the webhook put the label back. Every governed value an UPDATE removes and the
+    webhook puts back is now named in a warning. The envelope is the recorded label change, its
+    object the stored Job (oldObject) without the one value."""
+    path, patch, warning = REMOVED[removed]
+    review = fixture("v1-job-update-queue-label.json")
+    request = review["request"]
+    stored = request["oldObject"]
+    target = stored
+    for key in path[:-1]:
+        target = target[key]
+    assert path[-1] in target, "the recorded stored Job has the value"
+    updated = json.loads(json.dumps(stored))
+    parent = updated
+    for key in path[:-1]:
+        parent = parent[key]
+    if path[-1] == "affinity":
+        assert target[path[-1]] == INSTANCE_TYPE
+    del parent[path[-1]]
+    request["object"] = updated
+    answer = await post_review(server, json.dumps(review).encode())
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert decoded(response) == [patch]
+    assert response["warnings"] == [f"kueue-governor: {warning}"]
+
+
+async def test_an_update_leaving_every_governed_value_has_no_warning(server: RunningServer) -> None:
+    """The stored Job sent back unchanged (a relabel of something else): no patch, no warning."""
+    review = fixture("v1-job-update-queue-label.json")
+    review["request"]["object"] = review["request"]["oldObject"]
+    response = (await post_review(server, json.dumps(review).encode()))["response"]
+    assert response == {"uid": review["request"]["uid"], "allowed": True}

@@ -84,6 +84,29 @@ def test_replace_with_the_original_manifest_gets_every_governed_value_back() -> 
     outcome = run(copy.deepcopy(original), NARROW, old=stored)
     assert outcome.plan.allowed and not outcome.plan.denials
     assert apply_patch(original, outcome.patch) == stored
+    # Each value put back is named in a warning (rules in the order they are planned).
+    assert outcome.plan.warned_rules == ["queue", "kueuePriority", "suspend", "podPriority", "topology", "nodeAffinity"]
+    assert "suspend: this update removes spec.suspend; kept true (Kueue has not started it)" in outcome.plan.warnings
+
+
+def test_a_pod_whose_queue_label_is_removed_is_told_it_was_put_back() -> None:
+    """Defect: an UPDATE that removed a governed label was silently undone (``kubectl label``
+    printed "unlabeled"); plain Pods carry the labels themselves."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    stored = apply_patch(pod, run(pod, WIDE).patch)
+    unlabelled = copy.deepcopy(stored)
+    del unlabelled["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    outcome = run(unlabelled, WIDE, old=stored)
+    assert outcome.patch == [{"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "ml-queue"}]
+    assert outcome.plan.warnings == [
+        "queue: this update removes metadata.labels.kueue.x-k8s.io/queue-name; kept 'ml-queue' "
+        "(an update that leaves out a governed value keeps the stored one)"
+    ]
 
 
 def test_a_started_job_never_gets_new_fields_in_its_pod_template() -> None:

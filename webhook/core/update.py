@@ -11,7 +11,9 @@ affinity, and the labels of pods Kueue admits one by one):
 - introduced or changed → checked as on CREATE (a malformed count or quantity too: refused);
 - dropped → put back as it was in the stored object, so a re-apply of the original manifest
   keeps it (and an immutable field, like a started Job's pod template, stays unchanged); a queue
-  label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too, with a warning;
+  label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too. Each value put
+  back is named in a warning (``kubectl label … queue-name-`` would otherwise print "unlabeled"
+  while the label stays);
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
   immutable (a Job's), where it is reported instead.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.core.draft import Draft, Plan, Shape, check_value, malformed
+from webhook.core.draft import Draft, Plan, Rule, Shape, check_value, malformed
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import WorkloadKind
 from webhook.core.paths import Key, dotted, lookup
@@ -59,7 +61,7 @@ def plan_update(
     try:
         _labels(draft, old, row, team, plan)
         if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
-            draft.set(row.suspend, True, "suspend", "put back: the update drops suspend, Kueue has not started it")
+            _restore(draft, plan, row.suspend, True, "suspend", dotted(row.suspend), "Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
         view = kueue_view(new, row)
         introduced = [p for p in view.problems if not _same(lookup(old, p.path), p.found)]
@@ -86,15 +88,24 @@ def _same(stored: Any, value: Any) -> bool:
     return type(stored) is type(value) and stored == value
 
 
-def _restore(draft: Draft, path: tuple[Key, ...], value: Any, rule: Any, what: str) -> None:
+_KEPT = "an update that leaves out a governed value keeps the stored one"
+
+
+def _restore(
+    draft: Draft, plan: Plan, path: tuple[Key, ...], value: Any, rule: Rule, what: str, why: str = _KEPT
+) -> None:
+    """Put back ``value`` the update drops at ``path``, and say so in a warning (rule: ``what``
+    was removed, ``value`` kept, ``why``); a map or list value is named, not printed."""
     draft.set(path, value, rule, f"put back: the update drops {what}")
+    shown = "true" if value is True else f"{value!r}" if isinstance(value, str) else "the stored value"
+    plan.report("warn", rule, f"this update removes {what}; kept {shown} ({why})")
 
 
 def _value(
     draft: Draft,
     path: tuple[Key, ...],
     old: Any,
-    rule_name: Any,
+    rule_name: Rule,
     rule: ValueRule | None,
     team: TeamPolicyCompiled,
     what: str,
@@ -105,7 +116,7 @@ def _value(
     if rule is None or new == old:
         return
     if new is None:
-        _restore(draft, path, old, rule_name, dotted(path))
+        _restore(draft, plan, path, old, rule_name, dotted(path))
     else:
         check_value(plan, rule_name, rule, new, dotted(path), team, what)
 
@@ -128,10 +139,9 @@ def _labels(draft: Draft, old: Mapping[str, Any], row: WorkloadKind, team: TeamP
         pass  # put back, or "" where there was none: still no queue to Kueue, as before the update
     else:
         _value(draft, queue_path, stored, "queue", team.queue, team, "LocalQueue", plan)
-    for label, rule_name, rule, what in (
-        (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
-    ):
-        _value(draft, (*path, label), lookup(old, (*path, label)), rule_name, rule, team, what, plan)
+    priority = (*path, PRIORITY_LABEL)
+    stored_priority = lookup(old, priority)
+    _value(draft, priority, stored_priority, "kueuePriority", team.kueuePriority, team, "WorkloadPriorityClass", plan)
 
 
 def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, plan: Plan, pod_labels: bool) -> None:
@@ -139,14 +149,16 @@ def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, pl
     priority_path = new.at(*layout.priority)
     new_priority, old_priority = draft.get(priority_path), lookup(old.base, layout.priority)
     if new_priority is None and old_priority is not None:
-        _restore(draft, priority_path, old_priority, "podPriority", dotted(priority_path))
+        _restore(draft, plan, priority_path, old_priority, "podPriority", dotted(priority_path))
     elif new_priority != old_priority:
         check_pod_priority(new, team, plan)
     old_tas = {k: v for k, v in old.annotations.items() if k in TAS_ANNOTATIONS}
     new_tas = {k: v for k, v in new.annotations.items() if k in TAS_ANNOTATIONS}
     if not new_tas and old_tas:
         for key, value in old_tas.items():
-            _restore(draft, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
+            _restore(
+                draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}"
+            )
     elif new_tas != old_tas and team.topology is not None:
         check_user_topology(new, team.topology, team, plan)
     if team.nodeAffinity:
@@ -154,7 +166,13 @@ def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, pl
         if _has_team_affinity(old_affinity, team) and not _has_team_affinity(new_affinity, team):
             if new_affinity is None:
                 _restore(
-                    draft, new.at(*layout.affinity), old_affinity, "nodeAffinity", f"affinity of podset {new.name!r}"
+                    draft,
+                    plan,
+                    new.at(*layout.affinity),
+                    old_affinity,
+                    "nodeAffinity",
+                    f"the affinity of podset {new.name!r}",
+                    f"it holds team {team.team!r}'s node affinity",
                 )
             else:
                 plan.report(
@@ -170,7 +188,7 @@ def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, pl
             if label == QUEUE_LABEL and _emptied_queue(draft, path, before, plan):
                 continue
             if before is not None and draft.get(path) is None:
-                _restore(draft, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
+                _restore(draft, plan, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
 
 
 def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:
