@@ -461,3 +461,46 @@ def test_serve_with_a_kubeconfig_that_is_not_one_says_so(tmp_path: Path, pki: Pk
     )
     assert result.exit_code == 2
     assert "cannot reach the API server for --watch-cluster" in result.stderr
+
+
+BAD_NODES = {
+    "[]": "expected `kubectl get nodes -o json` output (a NodeList or List) or one Node, got an empty array",
+    "kind: ConfigMap\nmetadata: {name: c}\n": (
+        "expected `kubectl get nodes -o json` output (a NodeList or List) or one Node, got kind 'ConfigMap'"
+    ),
+    "kind: NodeList\nitems:\n- metadata: {name: gpu-1}\n  status: {allocatable: {nvidia.com/gpu: abc}}\n": (
+        "items[0] (node 'gpu-1'): status.allocatable.nvidia.com/gpu: 'abc' is not a Kubernetes quantity "
+        "(e.g. 8, 500m, 64Gi)"
+    ),
+}
+
+
+@pytest.mark.parametrize("content", list(BAD_NODES))
+@pytest.mark.parametrize("command", ["mutate", "generate", "topology", "serve"])
+def test_every_command_refuses_a_node_file_that_is_no_node_inventory(
+    tmp_path: Path, content: str, command: str
+) -> None:
+    """Defect: ``kgov mutate --nodes`` (and ``serve``) read ``[]`` or a ConfigMap as "no node
+    inventory", and an allocatable of "abc" as 0 GPUs, then told the user their workload could
+    never be admitted. Every command now refuses the file as a usage error naming it."""
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(content)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(yaml.safe_dump(job()))
+    args = {
+        "mutate": ["mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest)],
+        "generate": ["generate", str(PLATFORM), "-o", str(tmp_path / "out")],
+        "topology": ["topology"],
+        "serve": ["serve", "--platform", str(PLATFORM), "--host", "127.0.0.1", "--port", "1",
+                  "--tls-cert-file", str(manifest), "--tls-private-key-file", str(manifest)],
+    }[command]
+    result = invoke(*args, "--nodes", str(nodes))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"{nodes}: {BAD_NODES[content]}" in " ".join(result.stderr.split())
+
+
+def test_mutate_takes_an_empty_node_list(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text('{"apiVersion": "v1", "kind": "NodeList", "items": []}')
+    result = _mutate(tmp_path, yaml.safe_dump(job()), "--nodes", str(nodes))
+    assert result.exit_code == 0, result.stderr

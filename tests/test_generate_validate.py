@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from webhook.core.inventory import Node
 from webhook.core.platform import PlatformError, load_platform, parse_platform
 from webhook.generate.manifests import build_manifests
 from webhook.generate.validate import needs_recreate, recreate_warnings, validate_platform
@@ -420,13 +422,37 @@ def test_capacity_within_bounds_and_missing_nodes() -> None:
     )
 
 
+NODES_EXPECTED = "expected `kubectl get nodes -o json` output (a NodeList or List) or one Node"
+GPU_NODE = {"kind": "Node", "metadata": {"name": "gpu-1"}}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"kind": "Pod"}, "expected `kubectl get nodes -o json` output (an object with items)"),
-        ({"items": [{"kind": "Pod"}]}, "items[0] is not a Node"),
-        ({"items": [{"kind": "Node"}]}, "items[0] has no metadata object"),
-        ("just text", "expected `kubectl get nodes -o json` output (an object with items)"),
+        ({"kind": "Pod"}, f"{NODES_EXPECTED}, got kind 'Pod'"),
+        ({"kind": "ConfigMap", "items": []}, f"{NODES_EXPECTED}, got kind 'ConfigMap'"),
+        ({"kind": "NodeList", "items": None}, f"{NODES_EXPECTED}, got a NodeList without an items array"),
+        # Defect: a bare array (even an empty one) or a kind-less object was read as "no nodes".
+        ([], f"{NODES_EXPECTED}, got an empty array"),
+        ([GPU_NODE], f"{NODES_EXPECTED}, got an array"),
+        ({"items": []}, f"{NODES_EXPECTED}, got an object without a kind"),
+        ({"kind": "List", "items": [{"kind": "Pod"}]}, "items[0] is not a Node"),
+        ({"kind": "List", "items": [{"kind": "Node"}]}, "items[0] has no metadata object"),
+        ("just text", f"{NODES_EXPECTED}, got a string"),
+        # Defect: an allocatable amount that is no quantity, or negative, was read as 0.
+        (
+            {"kind": "NodeList", "items": [{**GPU_NODE, "status": {"allocatable": {"nvidia.com/gpu": "abc"}}}]},
+            "items[0] (node 'gpu-1'): status.allocatable.nvidia.com/gpu: 'abc' is not a Kubernetes quantity "
+            "(e.g. 8, 500m, 64Gi)",
+        ),
+        (
+            {**GPU_NODE, "status": {"allocatable": {"cpu": -3}}},
+            "the Node (node 'gpu-1'): status.allocatable.cpu: -3 is negative (allocatable amounts are at least 0)",
+        ),
+        (
+            {"kind": "List", "items": [{**GPU_NODE, "status": {"allocatable": ["cpu"]}}]},
+            "items[0] (node 'gpu-1'): status.allocatable must be a map of resource quantities, got list",
+        ),
     ],
 )
 def test_bad_node_inventory(tmp_path: Path, data: Any, message: str) -> None:
@@ -435,6 +461,20 @@ def test_bad_node_inventory(tmp_path: Path, data: Any, message: str) -> None:
     with pytest.raises(InputError) as caught:
         load_nodes(path)
     assert str(caught.value) == f"{path}: {message}"
+
+
+def test_an_empty_node_list_is_an_empty_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.json"
+    path.write_text('{"apiVersion": "v1", "kind": "NodeList", "items": []}')
+    assert load_nodes(path).nodes == []
+
+
+def test_the_live_cache_reads_invalid_allocatable_amounts_as_zero() -> None:
+    """Nodes from the API server are validated by it; read leniently (never a crash), and a
+    negative amount is no capacity rather than a negative one."""
+    node = Node.from_object({**GPU_NODE, "status": {"allocatable": {"nvidia.com/gpu": "abc", "cpu": -3, "pods": "4"}}})
+    assert dict(node.allocatable) == {"nvidia.com/gpu": 0, "cpu": 0, "pods": 4}
+    assert node.pods_fitting({"cpu": Decimal(1)}) == 0
 
 
 def test_single_node_object_is_an_inventory(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Policies come from either the platform file (compiled on load) or a PolicySet JSON document (the
 ``policy.json`` key of the generated ConfigMap, mounted as a file). Namespace and node dumps are
 ``kubectl get namespaces -o json`` / ``kubectl get nodes -o json`` output (a ``List``), a single
-object, or a YAML equivalent.
+object, or a YAML equivalent; any other document is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from webhook.core.inventory import NodeInventory
+from webhook.core.inventory import NodeInventory, allocatable_problem
 from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
 
@@ -113,26 +113,45 @@ def _read_dump(path: str | Path) -> Any:
 
 
 def load_objects(path: str | Path, kind: str) -> list[dict[str, Any]]:
-    """The objects of a ``kubectl get <kind>s -o json`` dump (a List, one object, or an array).
+    """The objects of a ``kubectl get <kind>s -o json`` dump: a ``<kind>List`` or a ``List``
+    (``items``, possibly empty), or one ``<kind>``. For Nodes, each ``status.allocatable`` amount
+    must be a non-negative quantity (the API server's rule; a dump is not validated by one).
 
     Raises:
-        InputError: unreadable, not YAML/JSON, or an item that is not a ``kind`` with metadata.
+        InputError: unreadable, not YAML/JSON, any other document (a bare array, another kind),
+            an item that is not a ``kind`` with metadata, or a Node with an invalid allocatable.
     """
     data = _read_dump(path)
-    if isinstance(data, dict) and isinstance(data.get("items"), list):
+    expected = f"expected `kubectl get {kind.lower()}s -o json` output (a {kind}List or List) or one {kind}"
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else _json_type(data)
+        raise InputError(f"{path}: {expected}, got {found}")
+    found_kind = data.get("kind")
+    if found_kind in (f"{kind}List", "List") and isinstance(data.get("items"), list):
         items = data["items"]
-    elif isinstance(data, dict) and data.get("kind") == kind:
+    elif found_kind == kind:
         items = [data]
-    elif isinstance(data, list):
-        items = data
     else:
-        raise InputError(f"{path}: expected `kubectl get {kind.lower()}s -o json` output (an object with items)")
+        got = f"kind {found_kind!r}" if isinstance(found_kind, str) else "an object without a kind"
+        if found_kind in (f"{kind}List", "List"):
+            got = f"a {found_kind} without an items array"
+        raise InputError(f"{path}: {expected}, got {got}")
     for index, item in enumerate(items):
+        where = f"the {kind}" if found_kind == kind else f"items[{index}]"
         if not isinstance(item, dict) or item.get("kind", kind) != kind:
-            raise InputError(f"{path}: items[{index}] is not a {kind}")
+            raise InputError(f"{path}: {where} is not a {kind}")
         if not isinstance(item.get("metadata"), dict):
-            raise InputError(f"{path}: items[{index}] has no metadata object")
+            raise InputError(f"{path}: {where} has no metadata object")
+        problem = allocatable_problem(item) if kind == "Node" else None
+        if problem is not None:
+            raise InputError(f"{path}: {where} (node {str(item['metadata'].get('name', ''))!r}): {problem}")
     return list(items)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array" if value else "an empty array"
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "a value")
 
 
 #: Largest manifest document accepted, as JSON (kube-apiserver takes at most 3 MiB per request).

@@ -25,7 +25,16 @@ from typing import Any
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
 
-__all__ = ["DEFAULT_MAX_PODS", "Node", "NodeInventory", "PodConstraints", "first_fit", "pod_requests", "tolerates"]
+__all__ = [
+    "DEFAULT_MAX_PODS",
+    "Node",
+    "NodeInventory",
+    "PodConstraints",
+    "allocatable_problem",
+    "first_fit",
+    "pod_requests",
+    "tolerates",
+]
 
 DEFAULT_MAX_PODS = 110
 
@@ -36,6 +45,26 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def _maps(value: Any) -> list[Mapping[str, Any]]:
     return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def allocatable_problem(obj: Mapping[str, Any]) -> str | None:
+    """What is wrong with a Node's ``status.allocatable`` (None: nothing): a map of non-negative
+    Kubernetes quantities, as the API server requires (``ValidateResourceQuantityValue``). For
+    Nodes read from a file, which no API server has validated; :meth:`Node.from_object` itself
+    reads leniently."""
+    allocatable = _map(obj.get("status")).get("allocatable")
+    if allocatable is None:
+        return None
+    if not isinstance(allocatable, Mapping):
+        return f"status.allocatable must be a map of resource quantities, got {type(allocatable).__name__}"
+    for name, value in allocatable.items():
+        try:
+            amount = parse_quantity(value)
+        except (QuantityError, TypeError) as exc:
+            return f"status.allocatable.{name}: {exc}"
+        if amount < 0:
+            return f"status.allocatable.{name}: {value!r} is negative (allocatable amounts are at least 0)"
+    return None
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -109,14 +138,15 @@ class Node:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Node:
         """Build from a core/v1 Node. Fields of the wrong type count as absent (a node with no
-        Ready condition is not schedulable); unparsable quantities count as zero."""
+        Ready condition is not schedulable); unparsable or negative quantities count as zero (the
+        API server validates Nodes; a file is checked first with :func:`allocatable_problem`)."""
         metadata = _map(obj.get("metadata"))
         spec = _map(obj.get("spec"))
         status = _map(obj.get("status"))
         allocatable: dict[str, Decimal] = {}
         for name, value in _map(status.get("allocatable")).items():
             try:
-                allocatable[str(name)] = parse_quantity(value)
+                allocatable[str(name)] = max(parse_quantity(value), Decimal(0))
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _maps(status.get("conditions")))
