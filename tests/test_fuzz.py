@@ -263,7 +263,8 @@ def test_bodies_json_forbids_are_refused(raw: bytes, message: str) -> None:
 
 def test_real_node_dump_loads(tmp_path: Any) -> None:
     path = tmp_path / "nodes.json"
-    path.write_text(json.dumps({"kind": "List", "items": [{"metadata": {"name": "n", "labels": ["not", "a", "map"]}, "status": "x"}]}))
+    node = {"metadata": {"name": "n", "labels": ["not", "a", "map"]}, "status": "x"}
+    path.write_text(json.dumps({"kind": "List", "items": [node]}))
     inventory = load_nodes(path)
     assert [(n.name, dict(n.labels), dict(n.allocatable), n.schedulable) for n in inventory.nodes] == [
         ("n", {}, {}, False)
