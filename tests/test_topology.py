@@ -78,21 +78,51 @@ def test_not_ready_cordoned_and_tainted_nodes_are_marked_and_offer_nothing() -> 
     nodes[1]["spec"] = {"unschedulable": True}
     nodes[2]["spec"] = {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}
     nodes[3]["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}  # tolerated by flavors
-    tree = TopologyTree(nodes, default_levels(nodes), "nvidia.com/gpu")
+    tree = TopologyTree(nodes, default_levels(nodes), "nvidia.com/gpu", FLAVOR_TOLERATIONS)
     marks = {name: tree.hosts[name].marks for name in (n["metadata"]["name"] for n in nodes[:4])}
     assert list(marks.values()) == [["NotReady"], ["cordoned"], ["tainted"], []]
     rack = tree.root.children["nn-0aa1"].children["nn-0bb1"].children["nn-0cc11"]
     assert (rack.nodes, rack.unavailable, rack.allocatable, rack.free) == (4, 3, 32, 8)
-    table = kgov_table(nodes)
+    table = kgov_table(nodes, "--platform", str(PLATFORM))
     assert "ip-10-1-1-1.ec2.internal      1            1            8     0  NotReady" in table
     assert "ip-10-1-1-2.ec2.internal      1            1            8     0  cordoned" in table
 
 
-def kgov_table(nodes: list[dict[str, Any]]) -> str:
+FLAVOR_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+PLATFORM = REPO / "kueue-config" / "platform.yaml"  # its flavor tolerates nvidia.com/gpu:NoSchedule
+MAINTENANCE = {"key": "maint", "value": "yes", "effect": "NoSchedule"}
+
+
+def test_nodes_with_a_taint_no_flavor_tolerates_are_marked_and_offer_nothing_free() -> None:
+    """Defect: a node tainted ``maint=yes:NoSchedule`` was shown free, though Kueue's TAS leaves
+    it out for every pod that does not tolerate the taint (``kgov why``: ``taint "maint=yes:NoSchedule"``).
+    A taint the flavors tolerate (``nvidia.com/gpu``) still counts as free."""
+    nodes = copy.deepcopy(bundled_nodes())
+    nodes[0]["spec"] = {"taints": [MAINTENANCE, {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
+    nodes[1]["spec"] = {"taints": [{"key": "drain", "effect": "NoExecute"}]}
+    nodes[2]["spec"] = {"taints": [{"key": "soft", "effect": "PreferNoSchedule"}]}  # never excludes
+    tree = TopologyTree(nodes, default_levels(nodes), "nvidia.com/gpu", FLAVOR_TOLERATIONS)
+    marks = [tree.hosts[n["metadata"]["name"]].marks for n in nodes[:3]]
+    assert marks == [["tainted maint=yes:NoSchedule"], ["tainted drain:NoExecute"], []]
+    rack = tree.root.children["nn-0aa1"].children["nn-0bb1"].children["nn-0cc11"]
+    assert (rack.nodes, rack.unavailable, rack.allocatable, rack.free) == (4, 2, 32, 16)
+    assert (tree.root.unavailable, tree.root.free) == (2, 128 - 16)
+    table = kgov_table(nodes, "--platform", str(PLATFORM))
+    assert "ip-10-1-1-1.ec2.internal      1            1            8     0  tainted maint=yes:NoSchedule" in table
+    assert "# 16 nodes, 2 taking no new pods; nvidia.com/gpu: 128 allocatable, 112 free" in table
+    document = json.loads(kgov_table(nodes, "--platform", str(PLATFORM), "--format", "json"))
+    host = document["domains"][0]["domains"][0]["domains"][0]["hosts"][0]
+    assert (host["name"], host["free"], host["taints"]) == ("ip-10-1-1-1.ec2.internal", 0, ["maint=yes:NoSchedule"])
+    # Without the platform (its flavor's toleration unknown) the nvidia.com/gpu taint counts too.
+    bare = kgov_table(nodes)
+    assert "0  tainted maint=yes:NoSchedule,tainted nvidia.com/gpu:NoSchedule" in bare
+
+
+def kgov_table(nodes: list[dict[str, Any]], *options: str) -> str:
     import tempfile
 
     with tempfile.TemporaryDirectory() as directory:
-        result = kgov("topology", "--nodes", str(write_list(Path(directory) / "n.json", nodes)))
+        result = kgov("topology", "--nodes", str(write_list(Path(directory) / "n.json", nodes)), *options)
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -290,7 +320,7 @@ def test_topology_levels_from_the_platform_file() -> None:
     [
         (("--kubeconfig", str(NODES), "--nodes", str(NODES)), "give one of --kubeconfig K (or $KUBECONFIG) or --nodes"),
         (("--nodes", str(NODES), "--topology", "aws-network"), "--topology NAME with --nodes needs --platform F"),
-        (("--nodes", str(NODES), "--platform", "p.yaml"), "--platform is used with --topology NAME"),
+        (("--nodes", str(NODES), "--platform", "p.yaml"), "p.yaml: invalid platform file"),
         (("--nodes", "/nonexistent/nodes.json"), "/nonexistent/nodes.json: cannot read"),
         (("--nodes", str(PODS)), "items[0] is not a Node"),
         (("--nodes", str(NODES), "--pods", str(NODES)), "items[0] is not a Pod"),

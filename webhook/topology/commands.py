@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from webhook.core.platform import PlatformError, load_platform
+from webhook.core.platform import Platform, PlatformError, load_platform
 from webhook.options import OBJECT_NAME, check_output_file, file_option, write_output
 from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
@@ -43,11 +43,22 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
-def _platform_levels(platform: Path, name: str) -> list[str]:
+def _load_platform(platform: Path) -> Platform:
     try:
-        spec = load_platform(platform)
+        return load_platform(platform)
     except PlatformError as exc:
         raise UsageFailure(str(exc)) from None
+
+
+def _platform_tolerations(platform: Path) -> list[dict[str, Any]]:
+    """The tolerations of the platform's flavors (its ResourceFlavors'), as Kubernetes writes them."""
+    return [
+        t.model_dump(exclude_none=True) for flavor in _load_platform(platform).flavors for t in flavor.tolerations
+    ]
+
+
+def _platform_levels(platform: Path, name: str) -> list[str]:
+    spec = _load_platform(platform)
     for topology in spec.topologies:
         if topology.name == name:
             return list(topology.levels)
@@ -88,7 +99,11 @@ def _write(output: Path | None, content: str | bytes) -> None:
     help="Levels of this Kueue Topology: from --platform if given, else from the cluster. "
     "Default: the AWS network-node layer labels.",
 )
-@file_option("--platform", help="Platform file whose topologies --topology names.")
+@file_option(
+    "--platform",
+    help="Platform file whose topologies --topology names; its flavors' tolerations decide which "
+    "tainted nodes count (default: the cluster's ResourceFlavors, none with --nodes).",
+)
 @click.option(
     "--resource",
     help="Accelerator resource to count (default: the first of nvidia.com/gpu, amd.com/gpu, "
@@ -116,7 +131,8 @@ def topology_group(
     """Show the tree of network nodes: layer 1 > 2 > 3 > host.
 
     Per domain and host: nodes, nodes taking no new pods (NotReady, cordoned, tainted
-    node.kubernetes.io/*), allocatable and free accelerators. Free is allocatable minus the
+    node.kubernetes.io/*, or with a NoSchedule/NoExecute taint no ResourceFlavor tolerates: only
+    pods tolerating it go there), allocatable and free accelerators. Free is allocatable minus the
     requests of pods bound there and, read live, the usage of Workloads holding quota where their
     topology assignment puts it (as Kueue counts it); 0 on a node taking no new pods.
     """
@@ -132,8 +148,6 @@ def topology_group(
         raise UsageFailure("give one of --kubeconfig K (or $KUBECONFIG) or --nodes NODES.json, not both")
     if pods_file is not None and nodes_file is None:
         raise UsageFailure("--pods is for --nodes; read live, the bound pods come from the cluster")
-    if platform is not None and topology_name is None:
-        raise UsageFailure("--platform is used with --topology NAME")
     if topology_name is not None and platform is None and nodes_file is not None:
         raise UsageFailure("--topology NAME with --nodes needs --platform F (read live, the Topology object is used)")
     _check_output(output)
@@ -148,6 +162,7 @@ def topology_group(
         )
 
     levels = _platform_levels(platform, topology_name) if platform is not None and topology_name else None
+    tolerations = _platform_tolerations(platform) if platform is not None else []
     pods: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] | None = None
     try:
@@ -165,13 +180,14 @@ def topology_group(
                 click.echo(f"kgov: {note}", err=True)
             nodes, pods, workloads = state.nodes, state.pods, state.workloads
             levels = levels if levels is not None else (state.levels or None)
+            tolerations = tolerations if platform is not None else state.tolerations
     except InputError as exc:
         raise UsageFailure(str(exc)) from None
 
     if resource is not None:
         _check_resource(resource, nodes)
     tree = TopologyTree(
-        nodes, levels if levels is not None else default_levels(nodes), resource or pick_resource(nodes)
+        nodes, levels if levels is not None else default_levels(nodes), resource or pick_resource(nodes), tolerations
     )
     tree.add_pods(pods, skip_tas_pods=workloads is not None)
     if workloads is not None:

@@ -28,12 +28,14 @@ KUEUE_VERSION = "v1beta2"
 
 @dataclass
 class ClusterState:
-    """Nodes, bound pods and Workloads of a cluster; ``levels`` of the Topology asked for (empty: none)."""
+    """Nodes, bound pods and Workloads of a cluster; ``levels`` of the Topology asked for (empty: none);
+    ``tolerations`` of every ResourceFlavor."""
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     workloads: list[dict[str, Any]] = field(default_factory=list)
     levels: list[str] = field(default_factory=list)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -48,8 +50,8 @@ async def read_nodes(kubeconfig: str | Path | None) -> list[dict[str, Any]]:
 
 
 async def read_cluster(kubeconfig: str | Path | None, topology: str | None = None) -> ClusterState:
-    """Nodes, bound pods (``spec.nodeName`` set) and Workloads; with ``topology``, the levels of
-    that Kueue Topology (``spec.levels[].nodeLabel``).
+    """Nodes, bound pods (``spec.nodeName`` set), Workloads and the ResourceFlavors' tolerations;
+    with ``topology``, the levels of that Kueue Topology (``spec.levels[].nodeLabel``).
 
     Raises:
         ClusterError: see :class:`ClusterError`; also when the Topology does not exist.
@@ -68,6 +70,10 @@ async def read_cluster(kubeconfig: str | Path | None, topology: str | None = Non
         if workloads is None:
             state.notes.append(f"no {KUEUE_GROUP}/{KUEUE_VERSION} Workloads on this cluster (Kueue not installed?)")
         state.workloads = items_of(workloads)
+        flavors = await get_json(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/resourceflavors")
+        for flavor in items_of(flavors):
+            found = (flavor.get("spec") or {}).get("tolerations")
+            state.tolerations.extend(t for t in found or [] if isinstance(t, dict))
     return state
 
 

@@ -190,7 +190,7 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
                 )
             for row, host in enumerate(column.hosts):
                 cx, cy = x + 0.5, cells_y + row + 0.5
-                if host.schedulable:
+                if host.available:
                     key = "ok" if host.allocatable > 0 else NO_ACCELERATOR
                 else:
                     key = NOT_READY if not host.ready else CORDONED if host.cordoned else TAINTED
@@ -202,7 +202,7 @@ def render_picture(tree: TopologyTree, target: str | Path | IO[bytes], fmt: str)
                 if not many_hosts:
                     label = (
                         f"{number(host.free)}/{number(host.allocatable)}"
-                        if host.schedulable
+                        if host.available
                         else {NOT_READY: "down", CORDONED: "cord", TAINTED: "taint"}[key]
                     )
                     # White on the dark ends of the colour map (and on NotReady), black elsewhere.

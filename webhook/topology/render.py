@@ -68,7 +68,7 @@ def _rows(tree: TopologyTree) -> list[tuple[str, str, str, str, str, str, str]]:
                     "host",
                     host_indent + host.name,
                     "1",
-                    str(int(not host.schedulable)),
+                    str(int(not host.available)),
                     number(host.allocatable),
                     number(host.free),
                     ",".join(host.marks),
@@ -80,7 +80,7 @@ def _rows(tree: TopologyTree) -> list[tuple[str, str, str, str, str, str, str]]:
     if not tree.levels:  # hostname only: the hosts hang from the root
         for host in tree.root.hosts:
             marks = ",".join(host.marks)
-            used = str(int(not host.schedulable))
+            used = str(int(not host.available))
             rows.append(("host", host.name, "1", used, number(host.allocatable), number(host.free), marks))
     return rows
 
@@ -136,7 +136,8 @@ def tree_document(tree: TopologyTree) -> dict[str, Any]:
     """The tree as JSON-ready data: ``{resource, levels, nodes, unavailable, allocatable, free,
     domains: [{level, name, nodes, unavailable, allocatable, free, domains | hosts}]}``; amounts
     are numbers (int when integral), hosts ``{name, allocatable, free, used, ready, cordoned,
-    schedulable}``; plus the pods and assignments that matched no node."""
+    schedulable, taints}`` (``taints``: those no ResourceFlavor tolerates, ``key=value:Effect``);
+    plus the pods and assignments that matched no node."""
 
     def amount(value: Decimal) -> int | float:
         return int(value) if value == value.to_integral_value() else float(value)
@@ -150,6 +151,7 @@ def tree_document(tree: TopologyTree) -> dict[str, Any]:
             "ready": h.ready,
             "cordoned": h.cordoned,
             "schedulable": h.schedulable,
+            "taints": list(h.taints),
         }
 
     def domain(d: Domain) -> dict[str, Any]:

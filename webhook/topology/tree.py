@@ -5,7 +5,10 @@ Workloads). Per host: ``allocatable`` is ``status.allocatable[resource]``; ``use
 of the pods bound there (``spec.nodeName``, not Succeeded/Failed) and, when Workloads are given,
 the usage Kueue's topology assignments put there; ``free`` is ``allocatable - used`` on a
 schedulable node and 0 on a node that is not Ready, cordoned or tainted ``node.kubernetes.io/*``
-(Kueue's TAS leaves those out of its snapshot; :class:`webhook.core.inventory.Node`).
+(Kueue's TAS leaves those out of its snapshot; :class:`webhook.core.inventory.Node`), and 0 on a
+node with a ``NoSchedule``/``NoExecute`` taint that no ResourceFlavor tolerates (the tree's
+``tolerations``): Kueue's TAS excludes it for every pod that does not tolerate the taint itself,
+as ``kgov why`` counts it (``taint "key=value:Effect"``).
 
 How Kueue counts (``pkg/cache/scheduler/tas_flavor.go``, ``pkg/controller/tas/
 non_tas_usage_controller.go``): a Workload with quota reserved counts with its
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import pod_requests
+from webhook.core.inventory import pod_requests, tolerates
 from webhook.core.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "default_levels",
     "node_state",
     "pick_resource",
+    "untolerated_taints",
 ]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -106,6 +110,22 @@ def node_state(obj: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     return ready, cordoned, ready and not cordoned and not blocked
 
 
+def untolerated_taints(obj: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The ``NoSchedule``/``NoExecute`` taints of a core/v1 Node that ``tolerations`` (the
+    ResourceFlavors') do not tolerate, other than ``node.kubernetes.io/*`` (see :func:`node_state`),
+    as ``key=value:Effect`` (``key:Effect`` without a value, as ``corev1.Taint.ToString``)."""
+    out = []
+    for taint in _list(_map(obj.get("spec")).get("taints")):
+        taint = _map(taint)
+        key = str(taint.get("key", ""))
+        if taint.get("effect") not in ("NoSchedule", "NoExecute") or key.startswith("node.kubernetes.io/"):
+            continue
+        if not tolerates(tolerations, taint):
+            value = taint.get("value") or ""
+            out.append(f"{key}{'=' + str(value) if value else ''}:{taint.get('effect')}")
+    return tuple(out)
+
+
 def pick_resource(nodes: Iterable[Mapping[str, Any]]) -> str:
     """The first of :data:`ACCELERATOR_RESOURCES` any node has allocatable (``nvidia.com/gpu``
     when none has one)."""
@@ -140,20 +160,30 @@ class Host:
     cordoned: bool
     schedulable: bool
     used: Decimal = _ZERO
+    #: Taints no ResourceFlavor tolerates (:func:`untolerated_taints`): pods not tolerating them stay off.
+    taints: tuple[str, ...] = ()
 
     @property
     def free(self) -> Decimal:
-        """Unrequested accelerators a new pod could get (0 on an unschedulable node)."""
-        return max(self.allocatable - self.used, _ZERO) if self.schedulable else _ZERO
+        """Unrequested accelerators a new pod could get (0 on an unschedulable or tainted node)."""
+        return max(self.allocatable - self.used, _ZERO) if self.schedulable and not self.taints else _ZERO
+
+    @property
+    def available(self) -> bool:
+        """Takes new pods that tolerate no taint of their own: schedulable and no untolerated taint."""
+        return self.schedulable and not self.taints
 
     @property
     def marks(self) -> list[str]:
-        """Why the node takes no new pods: ``NotReady``, ``cordoned``, ``tainted`` (empty: it does)."""
+        """Why the node takes no new pods: ``NotReady``, ``cordoned``, ``tainted`` (a
+        ``node.kubernetes.io/*`` taint), ``tainted key=value:Effect`` per taint no ResourceFlavor
+        tolerates (empty: it takes any pod)."""
         out = [] if self.ready else ["NotReady"]
         if self.cordoned:
             out.append("cordoned")
         if self.ready and not self.cordoned and not self.schedulable:
             out.append("tainted")
+        out.extend(f"tainted {taint}" for taint in self.taints)
         return out
 
 
@@ -176,12 +206,12 @@ class Domain:
     free: Decimal = _ZERO
 
     def total(self) -> None:
-        """Fill ``nodes``, ``unavailable`` (not schedulable), ``allocatable`` and ``free``, recursively."""
+        """Fill ``nodes``, ``unavailable`` (not :attr:`Host.available`), ``allocatable`` and ``free``, recursively."""
         self.children = dict(sorted(self.children.items()))
         self.hosts.sort(key=lambda h: h.name)
         nodes, unavailable, allocatable, free = len(self.hosts), 0, _ZERO, _ZERO
         for host in self.hosts:
-            unavailable += not host.schedulable
+            unavailable += not host.available
             allocatable += host.allocatable
             free += host.free
         for child in self.children.values():
@@ -202,9 +232,17 @@ class Domain:
 
 class TopologyTree:
     """Nodes grouped by ``levels`` (broadest first; a trailing ``kubernetes.io/hostname`` is the
-    host itself). A node without a level's label sits in the domain ``""`` of that level."""
+    host itself). A node without a level's label sits in the domain ``""`` of that level.
+    ``tolerations``: the ResourceFlavors' (Kueue adds them to the pods it admits); a node with a
+    ``NoSchedule``/``NoExecute`` taint none of them tolerates offers nothing free."""
 
-    def __init__(self, nodes: Sequence[Mapping[str, Any]], levels: Sequence[str], resource: str) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        levels: Sequence[str],
+        resource: str,
+        tolerations: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self.levels = [level for level in levels if level != HOSTNAME_LABEL]
         self.resource = resource
         self.root = Domain("", "", -1)
@@ -224,6 +262,7 @@ class TopologyTree:
                 ready=ready,
                 cordoned=cordoned,
                 schedulable=schedulable,
+                taints=untolerated_taints(obj, tolerations),
             )
             path = host.path
             self.hosts[host.name] = host
