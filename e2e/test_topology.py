@@ -281,3 +281,62 @@ def test_label_refuses_a_document_of_the_wrong_shape(e2e_cluster: E2ECluster, tm
     result = kgov("topology", "label", "--from", str(document), "--kubeconfig", str(e2e_cluster.kubeconfig), "--apply")
     assert result.returncode == 2
     assert "an object with an Instances list" in result.stderr
+
+
+async def test_a_node_with_a_taint_no_flavor_tolerates_is_marked_and_kueue_leaves_it_out(
+    api: k8s.ApiClient, dynamic: DynamicClient, namespace: str, gpu_queue: str, e2e_cluster: E2ECluster
+) -> None:
+    """A wholly free host tainted ``key=yes:NoSchedule`` (no ResourceFlavor tolerates it) is shown
+    tainted with nothing free, and Kueue agrees: a 1-GPU pod pinned there is not admitted until
+    the taint is removed."""
+    before_hosts = hosts_of(live_tree(e2e_cluster.kubeconfig))
+    host = next(
+        name
+        for name, entry in sorted(before_hosts.items())
+        if name.startswith("gpu-") and entry["free"] == entry["allocatable"] == 8 and not entry["taints"]
+    )
+    key = f"e2e-maint-{secrets.token_hex(3)}"
+    core = k8s.CoreV1Api(api)
+
+    async def set_taints(change: Any) -> None:
+        """Read, change and replace the Node (its taints list is replaced, not merged); again on
+        a conflict (KWOK's heartbeats update the Node too)."""
+        for _ in range(10):
+            node = await core.read_node(host)
+            node.spec.taints = change(list(node.spec.taints or [])) or None
+            try:
+                await core.replace_node(host, node)
+                return
+            except k8s.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise AssertionError(f"Node {host} kept changing under the test")
+
+    maintenance = k8s.V1Taint(key=key, value="yes", effect="NoSchedule")
+    await set_taints(lambda taints: [*taints, maintenance])
+    try:
+        entry = hosts_of(live_tree(e2e_cluster.kubeconfig))[host]
+        assert (entry["free"], entry["allocatable"], entry["taints"]) == (0, 8, [f"{key}=yes:NoSchedule"])
+        table = kgov("topology", "--kubeconfig", str(e2e_cluster.kubeconfig))
+        row = next(line.split() for line in table.stdout.splitlines() if line.split()[1:2] == [host])
+        assert row == ["host", host, "1", "1", "8", "0", "tainted", f"{key}=yes:NoSchedule"]
+
+        body = gpu_job("tainted", namespace, gpu_queue, pods=1, gpus_per_pod=1)
+        body["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: host}
+        job = await create(dynamic, body)
+
+        async def pending() -> dict[str, Any] | None:
+            found = await workload_for(dynamic, namespace, job["metadata"]["uid"])
+            reserved = condition(found, "QuotaReserved") if found else None
+            return found if reserved is not None and reserved["status"] == "False" else None
+
+        refused = await wait_for(pending, "Kueue to leave the pod pinned to the tainted host pending", timeout=60)
+        assert not is_true(refused, "Admitted")
+    finally:
+        await set_taints(lambda taints: [t for t in taints if t.key != key])
+
+    async def admitted() -> dict[str, Any] | None:
+        found = await workload_for(dynamic, namespace, job["metadata"]["uid"])
+        return found if found is not None and is_true(found, "Admitted") else None
+
+    await wait_for(admitted, "Kueue to admit the pinned pod once the taint is removed", timeout=180)
