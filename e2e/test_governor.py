@@ -483,6 +483,35 @@ async def test_kubectl_shows_the_denial_and_the_warning(
     assert json.loads(result.stdout)["metadata"]["labels"][QUEUE_LABEL] == WARNED_QUEUE
 
 
+async def test_kubectl_unlabel_of_the_governed_queue_warns_that_it_is_kept(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """Regression: ``kubectl label job … kueue.x-k8s.io/queue-name-`` printed "unlabeled" with no
+    warning while the governor put the label back; now kubectl prints a ``Warning:`` naming it."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not on PATH")
+    body = cleanup.add(job(unique("unlabel"), RESEARCH, pods=1, gpus=1))
+    await create_with_warnings(dynamic, body)
+    name = body["metadata"]["name"]
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [kubectl, f"--kubeconfig={e2e_cluster.kubeconfig}", "label", "job", name, f"{QUEUE_LABEL}-", "-n", RESEARCH],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Warning: kueue-governor: queue: this update removes metadata.labels.{QUEUE_LABEL}; kept "
+        f"{RESEARCH_QUEUE!r} (an update that leaves out a governed value keeps the stored one)"
+    ]
+    stored = await get(dynamic, "batch/v1", "Job", name, RESEARCH)
+    assert stored is not None and stored["metadata"]["labels"][QUEUE_LABEL] == RESEARCH_QUEUE
+
+
 # --------------------------------------------------------------------------- untouched namespaces
 
 
