@@ -118,6 +118,17 @@ def test_nodes_with_a_taint_no_flavor_tolerates_are_marked_and_offer_nothing_fre
     assert "0  tainted maint=yes:NoSchedule,tainted nvidia.com/gpu:NoSchedule" in bare
 
 
+def test_a_live_node_with_an_unreadable_or_negative_allocatable_counts_nothing() -> None:
+    """Nodes read live are not checked again (the API server validates them): an unreadable or
+    negative amount counts as 0, never as a negative capacity or a crash."""
+    nodes = [node("a"), node("b")]
+    nodes[0]["status"]["allocatable"] = {"nvidia.com/gpu": "abc"}
+    nodes[1]["status"]["allocatable"] = {"nvidia.com/gpu": -3}
+    tree = TopologyTree(nodes, default_levels(nodes), "nvidia.com/gpu")
+    assert [(h.allocatable, h.free) for h in tree.hosts.values()] == [(0, 0), (0, 0)]
+    assert (tree.root.allocatable, tree.root.free) == (0, 0)
+
+
 def kgov_table(nodes: list[dict[str, Any]], *options: str) -> str:
     import tempfile
 

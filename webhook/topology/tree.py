@@ -78,12 +78,13 @@ _quantities: dict[str, Decimal] = {}
 
 
 def _quantity(value: Any) -> Decimal:
-    """A resource quantity in base units, 0 when unparsable (as :class:`webhook.core.inventory.Node`)."""
+    """An allocatable quantity in base units, 0 when unparsable or negative (as
+    :class:`webhook.core.inventory.Node`; a node file is checked before, a live Node by the API server)."""
     key = str(value)
     found = _quantities.get(key)
     if found is None:
         try:
-            found = parse_quantity(value)
+            found = max(parse_quantity(value), _ZERO)
         except (QuantityError, TypeError):
             found = _ZERO
         if len(_quantities) < 4096:
