@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) ->
     assert rack_now is not None and rack_empty is not None
     assert (rack_now.pods, rack_empty.pods) == (kueue.fit, 2)
     # A block holds the 2 free hosts of its 2 racks: the podset would fit one level up.
-    assert "would fit now at layer-2 (layer-2 nn-block-1-1 holds 2)" in report.helps
+    assert "would fit now at layer-2 (layer-2 nn-block-1-1 holds 2 pods)" in report.helps
 
 
 def test_taint_is_named_with_the_nodes_it_excludes() -> None:
@@ -314,7 +315,7 @@ def test_never_fits_names_the_largest_rack(causes: Snapshot) -> None:
     rack = placement.at_level(placement.fit_empty)
     assert rack is not None and (rack.pods, rack.nodes) == (2, 2)
     assert "has 2 eligible nodes and holds 2 such pods with nothing running" in report.summary
-    assert report.helps == ["ask for layer-2 (its largest domain holds 4)"]
+    assert report.helps == ["ask for layer-2 (its largest domain holds 4 pods)"]
 
 
 def test_running_workload_states_its_times(causes: Snapshot) -> None:
@@ -645,3 +646,53 @@ def test_whole_flavor_placement_is_worded_without_a_domain_name() -> None:
     for report in (never, busy):
         assert "(all nodes)" not in report.summary and "(-)" not in report.summary
         assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps))
+
+
+def _two_podsets(now: int, tolerated_now: int, empty: int = 8) -> WhyReport:
+    """A PyTorchJob's Master (1 pod) and Worker (2 pods) of one shape on one flavor, unconstrained:
+    ``now`` pods fit on the eligible nodes, ``tolerated_now`` with the taint tolerated."""
+    from webhook.why.causes import classify
+    from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
+    from webhook.why.state import WorkloadState
+
+    def placement(count: int) -> PodsetPlacement:
+        return PodsetPlacement(
+            flavor="f", topology="t", levels=[RACK], mode="unconstrained", level="", count=count,
+            per_pod={"nvidia.com/gpu": Decimal(8)}, excluded={'taint "maint=yes:NoSchedule"': 3},
+            fit_now=[DomainFit(RACK, ["r1"], now, 1), DomainFit(ALL_NODES, [], now, 5)],
+            fit_empty=[DomainFit(RACK, ["r1"], 2, 2), DomainFit(ALL_NODES, [], empty, 5)],
+            fit_untainted_now=DomainFit(ALL_NODES, [], tolerated_now, 8),
+            fit_untainted_empty=DomainFit(ALL_NODES, [], 8, 8),
+        )  # fmt: skip
+
+    report = WhyReport(
+        "PyTorchJob", "ns", "pt", "w", WorkloadState("waiting for topology"),
+        placements=[("master", placement(1)), ("worker", placement(2))],
+    )  # fmt: skip
+    classify(report)
+    return report
+
+
+def test_advice_on_a_multi_podset_workload_counts_all_its_pods() -> None:
+    # 3 nodes tainted, 2 of them taken: tolerating frees room for 1 pod, the workload needs 3.
+    # Was: 'tolerate taint "maint=yes:NoSchedule" (or remove it): all eligible nodes together would hold 1 pods now'.
+    short = _two_podsets(now=0, tolerated_now=1)
+    assert short.cause == "no domain free"
+    assert "(the workload: 3 pods (podsets master 1, worker 2), admitted all or none)" in short.summary
+    assert not [h for h in short.helps if h.startswith("tolerate")], short.helps
+    enough = _two_podsets(now=0, tolerated_now=3)
+    assert (
+        'tolerate taint "maint=yes:NoSchedule" (or remove it): all eligible nodes together would hold 3 pods now'
+        in enough.helps
+    )
+    # Each podset fits on its own (2 pods free), not both together (3): Kueue admits all or none.
+    together = _two_podsets(now=2, tolerated_now=2)
+    assert together.cause == "no domain free"
+    assert together.summary == (
+        "the workload needs 3 pods in all (podsets master 1, worker 2) and Kueue admits all or none: the eligible "
+        "nodes have room now for 2 of them; with nothing running they would hold 8"
+    )
+    never = _two_podsets(now=2, tolerated_now=2, empty=2)
+    assert never.cause == "never fits" and "hold 2 such pods with nothing running" in never.summary
+    for report in (short, enough, together, never):
+        assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps)), report
