@@ -696,3 +696,27 @@ def test_advice_on_a_multi_podset_workload_counts_all_its_pods() -> None:
     assert never.cause == "never fits" and "hold 2 such pods with nothing running" in never.summary
     for report in (short, enough, together, never):
         assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps)), report
+
+
+def test_a_running_workload_shows_where_kueue_placed_it_not_free_room() -> None:
+    # eval runs on both hosts of rack nn-rack-1-2-2; kgov said that rack had room for 2 pods now
+    # (its own nodes counted as free) and excluded 5 nodes for GPUs, Kueue's view of others' pods.
+    snapshot = Snapshot.from_file(DATA / "bundled.json")
+    report = why(snapshot, "eval", "hyperpod-ns-research")
+    assert report.cause == "running"
+    ((podset, placement),) = report.placements
+    assert podset == "main"
+    assert placement.assigned == [("gpu-1-2-2-1", 1), ("gpu-1-2-2-2", 1)]
+    assert placement.assigned_domains == ["nn-rack-1-2-2"]
+    assert (placement.fit_now, placement.excluded, placement.fit_untainted_now) == ([], {}, None)
+    text = to_text(report)
+    assert (
+        "  placed by Kueue (topologyAssignment): layer-3 nn-rack-1-2-2: gpu-1-2-2-1 (1 pod), gpu-1-2-2-2 (1 pod)\n"
+        in text
+    )
+    assert "FREEST DOMAIN NOW" not in text and "excluded" not in text
+    (topology,) = to_json(report)["topology"]
+    assert topology["assigned"] == [{"node": "gpu-1-2-2-1", "pods": 1}, {"node": "gpu-1-2-2-2", "pods": 1}]
+    assert topology["largestNow"] == [] and topology["excluded"] == {}
+    pending = why(snapshot, "finetune", "hyperpod-ns-research")
+    assert pending.placements[0][1].assigned is None and to_json(pending)["topology"][0]["assigned"] is None
