@@ -720,3 +720,51 @@ def test_a_running_workload_shows_where_kueue_placed_it_not_free_room() -> None:
     assert topology["largestNow"] == [] and topology["excluded"] == {}
     pending = why(snapshot, "finetune", "hyperpod-ns-research")
     assert pending.placements[0][1].assigned is None and to_json(pending)["topology"][0]["assigned"] is None
+
+
+_PREEMPTED = "Preempted to accommodate a workload (UID: 5f1c, JobUID: 9a2e) due to prioritization in the ClusterQueue"
+
+
+def _preempted_and_requeued(quota_message: str) -> Snapshot:
+    """pending-causes.json with a1's Workload given the conditions Kueue v0.19.2 leaves on a
+    preempted, requeued workload (``jobframework/reconciler.go`` "handle eviction"): Evicted and
+    Preempted stay True, Requeued True, QuotaReserved False with ``quota_message``."""
+    snapshot = Snapshot.from_file(DATA / "pending-causes.json")
+    workload = workload_of_job(snapshot, "why-rec", "a1")
+    at = "2026-12-01T08:10:00Z"
+    workload["status"]["conditions"] = [
+        c for c in workload["status"]["conditions"] if c["type"] != "QuotaReserved"
+    ] + [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": _PREEMPTED, "lastTransitionTime": at},
+        {"type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": _PREEMPTED,
+         "lastTransitionTime": at},
+        {"type": "Requeued", "status": "True", "reason": "Preempted", "message": _PREEMPTED, "lastTransitionTime": at},
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": quota_message,
+         "lastTransitionTime": "2026-12-01T08:11:52Z"},
+    ]  # fmt: skip
+    snapshot.memo.clear()
+    return snapshot
+
+
+def test_a_preempted_workload_pending_again_gets_its_current_cause() -> None:
+    # Was: cause "preempted" with nothing that would help, and "-" in kgov status --team.
+    quota = kueue_message(Snapshot.from_file(DATA / "pending-causes.json"), "a1")
+    assert "insufficient unused quota for cpu" in quota
+    for message, state in ((quota, "waiting for quota"), (_PREEMPTED, "queued")):
+        snapshot = _preempted_and_requeued(message)
+        report = why(snapshot, "a1")
+        assert report.state is not None and report.state.state == state
+        assert report.state.earlier == f"preempted at 2026-12-01T08:10:00Z: {_PREEMPTED}"
+        assert report.cause == "over quota", report.summary
+        assert report.summary.endswith(" (preempted at 2026-12-01T08:10:00Z, then requeued)")
+        assert "wait for admitted workloads of the queue (or the cohort) to finish" in report.helps
+        assert f"  earlier: preempted at 2026-12-01T08:10:00Z: {_PREEMPTED}\n" in to_text(report)
+        (row,) = team_statuses(snapshot, report.cluster_queue)
+        (line,) = [w for w in row.workloads if w.name == report.workload]
+        assert (line.state, line.cause) == (state, "over quota")
+    # Still being stopped (quota reserved) or not requeued: preempted, as Kueue says.
+    snapshot = _preempted_and_requeued(quota)
+    workload = workload_of_job(snapshot, "why-rec", "a1")
+    requeued = next(c for c in workload["status"]["conditions"] if c["type"] == "Requeued")
+    requeued["status"] = "False"
+    assert workload_state(workload).state == "preempted"

@@ -378,4 +378,6 @@ def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, n
     if report.state.state in ("queued", "pending", "waiting for quota", "waiting for topology"):
         report.position = position_in_queue(snapshot, workload, report.cluster_queue)
     classify(report)
+    if report.state.earlier:
+        report.summary += f" ({report.state.earlier.split(': ', 1)[0]}, then requeued)"
     return report

@@ -212,6 +212,8 @@ def to_text(report: WhyReport) -> str:
         lines.append(f"State: {state.state} since {state.since} (created {state.created})")
         if state.message:
             lines.append(f"  Kueue: {state.message}")
+        if state.earlier:
+            lines.append(f"  earlier: {state.earlier}")
     lines.append(f"Cause: {report.cause}: {report.summary}" if report.cause else f"Summary: {report.summary}")
     if report.owned:
         lines.append(
