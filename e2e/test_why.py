@@ -24,9 +24,11 @@ import re
 import secrets
 import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import support
@@ -40,10 +42,10 @@ RACK = "topology.k8s.aws/network-node-layer-3"
 DELAY = ("pod-complete.stage.kwok.x-k8s.io/delay", "pod-complete.stage.kwok.x-k8s.io/jitter-delay")
 
 
-def kgov(cluster: E2ECluster, *args: str) -> Any:
-    """Run ``kgov ARGS --kubeconfig K -o json`` and return its JSON."""
+def kgov(cluster: E2ECluster, *args: str, kubeconfig: Path | None = None) -> Any:
+    """Run ``kgov ARGS --kubeconfig K -o json`` (K: the cluster's, or ``kubeconfig``) and return its JSON."""
     done = subprocess.run(
-        [*support.kgov_command(), *args, "--kubeconfig", str(cluster.kubeconfig), "-o", "json"],
+        [*support.kgov_command(), *args, "--kubeconfig", str(kubeconfig or cluster.kubeconfig), "-o", "json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -653,7 +655,12 @@ async def test_behind_higher_priority_names_the_head(
 
 
 async def test_never_fits_names_the_largest_rack(
-    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+    e2e_cluster: E2ECluster,
+    dynamic: DynamicClient,
+    namespace: str,
+    queues: Queues,
+    cleanup: support.Cleanup,
+    tmp_path: Path,
 ) -> None:
     queue = await queues.add("never", "1000")
     nodes = await flavor_nodes(dynamic)
@@ -664,6 +671,13 @@ async def test_never_fits_names_the_largest_rack(
 
     answer = kgov(e2e_cluster, "why", "job/too-big", "-n", namespace)
     assert answer["cause"] == "never fits", answer["summary"]
+    # Without -n, the namespace of the kubeconfig's current context, as kubectl uses it.
+    config = yaml.safe_load(e2e_cluster.kubeconfig.read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    current["context"]["namespace"] = namespace
+    scoped = tmp_path / "kubeconfig"
+    scoped.write_text(yaml.safe_dump(config))
+    assert kgov(e2e_cluster, "why", "job/too-big", kubeconfig=scoped)["workload"] == answer["workload"]
     empty = answer["topology"][0]["largestEmpty"]
     assert asked == hosts + 1
     assert empty[2]["pods"] == hosts == empty[2]["nodes"]

@@ -768,3 +768,16 @@ def test_a_preempted_workload_pending_again_gets_its_current_cause() -> None:
     requeued = next(c for c in workload["status"]["conditions"] if c["type"] == "Requeued")
     requeued["status"] = "False"
     assert workload_state(workload).state == "preempted"
+
+
+def test_status_png_without_a_file_says_where_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was: kgov-status.png written in the current directory without a word of where.
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(main, ["status", "--snapshot", str(DATA / "bundled.json"), "-o", "png"])
+    assert done.exit_code == 0, done.output
+    written = tmp_path / "kgov-status.png"
+    assert written.read_bytes().startswith(b"\x89PNG")
+    assert done.stderr == f"wrote kgov-status.png ({written.resolve()})\n"
+    assert done.stdout == ""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "by default `kgov-status.png` in the current directory" in readme
