@@ -685,6 +685,40 @@ async def test_never_fits_names_the_largest_rack(
     assert any(h.startswith("ask for layer-2") for h in answer["helps"])
 
 
+async def test_a_workload_never_fits_when_its_podsets_together_do_not(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    # A PyTorchJob: Master 1 + Worker N, a whole node each, N the flavor's nodes: each podset
+    # alone fits the empty nodes, both together do not, and Kueue admits all or none.
+    queue = await queues.add("together", "1000")
+    nodes = await flavor_nodes(dynamic)
+    template = job("x", namespace, queue, 1, gpus=gpus_of(nodes[0]))["spec"]["template"]
+    replica = {"restartPolicy": "Never", "template": template}
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "together", "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {
+                "Master": {**replica, "replicas": 1},
+                "Worker": {**replica, "replicas": len(nodes)},
+            },
+        },
+    }
+    created = await submit(dynamic, cleanup, body)
+    await workload_of(dynamic, created, "pending on topology", pending_with("pod(s)"), timeout=90)
+    answer = kgov(e2e_cluster, "why", "pytorchjob/together", "-n", namespace)
+    assert answer["cause"] == "never fits", answer["summary"]
+    assert [(p["podset"], p["count"]) for p in answer["topology"]] == [("master", 1), ("worker", len(nodes))]
+    assert answer["summary"].startswith(
+        f"the workload needs {len(nodes) + 1} pods in all (podsets master 1, worker {len(nodes)}) and Kueue admits "
+        f"all or none: the {len(nodes)} eligible nodes hold {len(nodes)} such pods with nothing running"
+    ), answer["summary"]
+    stored = await support.workload_for(dynamic, namespace, created["metadata"]["uid"])
+    assert stored is not None and not support.is_true(stored, "QuotaReserved")
+
+
 async def test_governed_job_shows_the_policy_decision(
     e2e_cluster: E2ECluster, dynamic: DynamicClient, bundled_governor: Any, cleanup: support.Cleanup
 ) -> None:

@@ -694,7 +694,10 @@ def test_advice_on_a_multi_podset_workload_counts_all_its_pods() -> None:
     )
     never = _two_podsets(now=2, tolerated_now=2, empty=2)
     assert never.cause == "never fits" and "hold 2 such pods with nothing running" in never.summary
-    for report in (short, enough, together, never):
+    # Never fitting in all comes before any podset's lack of room now.
+    busy_never = _two_podsets(now=0, tolerated_now=0, empty=2)
+    assert (busy_never.cause, busy_never.summary) == ("never fits", never.summary)
+    for report in (short, enough, together, never, busy_never):
         assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps)), report
 
 

@@ -77,34 +77,33 @@ def _workload_pods(report: WhyReport, flavor: str) -> tuple[int, str]:
     return sum(count for _, count in counts), listed
 
 
-def _together(report: WhyReport) -> bool:
-    """``no domain free`` / ``never fits`` for podsets that each fit on their own but not together:
-    podsets of one flavor with the same pod shape, whose eligible nodes hold fewer of those pods
-    than the workload has in all (now, or with nothing running)."""
+def _together(report: WhyReport, now: bool) -> bool:
+    """``never fits`` (``now`` False) or ``no domain free`` (``now`` True) for the podsets of one
+    flavor with the same pod shape, whose eligible nodes hold fewer of those pods than the
+    workload has in all (with nothing running, or now): Kueue admits them all or none."""
     by_flavor: dict[str, list[PodsetPlacement]] = {}
     for _, placement in report.placements:
         by_flavor.setdefault(placement.flavor, []).append(placement)
     for flavor, placements in by_flavor.items():
         first = placements[0]
-        if len(placements) < 2 or any(p.per_pod != first.per_pod for p in placements) or not first.fit_now:
+        if len(placements) < 2 or any(p.per_pod != first.per_pod for p in placements) or not first.fit_empty:
             continue
         total, listed = _workload_pods(report, flavor)
-        now, empty = first.fit_now[-1], first.fit_empty[-1]
-        if now.pods >= total:
-            continue
         where = f"the workload needs {plural(total, 'pod')} in all{listed} and Kueue admits all or none"
-        if empty.pods < total:
+        empty = first.fit_empty[-1]
+        if not now and empty.pods < total:
             report.cause = "never fits"
             report.summary = f"{where}: {_eligible(first)} hold {plural(empty.pods, 'such pod')} with nothing running"
             report.helps.append(f"fewer or smaller pods: {_eligible(first)} together hold {empty.pods}")
-        else:
+            return True
+        if now and first.fit_now and first.fit_now[-1].pods < total:
             report.cause = "no domain free"
             report.summary = (
-                f"{where}: the eligible nodes have room now for {now.pods} of them; "
+                f"{where}: the eligible nodes have room now for {first.fit_now[-1].pods} of them; "
                 f"with nothing running they would hold {empty.pods}"
             )
             report.helps.append(f"wait for running workloads on {_eligible(first)} to finish")
-        return True
+            return True
     return False
 
 
@@ -127,6 +126,8 @@ def _topology(report: WhyReport) -> bool:
     Advice that a change would let it fit counts the whole workload: on all the flavor's nodes
     every podset of the flavor (all or none); at a narrower level, where each podset may take its
     own domain, the advice says it is for that podset and how many pods the workload needs."""
+    if _together(report, now=False):
+        return True
     for podset, placement in report.placements:
         now, empty = placement.at_level(placement.fit_now), placement.at_level(placement.fit_empty)
         if now is None or empty is None or now.pods >= placement.count:
@@ -201,7 +202,7 @@ def _topology(report: WhyReport) -> bool:
             )
         report.helps.append(f"wait for running workloads on {_eligible(placement)} to finish")
         return True
-    return _together(report)
+    return _together(report, now=True)
 
 
 def _short(report: WhyReport, need: QuotaNeed) -> str:
