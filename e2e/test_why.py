@@ -24,9 +24,11 @@ import re
 import secrets
 import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import support
@@ -40,10 +42,10 @@ RACK = "topology.k8s.aws/network-node-layer-3"
 DELAY = ("pod-complete.stage.kwok.x-k8s.io/delay", "pod-complete.stage.kwok.x-k8s.io/jitter-delay")
 
 
-def kgov(cluster: E2ECluster, *args: str) -> Any:
-    """Run ``kgov ARGS --kubeconfig K -o json`` and return its JSON."""
+def kgov(cluster: E2ECluster, *args: str, kubeconfig: Path | None = None) -> Any:
+    """Run ``kgov ARGS --kubeconfig K -o json`` (K: the cluster's, or ``kubeconfig``) and return its JSON."""
     done = subprocess.run(
-        [*support.kgov_command(), *args, "--kubeconfig", str(cluster.kubeconfig), "-o", "json"],
+        [*support.kgov_command(), *args, "--kubeconfig", str(kubeconfig or cluster.kubeconfig), "-o", "json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -455,7 +457,7 @@ async def test_one_pod_advice_counts_the_nodes_a_taint_excludes(
     assert {k: v for k, v in answer["topology"][0]["excluded"].items() if k in excluded} == excluded
     helps = answer["helps"]
     tolerate = [h for h in helps if h.startswith(f"tolerate {taint} (or remove it): ")]
-    held = re.search(r"would hold (\d+) pods now$", tolerate[0]) if len(tolerate) == 1 else None
+    held = re.search(r"would hold (\d+) pods? now$", tolerate[0]) if len(tolerate) == 1 else None
     assert held is not None and int(held.group(1)) >= 1, helps
     assert f"wait for running workloads on the 1 eligible node ({len(tainted)} excluded: {taint}: {len(tainted)})" in (
         " ".join(helps)
@@ -653,7 +655,12 @@ async def test_behind_higher_priority_names_the_head(
 
 
 async def test_never_fits_names_the_largest_rack(
-    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+    e2e_cluster: E2ECluster,
+    dynamic: DynamicClient,
+    namespace: str,
+    queues: Queues,
+    cleanup: support.Cleanup,
+    tmp_path: Path,
 ) -> None:
     queue = await queues.add("never", "1000")
     nodes = await flavor_nodes(dynamic)
@@ -664,11 +671,52 @@ async def test_never_fits_names_the_largest_rack(
 
     answer = kgov(e2e_cluster, "why", "job/too-big", "-n", namespace)
     assert answer["cause"] == "never fits", answer["summary"]
+    # Without -n, the namespace of the kubeconfig's current context, as kubectl uses it.
+    config = yaml.safe_load(e2e_cluster.kubeconfig.read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    current["context"]["namespace"] = namespace
+    scoped = tmp_path / "kubeconfig"
+    scoped.write_text(yaml.safe_dump(config))
+    assert kgov(e2e_cluster, "why", "job/too-big", kubeconfig=scoped)["workload"] == answer["workload"]
     empty = answer["topology"][0]["largestEmpty"]
     assert asked == hosts + 1
     assert empty[2]["pods"] == hosts == empty[2]["nodes"]
     assert f"has {hosts} eligible nodes and holds {hosts} such pods" in answer["summary"]
     assert any(h.startswith("ask for layer-2") for h in answer["helps"])
+
+
+async def test_a_workload_never_fits_when_its_podsets_together_do_not(
+    e2e_cluster: E2ECluster, dynamic: DynamicClient, namespace: str, queues: Queues, cleanup: support.Cleanup
+) -> None:
+    # A PyTorchJob: Master 1 + Worker N, a whole node each, N the flavor's nodes: each podset
+    # alone fits the empty nodes, both together do not, and Kueue admits all or none.
+    queue = await queues.add("together", "1000")
+    nodes = await flavor_nodes(dynamic)
+    template = job("x", namespace, queue, 1, gpus=gpus_of(nodes[0]))["spec"]["template"]
+    replica = {"restartPolicy": "Never", "template": template}
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "together", "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {
+                "Master": {**replica, "replicas": 1},
+                "Worker": {**replica, "replicas": len(nodes)},
+            },
+        },
+    }
+    created = await submit(dynamic, cleanup, body)
+    await workload_of(dynamic, created, "pending on topology", pending_with("pod(s)"), timeout=90)
+    answer = kgov(e2e_cluster, "why", "pytorchjob/together", "-n", namespace)
+    assert answer["cause"] == "never fits", answer["summary"]
+    assert [(p["podset"], p["count"]) for p in answer["topology"]] == [("master", 1), ("worker", len(nodes))]
+    assert answer["summary"].startswith(
+        f"the workload needs {len(nodes) + 1} pods in all (podsets master 1, worker {len(nodes)}) and Kueue admits "
+        f"all or none: the {len(nodes)} eligible nodes hold {len(nodes)} such pods with nothing running"
+    ), answer["summary"]
+    stored = await support.workload_for(dynamic, namespace, created["metadata"]["uid"])
+    assert stored is not None and not support.is_true(stored, "QuotaReserved")
 
 
 async def test_governed_job_shows_the_policy_decision(

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from support import PLATFORM
 
 from webhook.cli import main
-from webhook.kube.client import ClusterError, check_path
+from webhook.kube.client import ClusterError, check_path, context_namespace
 
 KUBECONFIGS = {
     "garbage": ("a: [b\n", "not YAML (expected ',' or ']', but got '<stream end>' at line 2 column 1)"),
@@ -167,3 +167,43 @@ def test_kubeconfig_files_merge_as_kubectl_does(tmp_path: Path, not_kubernetes: 
     url = config["clusters"][0]["cluster"]["server"]
     result = _run(["status"], env={"KUBECONFIG": f"{first}:{tmp_path / 'absent'}:{second}"})
     _clean(result, f"{url} does not answer as a Kubernetes API server")
+
+
+def test_the_context_namespace_is_the_default_namespace_as_kubectl_has_it(tmp_path: Path) -> None:
+    # Was: `kgov why pod/x --kubeconfig KC` looked in default whatever KC's context said.
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [
+            {"name": "research", "context": {"cluster": "c", "user": "u", "namespace": "hyperpod-ns-research"}},
+            {"name": "plain", "context": {"cluster": "c", "user": "u"}},
+        ],
+        "current-context": "research",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    assert context_namespace(path) == "hyperpod-ns-research"
+    assert context_namespace(path, "plain") == "default"
+    # $KUBECONFIG=a:b: the first file's current-context wins.
+    first = tmp_path / "first"
+    first.write_text(json.dumps({"current-context": "plain"}))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUBECONFIG", f"{first}:{path}")
+        assert context_namespace(None) == "default"
+        env.setenv("KUBECONFIG", f"{path}:{first}")
+        assert context_namespace(None) == "hyperpod-ns-research"
+    config["contexts"][0]["context"]["namespace"] = "Not/A-Name"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ClusterError, match=r"context 'research': namespace .*"):
+        context_namespace(path)
+    # kgov why without -n: a bad context namespace is one clear line before anything is read.
+    _clean(_run(["why", "job/train", "--kubeconfig", str(path)]), "context 'research': namespace")
+
+
+def test_a_kubeconfig_that_is_a_device_is_read_as_it_is() -> None:
+    # Was: "--kubeconfig /dev/null: no such file", though it exists.
+    for args in (["why", "job/train", "-n", "x"], ["why", "job/train"], ["status"]):
+        _clean(_run([*args, "--kubeconfig", "/dev/null"]), "cannot load kubeconfig /dev/null: empty")
+    _clean(_run(["status"], env={"KUBECONFIG": "/dev/null"}), "cannot load kubeconfig /dev/null: empty")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) ->
     assert rack_now is not None and rack_empty is not None
     assert (rack_now.pods, rack_empty.pods) == (kueue.fit, 2)
     # A block holds the 2 free hosts of its 2 racks: the podset would fit one level up.
-    assert "would fit now at layer-2 (layer-2 nn-block-1-1 holds 2)" in report.helps
+    assert "would fit now at layer-2 (layer-2 nn-block-1-1 holds 2 pods)" in report.helps
 
 
 def test_taint_is_named_with_the_nodes_it_excludes() -> None:
@@ -314,7 +315,7 @@ def test_never_fits_names_the_largest_rack(causes: Snapshot) -> None:
     rack = placement.at_level(placement.fit_empty)
     assert rack is not None and (rack.pods, rack.nodes) == (2, 2)
     assert "has 2 eligible nodes and holds 2 such pods with nothing running" in report.summary
-    assert report.helps == ["ask for layer-2 (its largest domain holds 4)"]
+    assert report.helps == ["ask for layer-2 (its largest domain holds 4 pods)"]
 
 
 def test_running_workload_states_its_times(causes: Snapshot) -> None:
@@ -645,3 +646,141 @@ def test_whole_flavor_placement_is_worded_without_a_domain_name() -> None:
     for report in (never, busy):
         assert "(all nodes)" not in report.summary and "(-)" not in report.summary
         assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps))
+
+
+def _two_podsets(now: int, tolerated_now: int, empty: int = 8) -> WhyReport:
+    """A PyTorchJob's Master (1 pod) and Worker (2 pods) of one shape on one flavor, unconstrained:
+    ``now`` pods fit on the eligible nodes, ``tolerated_now`` with the taint tolerated."""
+    from webhook.why.causes import classify
+    from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
+    from webhook.why.state import WorkloadState
+
+    def placement(count: int) -> PodsetPlacement:
+        return PodsetPlacement(
+            flavor="f", topology="t", levels=[RACK], mode="unconstrained", level="", count=count,
+            per_pod={"nvidia.com/gpu": Decimal(8)}, excluded={'taint "maint=yes:NoSchedule"': 3},
+            fit_now=[DomainFit(RACK, ["r1"], now, 1), DomainFit(ALL_NODES, [], now, 5)],
+            fit_empty=[DomainFit(RACK, ["r1"], 2, 2), DomainFit(ALL_NODES, [], empty, 5)],
+            fit_untainted_now=DomainFit(ALL_NODES, [], tolerated_now, 8),
+            fit_untainted_empty=DomainFit(ALL_NODES, [], 8, 8),
+        )  # fmt: skip
+
+    report = WhyReport(
+        "PyTorchJob", "ns", "pt", "w", WorkloadState("waiting for topology"),
+        placements=[("master", placement(1)), ("worker", placement(2))],
+    )  # fmt: skip
+    classify(report)
+    return report
+
+
+def test_advice_on_a_multi_podset_workload_counts_all_its_pods() -> None:
+    # 3 nodes tainted, 2 of them taken: tolerating frees room for 1 pod, the workload needs 3.
+    # Was: 'tolerate taint "maint=yes:NoSchedule" (or remove it): all eligible nodes together would hold 1 pods now'.
+    short = _two_podsets(now=0, tolerated_now=1)
+    assert short.cause == "no domain free"
+    assert "(the workload: 3 pods (podsets master 1, worker 2), admitted all or none)" in short.summary
+    assert not [h for h in short.helps if h.startswith("tolerate")], short.helps
+    enough = _two_podsets(now=0, tolerated_now=3)
+    assert (
+        'tolerate taint "maint=yes:NoSchedule" (or remove it): all eligible nodes together would hold 3 pods now'
+        in enough.helps
+    )
+    # Each podset fits on its own (2 pods free), not both together (3): Kueue admits all or none.
+    together = _two_podsets(now=2, tolerated_now=2)
+    assert together.cause == "no domain free"
+    assert together.summary == (
+        "the workload needs 3 pods in all (podsets master 1, worker 2) and Kueue admits all or none: the eligible "
+        "nodes have room now for 2 of them; with nothing running they would hold 8"
+    )
+    never = _two_podsets(now=2, tolerated_now=2, empty=2)
+    assert never.cause == "never fits" and "hold 2 such pods with nothing running" in never.summary
+    # Never fitting in all comes before any podset's lack of room now.
+    busy_never = _two_podsets(now=0, tolerated_now=0, empty=2)
+    assert (busy_never.cause, busy_never.summary) == ("never fits", never.summary)
+    for report in (short, enough, together, never, busy_never):
+        assert not re.search(r"\b1 (pods|nodes)\b", report.summary + " ".join(report.helps)), report
+
+
+def test_a_running_workload_shows_where_kueue_placed_it_not_free_room() -> None:
+    # eval runs on both hosts of rack nn-rack-1-2-2; kgov said that rack had room for 2 pods now
+    # (its own nodes counted as free) and excluded 5 nodes for GPUs, Kueue's view of others' pods.
+    snapshot = Snapshot.from_file(DATA / "bundled.json")
+    report = why(snapshot, "eval", "hyperpod-ns-research")
+    assert report.cause == "running"
+    ((podset, placement),) = report.placements
+    assert podset == "main"
+    assert placement.assigned == [("gpu-1-2-2-1", 1), ("gpu-1-2-2-2", 1)]
+    assert placement.assigned_domains == ["nn-rack-1-2-2"]
+    assert (placement.fit_now, placement.excluded, placement.fit_untainted_now) == ([], {}, None)
+    text = to_text(report)
+    assert (
+        "  placed by Kueue (topologyAssignment): layer-3 nn-rack-1-2-2: gpu-1-2-2-1 (1 pod), gpu-1-2-2-2 (1 pod)\n"
+        in text
+    )
+    assert "FREEST DOMAIN NOW" not in text and "excluded" not in text
+    (topology,) = to_json(report)["topology"]
+    assert topology["assigned"] == [{"node": "gpu-1-2-2-1", "pods": 1}, {"node": "gpu-1-2-2-2", "pods": 1}]
+    assert topology["largestNow"] == [] and topology["excluded"] == {}
+    pending = why(snapshot, "finetune", "hyperpod-ns-research")
+    assert pending.placements[0][1].assigned is None and to_json(pending)["topology"][0]["assigned"] is None
+
+
+_PREEMPTED = "Preempted to accommodate a workload (UID: 5f1c, JobUID: 9a2e) due to prioritization in the ClusterQueue"
+
+
+def _preempted_and_requeued(quota_message: str) -> Snapshot:
+    """pending-causes.json with a1's Workload given the conditions Kueue v0.19.2 leaves on a
+    preempted, requeued workload (``jobframework/reconciler.go`` "handle eviction"): Evicted and
+    Preempted stay True, Requeued True, QuotaReserved False with ``quota_message``."""
+    snapshot = Snapshot.from_file(DATA / "pending-causes.json")
+    workload = workload_of_job(snapshot, "why-rec", "a1")
+    at = "2026-12-01T08:10:00Z"
+    workload["status"]["conditions"] = [
+        c for c in workload["status"]["conditions"] if c["type"] != "QuotaReserved"
+    ] + [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": _PREEMPTED, "lastTransitionTime": at},
+        {"type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": _PREEMPTED,
+         "lastTransitionTime": at},
+        {"type": "Requeued", "status": "True", "reason": "Preempted", "message": _PREEMPTED, "lastTransitionTime": at},
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": quota_message,
+         "lastTransitionTime": "2026-12-01T08:11:52Z"},
+    ]  # fmt: skip
+    snapshot.memo.clear()
+    return snapshot
+
+
+def test_a_preempted_workload_pending_again_gets_its_current_cause() -> None:
+    # Was: cause "preempted" with nothing that would help, and "-" in kgov status --team.
+    quota = kueue_message(Snapshot.from_file(DATA / "pending-causes.json"), "a1")
+    assert "insufficient unused quota for cpu" in quota
+    for message, state in ((quota, "waiting for quota"), (_PREEMPTED, "queued")):
+        snapshot = _preempted_and_requeued(message)
+        report = why(snapshot, "a1")
+        assert report.state is not None and report.state.state == state
+        assert report.state.earlier == f"preempted at 2026-12-01T08:10:00Z: {_PREEMPTED}"
+        assert report.cause == "over quota", report.summary
+        assert report.summary.endswith(" (preempted at 2026-12-01T08:10:00Z, then requeued)")
+        assert "wait for admitted workloads of the queue (or the cohort) to finish" in report.helps
+        assert f"  earlier: preempted at 2026-12-01T08:10:00Z: {_PREEMPTED}\n" in to_text(report)
+        (row,) = team_statuses(snapshot, report.cluster_queue)
+        (line,) = [w for w in row.workloads if w.name == report.workload]
+        assert (line.state, line.cause) == (state, "over quota")
+    # Still being stopped (quota reserved) or not requeued: preempted, as Kueue says.
+    snapshot = _preempted_and_requeued(quota)
+    workload = workload_of_job(snapshot, "why-rec", "a1")
+    requeued = next(c for c in workload["status"]["conditions"] if c["type"] == "Requeued")
+    requeued["status"] = "False"
+    assert workload_state(workload).state == "preempted"
+
+
+def test_status_png_without_a_file_says_where_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was: kgov-status.png written in the current directory without a word of where.
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(main, ["status", "--snapshot", str(DATA / "bundled.json"), "-o", "png"])
+    assert done.exit_code == 0, done.output
+    written = tmp_path / "kgov-status.png"
+    assert written.read_bytes().startswith(b"\x89PNG")
+    assert done.stderr == f"wrote kgov-status.png ({written.resolve()})\n"
+    assert done.stdout == ""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "by default `kgov-status.png` in the current directory" in readme

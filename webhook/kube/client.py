@@ -22,9 +22,12 @@ from typing import Any
 
 import yaml
 
+from webhook.core.platform_models import dns1123_label_error
+
 __all__ = [
     "ClusterError",
     "check_path",
+    "context_namespace",
     "get_json",
     "items_of",
     "kubeconfig_files",
@@ -44,6 +47,12 @@ def _home_config() -> Path:
     return Path.home() / ".kube" / "config"
 
 
+def _readable_entry(path: Path) -> bool:
+    """A path that exists and is not a directory: a file, or a device such as /dev/null (read
+    as it is: empty, hence not a kubeconfig)."""
+    return path.exists() and not path.is_dir()
+
+
 def kubeconfig_files(option: str | Path | None, *, in_cluster: bool = False) -> list[str] | None:
     """The kubeconfig files to merge: ``[--kubeconfig]``, else the files of ``$KUBECONFIG`` that
     exist (kubectl skips missing ones), else ``[~/.kube/config]``. None when ``in_cluster`` and
@@ -55,13 +64,13 @@ def kubeconfig_files(option: str | Path | None, *, in_cluster: bool = False) -> 
     """
     if option is not None and str(option) != "":
         path = Path(option)
-        if not path.is_file():
+        if not _readable_entry(path):
             what = "is a directory" if path.is_dir() else "no such file"
             raise ClusterError(f"--kubeconfig {option}: {what}")
         return [str(path)]
     listed = [entry for entry in os.environ.get("KUBECONFIG", "").split(os.pathsep) if entry]
     if listed:
-        found = [str(Path(entry).expanduser()) for entry in listed if Path(entry).expanduser().is_file()]
+        found = [str(Path(entry).expanduser()) for entry in listed if _readable_entry(Path(entry).expanduser())]
         if found:
             return found
         if in_cluster:
@@ -102,6 +111,36 @@ def _check_file(path: str) -> dict[str, Any]:
         if data.get(key) is not None and not isinstance(data.get(key), list):
             raise ClusterError(f"cannot load kubeconfig {path}: {key} is not a list")
     return data
+
+
+def context_namespace(kubeconfig: str | Path | None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig's context (``context``, else the current-context), as
+    kubectl uses it when no ``-n`` is given: ``default`` when the context sets none. Files as
+    :func:`kubeconfig_files` picks them; the first file that sets ``current-context`` and the
+    first that defines a context name win, as kubectl merges them.
+
+    Raises:
+        ClusterError: see :func:`kubeconfig_files` and the file checks; a namespace that is not
+            a DNS-1123 label.
+    """
+    files = kubeconfig_files(kubeconfig)
+    assert files is not None
+    documents = [_check_file(path) for path in files]
+    if context is None:
+        context = next((str(d["current-context"]) for d in documents if d.get("current-context")), None)
+    if context is None:
+        return "default"
+    for document in documents:
+        for entry in document.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") == context:
+                namespace = str((entry.get("context") or {}).get("namespace") or "default")
+                problem = dns1123_label_error(namespace)
+                if problem:
+                    raise ClusterError(
+                        f"cannot load kubeconfig {' + '.join(files)}: context {context!r}: namespace {problem}"
+                    )
+                return namespace
+    return "default"  # a context not defined: reading the cluster says so
 
 
 async def _configuration(files: list[str], context: str | None) -> Any:

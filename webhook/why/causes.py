@@ -69,27 +69,94 @@ def _eligible(placement: PodsetPlacement) -> str:
     return said
 
 
+def _workload_pods(report: WhyReport, flavor: str) -> tuple[int, str]:
+    """The pods of every podset of the workload on ``flavor`` and, with more than one podset,
+    ``" (podsets master 1, worker 2)"``: Kueue admits a workload's podsets all together or none."""
+    counts = [(podset, p.count) for podset, p in report.placements if p.flavor == flavor]
+    listed = f" (podsets {', '.join(f'{podset} {count}' for podset, count in counts)})" if len(counts) > 1 else ""
+    return sum(count for _, count in counts), listed
+
+
+def _together(report: WhyReport, now: bool) -> bool:
+    """``never fits`` (``now`` False) or ``no domain free`` (``now`` True) for the podsets of one
+    flavor with the same pod shape, whose eligible nodes hold fewer of those pods than the
+    workload has in all (with nothing running, or now): Kueue admits them all or none."""
+    by_flavor: dict[str, list[PodsetPlacement]] = {}
+    for _, placement in report.placements:
+        by_flavor.setdefault(placement.flavor, []).append(placement)
+    for flavor, placements in by_flavor.items():
+        first = placements[0]
+        if len(placements) < 2 or any(p.per_pod != first.per_pod for p in placements) or not first.fit_empty:
+            continue
+        total, listed = _workload_pods(report, flavor)
+        where = f"the workload needs {plural(total, 'pod')} in all{listed} and Kueue admits all or none"
+        empty = first.fit_empty[-1]
+        if not now and empty.pods < total:
+            report.cause = "never fits"
+            report.summary = f"{where}: {_eligible(first)} hold {plural(empty.pods, 'such pod')} with nothing running"
+            report.helps.append(f"fewer or smaller pods: {_eligible(first)} together hold {empty.pods}")
+            return True
+        if now and first.fit_now and first.fit_now[-1].pods < total:
+            report.cause = "no domain free"
+            report.summary = (
+                f"{where}: the eligible nodes have room now for {first.fit_now[-1].pods} of them; "
+                f"with nothing running they would hold {empty.pods}"
+            )
+            report.helps.append(f"wait for running workloads on {_eligible(first)} to finish")
+            return True
+    return False
+
+
+def _enough(fit: DomainFit, placement: PodsetPlacement, total: int) -> bool:
+    """Whether ``fit`` holds the podset (all the flavor's nodes: the workload's ``total`` pods)."""
+    return fit.pods >= (total if fit.level == ALL_NODES else placement.count)
+
+
+def _alone(fit: DomainFit, podset: str, placement: PodsetPlacement, total: int, listed: str) -> str:
+    """For advice about one domain of a podset's level: that it is for that podset alone."""
+    if total == placement.count or fit.level == ALL_NODES:
+        return ""
+    return f", for podset {podset} alone: the workload needs {plural(total, 'pod')} in all{listed}"
+
+
 def _topology(report: WhyReport) -> bool:
-    """Set a topology cause when a podset does not fit at its level; True when one was set."""
+    """Set a topology cause when a podset does not fit at its level, or the podsets do not fit
+    together; True when one was set.
+
+    Advice that a change would let it fit counts the whole workload: on all the flavor's nodes
+    every podset of the flavor (all or none); at a narrower level, where each podset may take its
+    own domain, the advice says it is for that podset and how many pods the workload needs."""
+    if _together(report, now=False):
+        return True
     for podset, placement in report.placements:
         now, empty = placement.at_level(placement.fit_now), placement.at_level(placement.fit_empty)
         if now is None or empty is None or now.pods >= placement.count:
             continue
+        total, listed = _workload_pods(report, placement.flavor)
+
         at = f"{placement.mode} {level_name(placement.level)}" if placement.level else placement.mode
         where = f"podset {podset}: {plural(placement.count, 'pod')} at {at}"
+        if total != placement.count:
+            where += f" (the workload: {plural(total, 'pod')}{listed}, admitted all or none)"
         untainted = placement.fit_untainted_empty
         taints = {k: v for k, v in placement.excluded.items() if k.startswith("taint ")}
         if empty.pods < placement.count and untainted is not None and untainted.pods >= placement.count and taints:
             report.cause = "taint"
-            listed = ", ".join(f"{k} on {plural(v, 'node')}" for k, v in taints.items())
+            listed_taints = ", ".join(f"{k} on {plural(v, 'node')}" for k, v in taints.items())
             report.summary = (
-                f"{where}: untolerated {listed}; {_largest(empty, ' left')} holds "
+                f"{where}: untolerated {listed_taints}; {_largest(empty, ' left')} holds "
                 f"{empty.pods} of {plural(placement.count, 'pod')}"
             )
-            report.helps.append(
-                f"tolerate {', '.join(taints)} (or remove it): {_domain(untainted)} would hold "
-                f"{plural(untainted.pods, 'pod')}"
-            )
+            if _enough(untainted, placement, total):
+                report.helps.append(
+                    f"tolerate {', '.join(taints)} (or remove it): {_domain(untainted)} would hold "
+                    f"{plural(untainted.pods, 'pod')}{_alone(untainted, podset, placement, total, listed)}"
+                )
+            else:
+                report.helps.append(
+                    f"tolerate {', '.join(taints)} (or remove it) and make room: {_domain(untainted)} would hold "
+                    f"{plural(untainted.pods, 'pod')} of the {total} the workload needs"
+                )
             return True
         if empty.pods < placement.count:
             report.cause = "never fits"
@@ -103,7 +170,8 @@ def _topology(report: WhyReport) -> bool:
                 )
             broader = _narrowest_fitting(placement, placement.fit_empty)
             report.helps.append(
-                f"ask for {level_name(broader.level)} (its largest domain holds {broader.pods})"
+                f"ask for {level_name(broader.level)} (its largest domain holds {plural(broader.pods, 'pod')}"
+                f"{_alone(broader, podset, placement, total, listed)})"
                 if broader
                 else f"fewer or smaller pods: {_eligible(placement)} together hold {placement.fit_empty[-1].pods}"
             )
@@ -123,17 +191,18 @@ def _topology(report: WhyReport) -> bool:
         broader = _narrowest_fitting(placement, placement.fit_now)
         if broader is not None and broader.level != now.level:
             report.helps.append(
-                f"would fit now at {level_name(broader.level)} ({_domain(broader)} holds {broader.pods})"
+                f"would fit now at {level_name(broader.level)} ({_domain(broader)} holds "
+                f"{plural(broader.pods, 'pod')}{_alone(broader, podset, placement, total, listed)})"
             )
         tolerated = placement.fit_untainted_now
-        if taints and tolerated is not None and tolerated.pods >= placement.count:
+        if taints and tolerated is not None and _enough(tolerated, placement, total):
             report.helps.append(
-                f"tolerate {', '.join(taints)} (or remove it): {_domain(tolerated)} would hold {tolerated.pods} "
-                "pods now"
+                f"tolerate {', '.join(taints)} (or remove it): {_domain(tolerated)} would hold "
+                f"{plural(tolerated.pods, 'pod')} now{_alone(tolerated, podset, placement, total, listed)}"
             )
         report.helps.append(f"wait for running workloads on {_eligible(placement)} to finish")
         return True
-    return False
+    return _together(report, now=True)
 
 
 def _short(report: WhyReport, need: QuotaNeed) -> str:

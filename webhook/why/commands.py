@@ -22,6 +22,7 @@ from webhook.core.platform import PlatformError
 from webhook.core.platform_models import dns1123_subdomain_error, label_value_error
 from webhook.core.policy import PolicySet
 from webhook.core.resolve import TeamIndex
+from webhook.kube.client import context_namespace
 from webhook.options import NAMESPACE, OutputError, check_output_file, write_output
 from webhook.sources import POLICY_KEY, InputError, load_policies
 from webhook.why.decision import decide
@@ -116,7 +117,10 @@ def _parse_target(target: str) -> tuple[WorkloadKind | None, str]:
 @click.command("why", epilog=_EXIT_CODES)
 @click.argument("target", metavar="KIND/NAME")
 @click.option(
-    "-n", "--namespace", default="default", show_default=True, type=NAMESPACE, help="Namespace of the object."
+    "-n",
+    "--namespace",
+    type=NAMESPACE,
+    help="Namespace of the object (default, as kubectl: the kubeconfig context's namespace, else default).",
 )
 @kubeconfig_option
 @snapshot_option
@@ -131,7 +135,7 @@ def _parse_target(target: str) -> tuple[WorkloadKind | None, str]:
 @click.option("-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def why_command(
     target: str,
-    namespace: str,
+    namespace: str | None,
     kubeconfig: Path | None,
     snapshot_file: Path | None,
     platform: Path | None,
@@ -145,6 +149,8 @@ def why_command(
     namespace a DNS-1123 label.
     """
     row, name = _parse_target(target)
+    if namespace is None:
+        namespace = "default" if snapshot_file is not None else _context_namespace(kubeconfig)
     snapshot = _read(
         kubeconfig,
         snapshot_file,
@@ -153,6 +159,14 @@ def why_command(
     )
     report = _report(snapshot, row.kind if row else "Workload", namespace, name, platform, policy)
     click.echo(json.dumps(to_json(report), indent=2) if fmt == "json" else to_text(report), nl=fmt == "json")
+
+
+def _context_namespace(kubeconfig: Path | None) -> str:
+    """The kubeconfig context's namespace (exits 2 with the reason when the kubeconfig cannot be read)."""
+    try:
+        return context_namespace(kubeconfig)
+    except ClusterError as exc:
+        _fail(str(exc))
 
 
 def _read(
@@ -253,7 +267,7 @@ def status_command(
             render_status_picture(rows, out_file)
         except OSError as exc:
             raise OutputError(f"-f {out_file}: cannot write: {exc.strerror or exc}") from None
-        click.echo(f"wrote {out_file}", err=True)
+        click.echo(f"wrote {out_file}" + (f" ({out_file.resolve()})" if not out_file.is_absolute() else ""), err=True)
         return
     text: Any = json.dumps(status_json(rows), indent=2) + "\n" if fmt == "json" else status_table(rows)
     if team is not None and fmt == "table":

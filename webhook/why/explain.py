@@ -32,6 +32,7 @@ from typing import Any
 from webhook.core.inventory import Node
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
+from webhook.topology.tree import HOSTNAME_LABEL, assignment_domains
 from webhook.why.causes import classify
 from webhook.why.decision import Decision
 from webhook.why.placement import PodsetPlacement, free_capacity, place_podset
@@ -266,12 +267,39 @@ def _flavors_for(
     return []
 
 
+_HOLDING_QUOTA = ("admitted", "running", "quota reserved")
+
+
+def _assign(snapshot: Snapshot, workload: Mapping[str, Any], podset: str, placed: PodsetPlacement) -> None:
+    """For a workload holding quota: set where Kueue placed ``podset`` (its ``topologyAssignment``)
+    and clear the free-now analysis, which would count its own nodes as free room."""
+    placed.fit_now, placed.fit_untainted_now, placed.excluded = [], None, {}
+    placed.assigned = []
+    by_host: dict[str, Node] = {}
+    for node in snapshot.memo["nodes"].values():
+        by_host[node.labels.get(HOSTNAME_LABEL, node.name)] = node
+    for assignment in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        if assignment.get("name") != podset or not assignment.get("topologyAssignment"):
+            continue
+        try:
+            domains = assignment_domains(assignment["topologyAssignment"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        for levels, values, pods in domains:
+            placed.assigned.append(("/".join(values), pods))
+            node = by_host.get(values[-1]) if levels and levels[-1] == HOSTNAME_LABEL else None
+            domain = node.labels.get(placed.level) if node is not None and placed.level else None
+            if domain is not None and domain not in placed.assigned_domains:
+                placed.assigned_domains.append(domain)
+
+
 def _placements(
     snapshot: Snapshot,
     workload: Mapping[str, Any],
     queue: Mapping[str, Any],
     needs: Mapping[str, Mapping[str, Decimal]],
 ) -> list[tuple[str, PodsetPlacement]]:
+    holding = workload_state(workload).state in _HOLDING_QUOTA
     if workload_state(workload).state in _WITHOUT_RESERVATION:
         # Nothing of its own is counted in the nodes: one computation serves every such workload.
         if snapshot.free is None:
@@ -299,6 +327,8 @@ def _placements(
                     podset, flavor, levels, topology_name, snapshot.nodes, free, snapshot.memo["nodes"]
                 )
                 if key is None:
+                    if holding:
+                        _assign(snapshot, workload, name, placed)
                     out.append((name, placed))
                     continue
                 placements[key] = placed
@@ -348,4 +378,6 @@ def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, n
     if report.state.state in ("queued", "pending", "waiting for quota", "waiting for topology"):
         report.position = position_in_queue(snapshot, workload, report.cluster_queue)
     classify(report)
+    if report.state.earlier:
+        report.summary += f" ({report.state.earlier.split(': ', 1)[0]}, then requeued)"
     return report

@@ -145,6 +145,11 @@ class PodsetPlacement:
     fit_empty: list[DomainFit] = field(default_factory=list)
     fit_untainted_now: DomainFit | None = None
     fit_untainted_empty: DomainFit | None = None
+    #: For a workload holding quota: where Kueue's ``topologyAssignment`` put its pods (node and
+    #: pods per node) and the domains of the podset's level those nodes are in; the free-now
+    #: fields are then left empty (the nodes it runs on are not free room for it).
+    assigned: list[tuple[str, int]] | None = None
+    assigned_domains: list[str] = field(default_factory=list)
 
     def at_level(self, fits: Sequence[DomainFit]) -> DomainFit | None:
         """The entry of ``fits`` for the podset's own level (the whole flavor when unconstrained)."""

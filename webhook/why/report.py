@@ -11,7 +11,10 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
                 "lendingLimit", "borrowed", "available", "potential", "cohortAvailable"}],
      "topology": [{"podset", "flavor", "topology", "levels", "mode", "level", "count", "perPod", "kueueNodes",
                    "excluded": {cause: nodes}, "kueueExcluded": {cause: nodes} | null,
-                   "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...]}],
+                   "largestNow": [{"level", "domain", "pods", "nodes"}], "largestEmpty": [...],
+                   "assigned": [{"node", "pods"}] | null, "assignedDomains": [str]}],
+                  (a workload holding quota: "assigned" is where Kueue placed it, and "excluded",
+                  "largestNow" are empty: its own nodes are not free room for it)
      "decision": {"team", "teamReason", "rules": [{"rule", "path", "stored", "policy", "by", "reason", "setBy"}],
                   "warnings", "denials", "skipped", "owner": str | null} | null,
      "policyNote": str | null (why there is no decision, for a Workload asked about directly),
@@ -28,7 +31,7 @@ from typing import Any
 
 from webhook.why.causes import amount, level_name
 from webhook.why.explain import WhyReport
-from webhook.why.placement import DomainFit
+from webhook.why.placement import DomainFit, PodsetPlacement
 
 __all__ = ["number", "to_json", "to_text"]
 
@@ -38,6 +41,15 @@ def number(value: Decimal | None) -> int | float | None:
     if value is None:
         return None
     return int(value) if value == value.to_integral_value() else float(value)
+
+
+def _text_assigned(p: PodsetPlacement) -> list[str]:
+    """Where Kueue placed a podset of a workload holding quota."""
+    if not p.assigned:
+        return ["  placed by Kueue: no topologyAssignment recorded"]
+    nodes = ", ".join(f"{node} ({pods} pod{'s' * (pods != 1)})" for node, pods in p.assigned)
+    within = f"{level_name(p.level)} {', '.join(p.assigned_domains)}: " if p.assigned_domains else ""
+    return [f"  placed by Kueue (topologyAssignment): {within}{nodes}"]
 
 
 def _fits(fits: list[DomainFit]) -> list[dict[str, Any]]:
@@ -104,6 +116,10 @@ def to_json(report: WhyReport) -> dict[str, Any]:
                 "kueueExcluded": kueue_excluded,
                 "largestNow": _fits(p.fit_now),
                 "largestEmpty": _fits(p.fit_empty),
+                "assigned": [{"node": node, "pods": pods} for node, pods in p.assigned]
+                if p.assigned is not None
+                else None,
+                "assignedDomains": p.assigned_domains,
             }
             for podset, p in report.placements
         ],
@@ -196,6 +212,8 @@ def to_text(report: WhyReport) -> str:
         lines.append(f"State: {state.state} since {state.since} (created {state.created})")
         if state.message:
             lines.append(f"  Kueue: {state.message}")
+        if state.earlier:
+            lines.append(f"  earlier: {state.earlier}")
     lines.append(f"Cause: {report.cause}: {report.summary}" if report.cause else f"Summary: {report.summary}")
     if report.owned:
         lines.append(
@@ -245,6 +263,9 @@ def to_text(report: WhyReport) -> str:
             + (f" {level_name(p.level)}" if p.level else "")
             + f", flavor {p.flavor}, topology {p.topology}"
         )
+        if p.assigned is not None:
+            lines.extend(_text_assigned(p))
+            continue
         excluded = ", ".join(f"{k}: {v}" for k, v in p.excluded.items()) or "none"
         lines.append(f"  nodes in Kueue's TAS: {p.kueue_nodes}; excluded: {excluded}")
         if state is not None and state.tas_message is not None and state.tas_message.total_nodes is not None:

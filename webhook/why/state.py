@@ -6,7 +6,11 @@ yet: not evaluated, or held behind the head of a StrictFIFO queue), ``waiting fo
 message says which: ``insufficient unused quota …`` or ``topology "T" allows to fit only N out of
 M pod(s)``), ``admitted`` (``Admitted=True``), ``running`` (and ``PodsReady=True``), ``finished``
 (``Finished=True``), ``evicted`` / ``preempted`` (``Evicted=True`` / ``Preempted=True``, until
-the workload is admitted again), ``inactive`` (``spec.active: false``).
+Kueue requeues it: ``Requeued=True`` and ``QuotaReserved=False``; both conditions stay ``True``
+until quota is reserved again, ``pkg/workload/workload.go`` ``SetQuotaReservation``, so a
+requeued workload is pending again, with ``earlier`` saying when it was evicted and why; while
+``QuotaReserved`` still carries the eviction's message it is ``queued``), ``inactive``
+(``spec.active: false``).
 
 Kueue's TAS message (``pkg/cache/scheduler/tas_flavor_snapshot.go`` ``notFitMessage``) carries
 ``Total nodes: N; excluded: taint "k=v:NoSchedule": 7, resource "nvidia.com/gpu": 4``;
@@ -88,6 +92,8 @@ class WorkloadState:
     times: dict[str, str] = field(default_factory=dict)
     quota_message: dict[str, str] | None = None
     tas_message: KueueTasMessage | None = None
+    #: A workload pending again after an eviction: ``preempted at T: message`` (or ``evicted …``).
+    earlier: str = ""
 
 
 def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -135,16 +141,28 @@ def workload_state(workload: Mapping[str, Any]) -> WorkloadState:
         return made("running" if true("PodsReady") else "admitted", "PodsReady" if true("PodsReady") else "Admitted")
     if true("QuotaReserved"):
         return made("quota reserved", "QuotaReserved")
-    if true("Preempted") and true("Evicted"):
-        return made("preempted", "Preempted")
-    if true("Evicted"):
-        return made("evicted", "Evicted")
     reserved = conditions.get("QuotaReserved")
+    earlier = ""
+    if true("Evicted"):
+        kind = "Preempted" if true("Preempted") else "Evicted"
+        requeued = conditions.get("Requeued", {}).get("status")
+        if reserved is None or reserved.get("status") != "False" or requeued == "False":
+            return made(kind.lower(), kind)
+        # Requeued: pending again; Evicted and Preempted stay True until quota is reserved again.
+        was = made(kind.lower(), kind)
+        earlier = f"{was.state} at {was.since}" + (f": {was.message}" if was.message else "")
+        if str(reserved.get("message") or "") in (was.message, str(conditions["Evicted"].get("message") or "")):
+            # QuotaReserved still carries the eviction's message: not evaluated since.
+            state = made("queued", "QuotaReserved")
+            state.message = f"requeued after being {was.state}; not evaluated by Kueue's scheduler since"
+            state.earlier = earlier
+            return state
     if reserved is None:
         state = made("queued", "QuotaReserved")
         state.message = "not evaluated by Kueue's scheduler yet, or held behind the head of its queue"
         return state
     state = made("pending", "QuotaReserved")
+    state.earlier = earlier
     state.tas_message = parse_tas_message(state.message)
     quota = _QUOTA.search(state.message)
     if quota is not None:
