@@ -779,3 +779,34 @@ def test_kgov_mutate_refuses_the_users_manifest(tmp_path: Path) -> None:
     assert 'kgov: document 1 item 2 is not a Kubernetes object (needs apiVersion and kind): items[1] is string "x"' in (
         listed.stderr
     )
+
+
+# -- labels and annotations: string maps ----------------------------------------------------------
+
+
+def _metadata_paths(kind: str) -> list[tuple[Key, ...]]:
+    """Where ``kind`` keeps labels and annotations: its own metadata and its first pod template's."""
+    row = _row(kind)
+    template = KINDS[kind][1][0] if KINDS[kind][1] else None
+    paths: list[tuple[Key, ...]] = [(*row.labels_at, "labels"), ("metadata", "annotations")]
+    if template is not None and row.podsets:
+        layout = row.podsets[0].layout
+        paths += [(*template, *layout.labels), (*template, *layout.annotations)]
+    return paths
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(("value", "shown"), [(5, "number 5"), (True, "boolean true"), ({"a": "b"}, "object")])
+@pytest.mark.parametrize("enforcement", ["enforce", "warn"])
+def test_a_label_or_annotation_that_is_not_a_string_is_refused_naming_its_path(
+    kind: str, value: Any, shown: str, enforcement: str
+) -> None:
+    """``metadata.labels["kueue.x-k8s.io/queue-name"]: 5`` used to be read as "LocalQueue 5 is not
+    allowed" (and passed under ``warn``): labels and annotations are ``map[string]string`` in
+    Kubernetes, so the object is malformed, whatever the enforcement."""
+    teams = _teams({"queue": {"enforcement": enforcement}})
+    for at in _metadata_paths(kind):
+        key = "kueue.x-k8s.io/queue-name" if at[-1] == "labels" else "team/owner"
+        path = (*at, key)
+        outcome = answer(with_value(KINDS[kind][0](), path, value), teams=teams)
+        assert_refused(outcome, path, f"must be a string, got {shown}")

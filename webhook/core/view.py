@@ -30,6 +30,7 @@ from webhook.core.wellformed import (
     count,
     expand_checked,
     maps_of,
+    string_values,
 )
 
 __all__ = ["GROUP_NAME", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
@@ -193,6 +194,8 @@ def _podset(
     group = lookup(base, (*layout.annotations, GROUP_NAME))
     if group is not None and not isinstance(group, str):
         problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))
+    for suffix in (layout.labels, layout.annotations):
+        string_values(lookup(base, suffix), (*path, *suffix), problems)
     return PodSet(
         name=_name(obj, rule, bindings, led, problems),
         path=path,
@@ -251,6 +254,9 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         suspend = lookup(obj, row.suspend)
         if suspend is not None and not isinstance(suspend, bool):
             problems.append(Problem(row.suspend, suspend, "a boolean"))
+    for at in dict.fromkeys((("metadata",), row.labels_at)):
+        for key in ("labels", "annotations"):
+            string_values(lookup(obj, (*at, key)), (*at, key), problems)
     if row.embedded is not None:
         yield from _embedded(obj, row, problems)
 

@@ -41,6 +41,7 @@ __all__ = [
     "is_extended_resource",
     "maps_of",
     "quantity",
+    "string_values",
 ]
 
 #: The largest value of the int32 count fields (Kubernetes ``int32``).
@@ -120,6 +121,19 @@ def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple
         else:
             problems.append(Problem((*path, index), item, "an object"))
     return out
+
+
+def string_values(value: Any, path: tuple[Key, ...], problems: Problems) -> None:
+    """Labels or annotations (Kubernetes ``map[string]string``) at ``path``: each value that is not
+    a string (``kueue.x-k8s.io/queue-name: 5``) is a problem, unless one is already recorded at its
+    path (a count kept in an annotation has its own message). A map of another type is left to
+    the readers of the map."""
+    if not isinstance(value, Mapping):
+        return
+    reported = {problem.path for problem in problems}
+    for key, item in value.items():
+        if not isinstance(item, str) and (*path, key) not in reported:
+            problems.append(Problem((*path, key), item, "a string"))
 
 
 def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = False) -> int | None:
