@@ -11,7 +11,11 @@ Each case is created twice (``dryRun=All``: nothing is stored):
 The oracle refuses every wrong JSON type and every string where a number belongs. It takes
 negative counts and requests in these CRDs (their schemas set no minimum): we refuse them all the
 same, as Kubernetes refuses them in the Jobs and Pods such a workload is made of, and Kueue cannot
-give a podset a negative count.
+give a podset a negative count. It also takes a fractional extended resource
+(``nvidia.com/gpu: "500m"``), which the API server refuses in every Pod made from it, and a Job
+with it: we refuse it. A fractional JSON number (``cpu: 0.5``) is refused by the CRD's schema unless Kueue's webhook
+re-encodes the object first, which it does only when it changes it (a PyTorchJob submitted with a
+queue label and not suspended): we refuse it in the other cases, read it in those.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ GPU = "nvidia.com/gpu"
 COUNT = "must be a non-negative integer"
 QUANTITY = "must be a Kubernetes quantity (e.g. 8, 500m, 64Gi)"
 NEGATIVE = "must be a non-negative quantity (e.g. 8, 500m, 64Gi)"
+FRACTIONAL = (
+    'a whole number or a quantity string (e.g. 8, "500m", "64Gi"): the CRD\'s int-or-string schema '
+    "refuses a fractional JSON number, which Kueue's webhook re-encodes only in a workload submitted "
+    "with a queue label"
+)
+EXTENDED = f"must be a whole number ({GPU} is an extended resource, which Kubernetes takes in whole units only)"
 
 
 def _template(restart_policy: str = "Never") -> dict[str, Any]:
@@ -162,12 +172,22 @@ CRD_CASES: list[tuple[str, tuple[str | int, ...], Any, str, bool]] = [
     ),
     ("JobSet", (*JOBSET_POD, "containers", 0, "resources", "limits"), [1, 2], "must be an object, got array", True),
     ("PyTorchJob", (*PYTORCH_POD, "containers"), "notalist", 'must be an array, got string "notalist"', True),
+    # A fractional JSON number with no queue label of the user's: Kueue's webhook does not re-encode
+    # it (the governor adds the label, Kueue then changes nothing) and the CRD's schema refuses it.
     (
         "PyTorchJob",
         (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"),
         0.5,
-        'must be a whole number or a quantity string (e.g. 8, "500m", "64Gi"), got number 0.5',
+        f"must be {FRACTIONAL}, got number 0.5",
         True,
+    ),
+    # A fractional extended resource: the CRD takes it, but the API server would refuse every pod.
+    (
+        "PyTorchJob",
+        (*PYTORCH_POD, "containers", 0, "resources", "requests", GPU),
+        "500m",
+        f'{EXTENDED}, got string "500m"',
+        False,
     ),
 ]
 
@@ -205,13 +225,14 @@ async def test_a_malformed_custom_resource_is_refused_by_path(
     assert status["message"] == f"{DENIED_PREFIX}malformed object: {_dotted(path)} {message}"
 
 
-BUILT_IN_CASES: list[tuple[tuple[str | int, ...], Any]] = [  # (a Job's resource.Quantity takes a JSON 0.5)
+BUILT_IN_CASES: list[tuple[tuple[str | int, ...], Any]] = [
     (("spec", "parallelism"), "2"),
     (("spec", "parallelism"), 1.5),
     (("spec", "completions"), True),
     (("spec", "parallelism"), -3),
     (("spec", "template", "spec", "containers", 0, "resources", "requests", GPU), "8Xi"),
     (("spec", "template", "spec", "containers", 0, "resources", "requests", GPU), "-8"),
+    (("spec", "template", "spec", "containers", 0, "resources", "requests", GPU), "500m"),
     (("spec", "template", "spec", "containers", 0, "resources", "limits"), [1, 2]),
     (("spec", "template", "spec", "containers"), "notalist"),
 ]
@@ -233,18 +254,46 @@ async def test_kubernetes_refuses_what_we_refuse_in_a_built_in_kind(
 @pytest.mark.parametrize("kind", ["PyTorchJob", "JobSet", "Job"])
 async def test_well_formed_edge_values_are_admitted(dynamic: DynamicClient, kind: str) -> None:
     """A whole number written 1.0 or 2.0 (sent as such: the CRD's integer schema takes it), a count
-    of 0, a quantity given as a whole JSON number, and 0.5 in a Job: accepted by the API server and
-    by us."""
+    of 0, and a quantity given as a JSON number: 0.5 in a Job, and in a PyTorchJob submitted with a
+    queue label (Kueue's webhook suspends it and so re-encodes 0.5 as "500m"): accepted by the API
+    server and by us."""
     body = _bases()[kind]
     body["metadata"]["namespace"] = RESEARCH
     if kind == "PyTorchJob":
         body = _with(body, ("spec", "pytorchReplicaSpecs", "Master", "replicas"), 1.0)
-        # A whole JSON number: the CRDs' int-or-string schema refuses a fraction such as 0.5.
-        body = _with(body, (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"), 2)
+        body = _with(body, (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"), 0.5)
+        body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "hyperpod-ns-research-localqueue"}
     elif kind == "Job":  # a built-in kind's resource.Quantity takes a fractional JSON number
         body = _with(body, ("spec", "template", "spec", "containers", 0, "resources", "requests", "cpu"), 0.5)
     else:
         body = _with(body, ("spec", "replicatedJobs", 0, "replicas"), 2.0)
         body = _with(body, ("spec", "replicatedJobs", 0, "template", "spec", "parallelism"), 0)
+        body = _with(body, (*JOBSET_POD, "containers", 0, "resources", "requests", "cpu"), 2)
     created = await create_with_warnings(dynamic, body, dry_run=True)
     assert created.obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-research-localqueue"
+
+
+@pytest.mark.parametrize(
+    ("queue", "suspend", "taken"), [(None, None, False), ("user-queue", None, True), ("user-queue", True, False)]
+)
+async def test_kueue_re_encodes_a_fractional_json_quantity_only_when_it_changes_the_object(
+    dynamic: DynamicClient, namespace: str, queue: str | None, suspend: bool | None, taken: bool
+) -> None:
+    """The oracle for reading ``cpu: 0.5`` in a custom resource: outside the teams (the governor not
+    involved), Kueue's webhook answers with a patch, re-encoding 0.5 as "500m", only when its
+    defaulting changes the PyTorchJob: with a queue label, suspending it. With no label, or already
+    suspended, the CRD's int-or-string schema refuses the number."""
+    body = _with(_bases()["PyTorchJob"], (*PYTORCH_POD, "containers", 0, "resources", "requests", "cpu"), 0.5)
+    body["metadata"]["namespace"] = namespace
+    if queue is not None:
+        body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    if suspend is not None:
+        body["spec"]["runPolicy"] = {"suspend": suspend}
+    if not taken:
+        with pytest.raises(Refused) as refused:
+            await create_with_warnings(dynamic, body, dry_run=True)
+        assert "must be of type integer,string" in str(refused.value.status.get("message"))
+        return
+    created = await create_with_warnings(dynamic, body, dry_run=True)
+    requests = created.obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]
+    assert requests["requests"]["cpu"] == "500m"

@@ -174,16 +174,22 @@ DENIED_WHEN_MANAGED = {
     ),
 }
 
-# Cases the real API server refuses as written (e2e/test_governor_examples.py skips them for that):
-# refused by us too, naming the path. Kueue's XGBoostJob sample asks for `cpu: 0.5`, a JSON number
-# the training-operator CRD's int-or-string schema does not take.
-MALFORMED = {
+# Kueue's XGBoostJob sample asks for `cpu: 0.5`, a JSON number. As given (with its own queue label)
+# it is read as a quantity: Kueue's webhook suspends it and so re-encodes 0.5 as "500m" before the
+# CRD's int-or-string schema is checked. Stripped of its label, the governor adds one, Kueue's
+# webhook then changes nothing and the schema would refuse the number (e2e/test_malformed.py):
+# refused by us, naming each path.
+FRACTIONAL = (
+    'must be a whole number or a quantity string (e.g. 8, "500m", "64Gi"): the CRD\'s int-or-string '
+    "schema refuses a fractional JSON number, which Kueue's webhook re-encodes only in a workload "
+    "submitted with a queue label, got number 0.5"
+)
+MALFORMED_STRIPPED = {
     "jobs/sample-xgboostjob.yaml": (
-        "malformed object: spec.xgbReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu "
-        'must be a whole number or a quantity string (e.g. 8, "500m", "64Gi"), got number 0.5'
+        f"malformed object: spec.xgbReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu {FRACTIONAL}"
     ),
 }
-REFUSED = {**DENIED_WHEN_MANAGED, **MALFORMED}
+REFUSED = {**DENIED_WHEN_MANAGED, **MALFORMED_STRIPPED}
 
 pytestmark = needs_cases
 ALL_FILES = sorted(str(p.relative_to(CASES)) for p in CASES.glob("**/*.yaml")) if CASES.is_dir() else []
@@ -212,10 +218,6 @@ def test_every_workload_case_has_an_expectation() -> None:
 def test_case_as_given(name: str) -> None:
     """Their own queue labels (user-queue, …) belong to no team here: denied, naming the rule."""
     result = mutate(CASES / name)
-    if name in MALFORMED:
-        assert result.exit_code == 1
-        assert f"document 1 denied: {MALFORMED[name]}" in result.stderr
-        return
     labelled = {
         index
         for index, doc in enumerate(load_documents(CASES / name))

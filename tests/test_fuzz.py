@@ -18,15 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import aws_nodes, platform_with, review_body, teams_from
-from test_malformed import BUILT_IN, KINDS, QUANTITY_FIELDS, TEMPLATED, answer, assert_admitted, with_value
+from test_malformed import KINDS, QUANTITY_FIELDS, TEMPLATED, _schema_typed, answer, assert_admitted, with_value
 from test_properties import BASES
 
 from webhook.core.admission import MalformedReview, decode_body
 from webhook.core.inventory import NodeInventory, PodConstraints
 from webhook.core.patch import apply_patch
 from webhook.core.paths import dotted, lookup
-from webhook.core.quantity import format_quantity
+from webhook.core.quantity import format_quantity, parse_quantity
 from webhook.core.review import review
+from webhook.core.wellformed import is_extended_resource
 from webhook.sources import load_nodes
 
 # Bases whose every governed field is present, so that corruption reaches each of them.
@@ -230,12 +231,13 @@ def test_largest_domain_is_the_brute_force_answer(nodes: list[dict[str, Any]], g
     assert host <= block <= total  # a host lies in a block, a block in the flavor
 
 
-@pytest.mark.parametrize("amount", ["1e-30", "1E+9999", 1e-300])
-def test_extreme_requests_are_answered(amount: Any) -> None:
+@pytest.mark.parametrize(("resource", "amount"), [("cpu", "1e-30"), ("nvidia.com/gpu", "1E+9999"), ("cpu", 1e-300)])
+def test_extreme_requests_are_answered(resource: str, amount: Any) -> None:
     """Regression: a request of 1e-30 GPUs overflowed Decimal division (HTTP 500). (A superscript
-    digit, once here, is no quantity nor count: refused by path, tests/test_malformed.py.)"""
+    digit, once here, is no quantity nor count: refused by path, tests/test_malformed.py.) A GPU
+    count must be whole (an extended resource), so the tiny amounts are CPUs now."""
     obj = copy.deepcopy(BASES[0])
-    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = amount
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][resource] = amount
     obj["spec"]["parallelism"] = 2
     outcome = review(review_body(obj, "ml"), TEAMS, inventory=NODES)
     response = outcome.response["response"]
@@ -245,6 +247,17 @@ def test_extreme_requests_are_answered(amount: Any) -> None:
     assert "can never be admitted" in response["status"]["message"]
     if amount == "1E+9999":
         assert "it needs 2" in response["status"]["message"]
+
+
+@pytest.mark.parametrize("amount", ["1e-30", 1e-300])
+def test_a_tiny_gpu_request_is_malformed(amount: Any) -> None:
+    obj = copy.deepcopy(BASES[0])
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = amount
+    outcome = review(review_body(obj, "ml"), TEAMS, inventory=NODES)
+    [denial] = outcome.plan.denials
+    assert denial.startswith(
+        "malformed object: spec.template.spec.containers[0].resources.requests.nvidia.com/gpu must be a whole number"
+    )
 
 
 @pytest.mark.parametrize(
@@ -351,8 +364,10 @@ def test_any_value_of_a_quantity_is_read_or_refused_by_path(
     value = data.draw(VALID_QUANTITIES if valid else INVALID_QUANTITIES)
     path = (*data.draw(st.sampled_from(templates)), *field)
     outcome = answer(with_value(build(), path, value))
-    if type(value) is float and value != int(value) and kind not in BUILT_IN:
-        valid = False  # a custom resource's int-or-string schema takes whole JSON numbers only
+    if valid and is_extended_resource(str(field[-1])) and parse_quantity(value) % 1:
+        valid = False  # an extended resource (nvidia.com/gpu) is a whole number (Kubernetes validation)
+    if type(value) is float and not value.is_integer() and _schema_typed(kind):
+        valid = False  # no queue label here: Kueue does not re-encode it, the CRD's schema refuses it
     if valid:
         assert_admitted(outcome)
     else:

@@ -24,9 +24,11 @@ from support import PLATFORM, platform_with, review_body, teams_from
 
 from webhook.cli import main
 from webhook.core.admission import decode_body
+from webhook.core.kinds import WorkloadKind, find_kind
 from webhook.core.paths import Key, dotted
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
+from webhook.core.wellformed import FRACTIONAL_NUMBER, Problems, describe, is_extended_resource, quantity
 
 DATA = Path(__file__).parent / "data" / "admission"
 NAMESPACE = "hyperpod-ns-research"  # a team namespace of the bundled platform
@@ -411,32 +413,146 @@ def test_a_malformed_quantity_is_refused_naming_its_path(
     assert_refused(answer(with_value(build(), path, value)), path, message)
 
 
+#: Well-formed quantities of any resource, and those only a resource measured in fractions takes.
+WHOLE_QUANTITIES: list[Any] = ["64Gi", 2, 2.0, "0", "1e3", "+4", "2000m", None]
+FRACTIONAL_QUANTITIES: list[Any] = ["500m", "0.5", 0.5, 1.25, "1e-3"]
+
+
 @pytest.mark.parametrize("kind", TEMPLATED)
-@pytest.mark.parametrize("value", ["500m", "64Gi", 2, 2.0, "0", "1e3", "+4", "0.5", None])
+@pytest.mark.parametrize("value", WHOLE_QUANTITIES)
 def test_a_well_formed_quantity_is_read(kind: str, value: Any) -> None:
     build, templates, _ = KINDS[kind]
     for field in QUANTITY_FIELDS:
         assert_admitted(answer(with_value(build(), (*templates[0], *field), value)))
 
 
-#: Kinds the API server decodes into their Go types (their resource.Quantity takes a JSON 0.5).
-BUILT_IN = {"Job", "CronJob", "Deployment", "StatefulSet", "Pod", "AppWrapper"}
+def _row(kind: str) -> WorkloadKind:
+    obj = KINDS[kind][0]()
+    row = find_kind(str(obj["apiVersion"]), kind)
+    assert row is not None
+    return row
+
+
+def _queued(obj: dict[str, Any], kind: str, suspend: bool | None = None) -> dict[str, Any]:
+    """``obj`` submitted with a queue label of the user's (and ``suspend`` set when not None)."""
+    row = _row(kind)
+    obj = with_value(obj, (*row.labels_at, "labels", "kueue.x-k8s.io/queue-name"), "user-queue")
+    if suspend is not None and row.suspend is not None:
+        obj = with_value(obj, row.suspend, suspend)
+    return obj
+
+
+def _schema_typed(kind: str) -> bool:
+    """A custom resource whose pod templates its CRD types (an AppWrapper keeps its components
+    unchecked by its schema; they become Jobs, whose ``resource.Quantity`` takes 0.5)."""
+    return not _row(kind).built_in and kind != "AppWrapper"
+
+
+#: Where a fractional quantity may go: every field of QUANTITY_FIELDS but the extended resources'.
+FRACTIONAL_FIELDS = [field for field in QUANTITY_FIELDS if not is_extended_resource(str(field[-1]))]
 
 
 @pytest.mark.parametrize("kind", TEMPLATED)
-def test_a_fractional_json_number_is_a_quantity_only_in_a_built_in_kind(kind: str) -> None:
-    """A custom resource's schema types quantities int-or-string: the real API server refuses
-    ``cpu: 0.5`` in a PyTorchJob (e2e/test_malformed.py) and takes it in a Job. (An AppWrapper's
-    components are kept unchecked by its schema and become Jobs: 0.5 is taken there.)"""
+@pytest.mark.parametrize("value", FRACTIONAL_QUANTITIES)
+def test_a_fractional_quantity_is_read_in_a_kind_kueue_re_encodes(kind: str, value: Any) -> None:
+    """``cpu: 0.5`` in a custom resource submitted with a queue label (Kueue's XGBoostJob sample):
+    Kueue's webhook suspends it and so re-encodes it (0.5 → "500m") before the CRD's int-or-string
+    schema is checked, and the API server takes it (e2e/test_malformed.py). It used to be refused as
+    malformed. A built-in kind's ``resource.Quantity`` takes it with or without a label; a quantity
+    string anywhere."""
+    build, templates, _ = KINDS[kind]
+    for field in FRACTIONAL_FIELDS:
+        obj = with_value(build(), (*templates[0], *field), value)
+        if type(value) is float and _schema_typed(kind):
+            obj = _queued(obj, kind)
+        assert_admitted(answer(obj))
+
+
+@pytest.mark.parametrize("kind", [kind for kind in TEMPLATED if _schema_typed(kind)])
+@pytest.mark.parametrize("suspend", [None, True])
+def test_a_fractional_json_number_kueue_leaves_alone_is_refused_in_a_custom_resource(
+    kind: str, suspend: bool | None
+) -> None:
+    """With no queue label of the user's (the governor adds one, and Kueue's webhook then changes
+    nothing), or already suspended, Kueue does not re-encode the object and the CRD's schema refuses
+    ``cpu: 0.5`` after the webhooks (e2e): refused here, naming the path and the remedy."""
     build, templates, _ = KINDS[kind]
     path = (*templates[0], "spec", "containers", 0, "resources", "requests", "cpu")
-    outcome = answer(with_value(build(), path, 0.5))
-    if kind in BUILT_IN:
-        assert_admitted(outcome)
-    else:
-        assert_refused(
-            outcome, path, 'must be a whole number or a quantity string (e.g. 8, "500m", "64Gi"), got number 0.5'
-        )
+    obj = with_value(build(), path, 0.5)
+    if suspend is not None:
+        if _row(kind).suspend is None:
+            pytest.skip(f"{kind} has no suspend field: Kueue gates its pods")
+        obj = _queued(obj, kind, suspend)
+    assert_refused(answer(obj), path, f"must be {FRACTIONAL_NUMBER}, got number 0.5")
+
+
+def test_a_negative_json_number_is_refused() -> None:
+    build, templates, _ = KINDS["PyTorchJob"]
+    path = (*templates[0], "spec", "containers", 0, "resources", "requests", "cpu")
+    assert_refused(answer(with_value(build(), path, -0.5)), path, f"{NEGATIVE}, got number -0.5")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_number_that_is_not_finite_is_no_quantity(value: float) -> None:
+    """Strict JSON carries no NaN or infinity (``decode_body`` refuses them); a YAML ``.nan`` or
+    ``.inf`` in ``kgov mutate`` reaches the quantity reader and is refused there."""
+    problems: Problems = []
+    assert quantity(value, ("cpu",), problems) is None
+    assert [p.expected for p in problems] == ["a Kubernetes quantity (e.g. 8, 500m, 64Gi)"]
+
+
+EXTENDED = "must be a whole number (nvidia.com/gpu is an extended resource, which Kubernetes takes in whole units only)"
+
+
+@pytest.mark.parametrize("kind", TEMPLATED)
+@pytest.mark.parametrize("value", FRACTIONAL_QUANTITIES)
+def test_a_fractional_extended_resource_is_refused_naming_its_path(kind: str, value: Any) -> None:
+    """``nvidia.com/gpu: "500m"`` used to pass silently: the API server refuses such a Pod
+    (``ValidateResourceQuantityValue``: an extended resource is an integer quantity), so a Job is
+    refused after the webhooks and a custom resource's pods are never created (stranded)."""
+    build, templates, _ = KINDS[kind]
+    for field in QUANTITY_FIELDS[:2]:
+        path = (*templates[0], *field)
+        assert_refused(answer(with_value(build(), path, value)), path, f"{EXTENDED}, got {describe(value)}")
+
+
+@pytest.mark.parametrize(
+    ("name", "extended"),
+    [
+        ("nvidia.com/gpu", True),
+        ("vendor.example/my_res.v2", True),
+        ("cpu", False),
+        ("memory", False),
+        ("hugepages-2Mi", False),  # native (no domain): fractions are Kubernetes' business, not ours
+        ("requests.nvidia.com/gpu", False),  # the quota form, not an extended resource name
+        ("kubernetes.io/batteries", False),
+        ("example.kubernetes.io/foo", False),  # kubernetes.io/ anywhere in the name
+        ("a/b/c", False),
+        ("Example.com/gpu", False),  # the prefix must be a lower-case DNS subdomain
+        ("example.com/", False),
+        ("example.com/-gpu", False),
+        ("example.com/" + "g" * 63, True),
+        ("example.com/" + "g" * 64, False),
+        ("e" * 240 + ".com/gpu", True),  # "requests." + 244 = 253 characters
+        ("e" * 241 + ".com/gpu", False),
+    ],
+)
+def test_extended_resource_names_are_kubernetes(name: str, extended: bool) -> None:
+    """Kubernetes' ``IsExtendedResourceName`` (pkg/apis/core/helper), which with
+    ``IsIntegerResourceName`` decides which quantities must be whole."""
+    assert is_extended_resource(name) is extended
+
+
+@pytest.mark.parametrize("value", ["500m", 0.5])
+def test_pod_level_and_overhead_extended_resources_must_be_whole_too(value: Any) -> None:
+    build, templates, _ = KINDS["Job"]
+    for field in (
+        ("spec", "overhead", "example.com/foo"),
+        ("spec", "initContainers", 0, "resources", "limits", "example.com/foo"),
+    ):
+        path = (*templates[0], *field)
+        message = EXTENDED.replace("nvidia.com/gpu", "example.com/foo")
+        assert_refused(answer(with_value(build(), path, value)), path, f"{message}, got {describe(value)}")
 
 
 SHAPE_CASES = [
@@ -663,3 +779,34 @@ def test_kgov_mutate_refuses_the_users_manifest(tmp_path: Path) -> None:
     assert 'kgov: document 1 item 2 is not a Kubernetes object (needs apiVersion and kind): items[1] is string "x"' in (
         listed.stderr
     )
+
+
+# -- labels and annotations: string maps ----------------------------------------------------------
+
+
+def _metadata_paths(kind: str) -> list[tuple[Key, ...]]:
+    """Where ``kind`` keeps labels and annotations: its own metadata and its first pod template's."""
+    row = _row(kind)
+    template = KINDS[kind][1][0] if KINDS[kind][1] else None
+    paths: list[tuple[Key, ...]] = [(*row.labels_at, "labels"), ("metadata", "annotations")]
+    if template is not None and row.podsets:
+        layout = row.podsets[0].layout
+        paths += [(*template, *layout.labels), (*template, *layout.annotations)]
+    return paths
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(("value", "shown"), [(5, "number 5"), (True, "boolean true"), ({"a": "b"}, "object")])
+@pytest.mark.parametrize("enforcement", ["enforce", "warn"])
+def test_a_label_or_annotation_that_is_not_a_string_is_refused_naming_its_path(
+    kind: str, value: Any, shown: str, enforcement: str
+) -> None:
+    """``metadata.labels["kueue.x-k8s.io/queue-name"]: 5`` used to be read as "LocalQueue 5 is not
+    allowed" (and passed under ``warn``): labels and annotations are ``map[string]string`` in
+    Kubernetes, so the object is malformed, whatever the enforcement."""
+    teams = _teams({"queue": {"enforcement": enforcement}})
+    for at in _metadata_paths(kind):
+        key = "kueue.x-k8s.io/queue-name" if at[-1] == "labels" else "team/owner"
+        path = (*at, key)
+        outcome = answer(with_value(KINDS[kind][0](), path, value), teams=teams)
+        assert_refused(outcome, path, f"must be a string, got {shown}")

@@ -820,9 +820,9 @@ def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
         "kueue.x-k8s.io/priority-class": "low",
     }
     deployment["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = ["not", "a", "string"]
+    # Labels are strings (Kubernetes' map[string]string): malformed, not a value the policy judges.
     assert run(deployment).plan.denials == [
-        'kueuePriority: WorkloadPriorityClass ["not", "a", "string"] '
-        "(spec.template.metadata.labels.kueue.x-k8s.io/priority-class) is not allowed for team 'ml'; allowed: low"
+        "malformed object: spec.template.metadata.labels.kueue.x-k8s.io/priority-class must be a string, got array"
     ]
 
 

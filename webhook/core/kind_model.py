@@ -139,6 +139,10 @@ class WorkloadKind:
     ``counts``: the kind's other count fields (``"*"`` over lists), which Kueue does not
     multiply into a podset but which must be non-negative integers for the object to decode
     (``minAvailable``, a Ray worker group's ``minReplicas``/``maxReplicas``…).
+    ``elastic_forbids``: the pod-template TAS annotations Kueue's webhook refuses on an elastic
+    workload of this kind (annotation ``kueue.x-k8s.io/elastic-job: "true"``): a batch/v1 Job's
+    required and preferred topology (Kueue v0.19.2 ``JobWebhook.validateTopologyRequest``: "only
+    unconstrained is supported"); Ray's webhooks accept topology on elastic workloads.
     """
 
     group: str
@@ -157,6 +161,7 @@ class WorkloadKind:
     frozen_unless: tuple[PathPattern, Any] | None = None
     declared: str = ""
     counts: tuple[Factor, ...] = ()
+    elastic_forbids: tuple[str, ...] = ()
     notes: str = field(default="", compare=False)
 
     @property

@@ -136,6 +136,9 @@ KINDS: tuple[WorkloadKind, ...] = (
         # Kueue's partial admission reads it with strconv.Atoi (``Job.minPodsCount``).
         counts=(Factor(("metadata", "annotations", "kueue.x-k8s.io/job-min-parallelism"), text=True),),
         frozen_unless=(("spec", "suspend"), True),
+        # Kueue's JobWebhook.validateTopologyRequest: "required/preferred topology is not supported
+        # with elastic jobs" (only unconstrained is).
+        elastic_forbids=("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-preferred-topology"),
     ),
     WorkloadKind(
         group="batch",

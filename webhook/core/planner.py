@@ -38,7 +38,7 @@ from webhook.core.rules.node_affinity import normalize, plan_node_affinity
 from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_covered, check_fits_together, check_quota, check_topology_fits
-from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, plan_topology
+from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
 from webhook.core.view import PodSet, WorkloadView, kueue_view
 
 __all__ = [
@@ -99,11 +99,12 @@ def skip_reason(obj: Mapping[str, Any], row: WorkloadKind) -> str:
     return ""
 
 
-def validate_podset(podset: PodSet, team: TeamPolicyCompiled, plan: Plan) -> None:
-    """The checks of one podset that do not change it (CREATE and UPDATE alike)."""
+def validate_podset(podset: PodSet, team: TeamPolicyCompiled, plan: Plan, forbidden: tuple[str, ...] = ()) -> None:
+    """The checks of one podset that do not change it (CREATE and UPDATE alike); ``forbidden``:
+    the TAS annotations Kueue refuses on this workload (``elastic_forbidden``)."""
     check_pod_priority(podset, team, plan)
     if team.topology is not None:
-        check_user_topology(podset, team.topology, team, plan)
+        check_user_topology(podset, team.topology, team, plan, forbidden)
 
 
 def _say_opaque(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
@@ -151,12 +152,13 @@ def plan_object(
         affinity = [normalize(e.model_dump()) for e in team.nodeAffinity]
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
+        forbidden = elastic_forbidden(obj, row)
         for podset in view.podsets:
-            validate_podset(podset, team, plan)
+            validate_podset(podset, team, plan, forbidden)
             plan_pod_priority(draft, podset, view, team, kueue_priority)
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
-            plan_topology(draft, view.podsets, team.topology, inventory, team)
+            plan_topology(draft, view.podsets, team.topology, inventory, team, plan, forbidden)
         planned = kueue_view(draft.doc, row)  # what Kueue will see
         reported = len(plan.denials) + len(plan.warnings)
         check_topology_fits(planned, team, inventory, plan)

@@ -35,7 +35,7 @@ from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.rules.pod_priority import check_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path
-from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology
+from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
 __all__ = ["plan_update"]
@@ -74,7 +74,7 @@ def plan_update(
             if before is None:
                 _added(draft, new, podset, row, team, inventory, plan)
             else:
-                _podset(draft, podset, before, team, plan, row.pod_labels)
+                _podset(draft, podset, before, team, plan, row.pod_labels, elastic_forbidden(new, row))
     except Shape as shape:
         return malformed(shape)
     plan.changes = draft.changes
@@ -144,7 +144,15 @@ def _labels(draft: Draft, old: Mapping[str, Any], row: WorkloadKind, team: TeamP
     _value(draft, priority, stored_priority, "kueuePriority", team.kueuePriority, team, "WorkloadPriorityClass", plan)
 
 
-def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, plan: Plan, pod_labels: bool) -> None:
+def _podset(
+    draft: Draft,
+    new: PodSet,
+    old: PodSet,
+    team: TeamPolicyCompiled,
+    plan: Plan,
+    pod_labels: bool,
+    forbidden: tuple[str, ...] = (),
+) -> None:
     layout = new.rule.layout
     priority_path = new.at(*layout.priority)
     new_priority, old_priority = draft.get(priority_path), lookup(old.base, layout.priority)
@@ -160,7 +168,7 @@ def _podset(draft: Draft, new: PodSet, old: PodSet, team: TeamPolicyCompiled, pl
                 draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}"
             )
     elif new_tas != old_tas and team.topology is not None:
-        check_user_topology(new, team.topology, team, plan)
+        check_user_topology(new, team.topology, team, plan, forbidden)
     if team.nodeAffinity:
         old_affinity, new_affinity = lookup(old.base, layout.affinity), lookup(new.base, layout.affinity)
         if _has_team_affinity(old_affinity, team) and not _has_team_affinity(new_affinity, team):
@@ -221,7 +229,7 @@ def _added(
 ) -> None:
     """A podset the update adds: checked and filled in as on CREATE, unless the pod templates are
     immutable (then what CREATE would add is reported: it could never be added later)."""
-    validate_podset(podset, team, plan)
+    validate_podset(podset, team, plan, elastic_forbidden(new, row))
     created = plan_object(new, row, team, inventory)
     governs_podsets = team.podPriority is not None or team.topology is not None or bool(team.nodeAffinity)
     if created.invalid and governs_podsets:  # malformed values the stored object had: nothing planned

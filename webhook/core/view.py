@@ -22,7 +22,16 @@ from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
 from webhook.core.paths import Key, PathPattern, bound, lookup
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
-from webhook.core.wellformed import Problem, Problems, a_list, a_map, count, expand_checked, maps_of
+from webhook.core.wellformed import (
+    Problem,
+    Problems,
+    a_list,
+    a_map,
+    count,
+    expand_checked,
+    maps_of,
+    string_values,
+)
 
 __all__ = ["GROUP_NAME", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
 
@@ -185,6 +194,8 @@ def _podset(
     group = lookup(base, (*layout.annotations, GROUP_NAME))
     if group is not None and not isinstance(group, str):
         problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))
+    for suffix in (layout.labels, layout.annotations):
+        string_values(lookup(base, suffix), (*path, *suffix), problems)
     return PodSet(
         name=_name(obj, rule, bindings, led, problems),
         path=path,
@@ -200,7 +211,27 @@ def _podset(
     )
 
 
+#: Kueue's queue-name label (``kueue.x-k8s.io/queue-name``).
+_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def kueue_reencodes(obj: Mapping[str, Any], row: WorkloadKind) -> bool:
+    """Whether the API server's copy of ``obj`` (a custom resource of kind ``row``) is re-encoded by
+    Kueue's mutating webhook before its CRD schema is checked, turning a fractional JSON quantity
+    (``cpu: 0.5``) into a string (``"500m"``). Kueue's defaulter (controller-runtime) answers with a
+    patch only when its defaulting changed the object, which it does for a workload submitted with
+    a queue label and not yet suspended: it suspends it. With no queue label of the user's (the
+    governor adds one, Kueue then changes nothing), the CRD's int-or-string schema refuses the
+    number (e2e/test_malformed.py)."""
+    labels = lookup(obj, (*row.labels_at, "labels"))
+    queue = labels.get(_QUEUE_LABEL) if isinstance(labels, Mapping) else None
+    if not isinstance(queue, str) or not queue:
+        return False
+    return row.suspend is None or lookup(obj, row.suspend) is not True
+
+
 def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iterator[PodSet]:
+    whole = not row.built_in and not kueue_reencodes(obj, row)
     for rule in row.podsets:
         if rule.only_if is not None and lookup(obj, rule.only_if[0]) != rule.only_if[1]:
             continue
@@ -208,7 +239,7 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         for path, bindings, base in expand_checked(obj, rule.template, problems, rule.keyed):
             if isinstance(base, Mapping):
                 found = True
-                yield _podset(obj, rule, path, bindings, base, problems, not row.built_in)
+                yield _podset(obj, rule, path, bindings, base, problems, whole)
             elif base is not None:
                 problems.append(Problem(path, base, "an object"))
         if not found and rule.only_if is not None:
@@ -223,6 +254,9 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         suspend = lookup(obj, row.suspend)
         if suspend is not None and not isinstance(suspend, bool):
             problems.append(Problem(row.suspend, suspend, "a boolean"))
+    for at in dict.fromkeys((("metadata",), row.labels_at)):
+        for key in ("labels", "annotations"):
+            string_values(lookup(obj, (*at, key)), (*at, key), problems)
     if row.embedded is not None:
         yield from _embedded(obj, row, problems)
 

@@ -12,7 +12,8 @@ HTTP 422), never counts it as something else.
 Kubernetes sources: the int32 fields of the workload types (``replicas``, ``parallelism``,
 ``completions``, ``numOfHosts``…, ``+optional`` pointers: null is unset), ``resource.Quantity``
 (``k8s.io/apimachinery/pkg/api/resource``: a JSON string or number of the quantity grammar) and
-``ValidateResourceQuantityValue`` (requests, limits and overhead must be non-negative).
+``ValidateResourceQuantityValue`` (requests, limits and overhead must be non-negative, and whole
+numbers for an extended resource such as ``nvidia.com/gpu``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ __all__ = [
     "count",
     "describe",
     "expand_checked",
+    "is_extended_resource",
     "maps_of",
     "quantity",
+    "string_values",
 ]
 
 #: The largest value of the int32 count fields (Kubernetes ``int32``).
@@ -48,6 +51,18 @@ _SHOWN = 64
 #: ``strconv.Atoi`` of a count kept in an annotation, without a sign that makes it negative.
 _TEXT_COUNT = re.compile(r"\+?[0-9]+")
 QUANTITY_EXAMPLES = "e.g. 8, 500m, 64Gi"
+#: What a fractional JSON number in a custom resource that Kueue does not re-encode must be instead.
+FRACTIONAL_NUMBER = (
+    'a whole number or a quantity string (e.g. 8, "500m", "64Gi"): the CRD\'s int-or-string schema '
+    "refuses a fractional JSON number, which Kueue's webhook re-encodes only in a workload submitted "
+    "with a queue label"
+)
+#: ``IsQualifiedName`` (``k8s.io/apimachinery/pkg/util/validation``): the name part and the
+#: DNS-1123 subdomain prefix, with their length limits.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_QUALIFIED_NAME_MAX = 63
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUBDOMAIN_MAX = 253
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,19 @@ def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple
     return out
 
 
+def string_values(value: Any, path: tuple[Key, ...], problems: Problems) -> None:
+    """Labels or annotations (Kubernetes ``map[string]string``) at ``path``: each value that is not
+    a string (``kueue.x-k8s.io/queue-name: 5``) is a problem, unless one is already recorded at its
+    path (a count kept in an annotation has its own message). A map of another type is left to
+    the readers of the map."""
+    if not isinstance(value, Mapping):
+        return
+    reported = {problem.path for problem in problems}
+    for key, item in value.items():
+        if not isinstance(item, str) and (*path, key) not in reported:
+            problems.append(Problem((*path, key), item, "a string"))
+
+
 def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = False) -> int | None:
     """A count (replicas, parallelism…): an integer from 0 to :data:`INT32_MAX` (a whole number
     written ``2.0`` too); None when unset, or, with a problem recorded, malformed (a string, a
@@ -138,18 +166,37 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
     return number
 
 
-def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool = False) -> Decimal | None:
-    """A resource quantity of requests, limits or overhead, in base units; None when unset or,
-    with a problem recorded, not a non-negative Kubernetes quantity (``"8Xi"``, ``"-8"``, ``true``).
+def is_extended_resource(name: str) -> bool:
+    """Kubernetes' ``IsExtendedResourceName`` (``pkg/apis/core/helper``): a resource name with a
+    domain (a ``/``) that is not in ``kubernetes.io/`` (no ``kubernetes.io/`` anywhere in it), not
+    starting with ``requests.``, and a qualified name once written ``requests.<name>`` (a DNS-1123
+    subdomain prefix of at most 253 characters, a name part of at most 63). ``nvidia.com/gpu`` is
+    one; ``cpu``, ``hugepages-2Mi`` and ``requests.nvidia.com/gpu`` are not."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    parts = f"requests.{name}".split("/")
+    if len(parts) != 2:
+        return False
+    prefix, local = parts
+    return (
+        len(prefix) <= _SUBDOMAIN_MAX
+        and _DNS1123_SUBDOMAIN.fullmatch(prefix) is not None
+        and len(local) <= _QUALIFIED_NAME_MAX
+        and _QUALIFIED_NAME.fullmatch(local) is not None
+    )
 
-    ``whole``: a JSON number must be a whole one, as in a custom resource, whose schema types a
-    quantity ``x-kubernetes-int-or-string`` (``0.5`` refused, ``"500m"`` taken); a built-in kind's
-    ``resource.Quantity`` takes ``0.5``.
+
+def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool = False) -> Decimal | None:
+    """A resource quantity of requests, limits or overhead (``path`` ends with the resource name),
+    in base units; None when unset or, with a problem recorded, not a non-negative Kubernetes
+    quantity (``"8Xi"``, ``"-8"``, ``true``), or not a whole number for an extended resource
+    (``nvidia.com/gpu: "500m"``: Kubernetes' ``ValidateResourceQuantityValue`` refuses the pod).
+
+    A fractional JSON number (``cpu: 0.5``) is a quantity, as ``resource.Quantity``'s JSON
+    decoding takes it, unless ``whole``: a custom resource whose CRD schema types quantities
+    int-or-string and that no Kueue webhook re-encodes first (:func:`webhook.core.view.kueue_reencodes`).
     """
     if value is None:
-        return None
-    if whole and type(value) is float and not value.is_integer():
-        problems.append(Problem(path, value, 'a whole number or a quantity string (e.g. 8, "500m", "64Gi")'))
         return None
     try:
         amount = parse_quantity(value)
@@ -158,6 +205,14 @@ def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool 
         return None
     if amount < 0:
         problems.append(Problem(path, value, f"a non-negative quantity ({QUANTITY_EXAMPLES})"))
+        return None
+    name = path[-1] if path else None
+    if isinstance(name, str) and amount != amount.to_integral_value() and is_extended_resource(name):
+        expected = f"a whole number ({name} is an extended resource, which Kubernetes takes in whole units only)"
+        problems.append(Problem(path, value, expected))
+        return None
+    if whole and type(value) is float and not value.is_integer():
+        problems.append(Problem(path, value, FRACTIONAL_NUMBER))
         return None
     return amount
 

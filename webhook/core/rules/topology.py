@@ -5,6 +5,12 @@ group). Under ``enforce``/``warn`` a user's own annotations must name levels of 
 Topology and may not ask for less locality than the policy. Mode ``auto`` picks the narrowest
 level at which one domain of the live inventory, as Kueue's TAS sees it
 (:mod:`webhook.core.inventory`), holds the whole podset.
+
+An elastic workload (annotation ``kueue.x-k8s.io/elastic-job: "true"``) of a kind whose Kueue
+webhook refuses some TAS annotations on it (:attr:`WorkloadKind.elastic_forbids`: a batch/v1 Job's
+required and preferred topology) never gets those: it gets the policy's mode one step weaker when
+Kueue allows that, else nothing, with a warning naming Kueue's rule; nor is it denied as asking
+for less locality than a mode Kueue refuses.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ from typing import Any
 
 from webhook.core.draft import Draft, Plan
 from webhook.core.inventory import NodeInventory, PodConstraints
+from webhook.core.kind_model import WorkloadKind
+from webhook.core.paths import lookup
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.view import SLICE_SIZE, PodSet
 
 __all__ = [
+    "ELASTIC_JOB",
     "PREFERRED",
     "REQUIRED",
     "SLICE_REQUIRED",
@@ -27,6 +36,7 @@ __all__ = [
     "UNCONSTRAINED",
     "check_user_topology",
     "constraints",
+    "elastic_forbidden",
     "plan_topology",
     "podset_groups",
 ]
@@ -39,6 +49,36 @@ SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
 _LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
 _STRENGTH = {REQUIRED: 2, PREFERRED: 1}
+#: Kueue's workload-slicing annotation (``workloadslicing.EnabledAnnotationKey``, value "true").
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+
+
+def elastic_forbidden(obj: Mapping[str, Any], row: WorkloadKind) -> tuple[str, ...]:
+    """The TAS annotations Kueue's webhook refuses on ``obj``'s pod templates because ``obj`` is an
+    elastic workload (``metadata.annotations["kueue.x-k8s.io/elastic-job"] == "true"``, exactly as
+    Kueue's ``workloadslicing.Enabled`` compares) of a kind that forbids them; () otherwise."""
+    if not row.elastic_forbids:
+        return ()
+    annotations = lookup(obj, ("metadata", "annotations"))
+    if isinstance(annotations, Mapping) and annotations.get(ELASTIC_JOB) == "true":
+        return row.elastic_forbids
+    return ()
+
+
+def _elastic_rule(forbidden: Sequence[str]) -> str:
+    return (
+        f"Kueue refuses {' and '.join(forbidden)} on an elastic workload of this kind "
+        f'({ELASTIC_JOB}: "true"; Kueue\'s Job webhook: "topology is not supported with elastic jobs")'
+    )
+
+
+def _allowed_mode(mode: str, forbidden: Sequence[str]) -> str | None:
+    """The policy's ``required``/``preferred`` mode, weakened to what Kueue allows (None: neither)."""
+    if mode == "required" and REQUIRED in forbidden:
+        mode = "preferred"
+    if mode == "preferred" and PREFERRED in forbidden:
+        return None
+    return mode
 
 
 def _user_request(annotations: Mapping[str, Any], levels: list[str]) -> tuple[int, int]:
@@ -50,17 +90,28 @@ def _user_request(annotations: Mapping[str, Any], levels: list[str]) -> tuple[in
     return 0, -1
 
 
-def check_user_topology(podset: PodSet, placement: TopologyPlacement, team: TeamPolicyCompiled, plan: Plan) -> None:
+def check_user_topology(
+    podset: PodSet,
+    placement: TopologyPlacement,
+    team: TeamPolicyCompiled,
+    plan: Plan,
+    forbidden: Sequence[str] = (),
+) -> None:
     """A podset's own TAS annotations must name levels of the team's Topology: Kueue can never
     admit a podset asking for a level its flavor's Topology lacks, so this is refused under
     ``enforce`` and warned under ``warn`` and ``default`` (SPEC §3, never silently stranded).
     Under ``enforce``/``warn`` they also may not ask for less locality than the policy (a weaker
-    mode or a broader level)."""
+    mode or a broader level), measured against the mode Kueue allows: ``forbidden`` are the TAS
+    annotations Kueue refuses on this workload (:func:`elastic_forbidden`); one the user set is
+    warned about, and a policy mode Kueue refuses is weakened, never enforced."""
     annotations = podset.annotations
     if not any(key in annotations for key in TAS_ANNOTATIONS):
         return
     enforcement = placement.enforcement
     where = f"podset {podset.name!r}"
+    refused = [key for key in forbidden if key in annotations]
+    if refused:
+        plan.report("warn", "topology", f"{where}: {_elastic_rule(refused)}; Kueue will refuse the workload")
     malformed = False
     for key in _LEVEL_ANNOTATIONS:
         level = annotations.get(key)
@@ -83,15 +134,17 @@ def check_user_topology(podset: PodSet, placement: TopologyPlacement, team: Team
         )
     if malformed or placement.mode not in ("required", "preferred") or placement.level is None:
         return  # malformed annotations are reported once, without a second reason
+    mode = _allowed_mode(placement.mode, forbidden)
+    if mode is None:
+        return  # Kueue allows this workload no locality the policy could insist on
     wanted = (
-        _STRENGTH[REQUIRED if placement.mode == "required" else PREFERRED],
+        _STRENGTH[REQUIRED if mode == "required" else PREFERRED],
         placement.levels.index(placement.level),
     )
     asked = _user_request(annotations, placement.levels)
     if asked[0] < wanted[0] or (asked[0] == wanted[0] and asked[1] < wanted[1]):
         message = (
-            f"{where} asks for less locality than team {team.team!r} allows: the policy is "
-            f"{placement.mode} at {placement.level}"
+            f"{where} asks for less locality than team {team.team!r} allows: the policy is {mode} at {placement.level}"
         )
         plan.report(enforcement, "topology", message)
 
@@ -133,19 +186,46 @@ def plan_topology(
     placement: TopologyPlacement,
     inventory: NodeInventory | None,
     team: TeamPolicyCompiled,
+    plan: Plan,
+    forbidden: Sequence[str] = (),
 ) -> None:
     """One TAS annotation set per podset; podsets sharing ``podset-group-name`` are planned as one
-    (Kueue requires the members of a group to ask for the same topology)."""
+    (Kueue requires the members of a group to ask for the same topology). ``forbidden``: the TAS
+    annotations Kueue refuses on this workload (:func:`elastic_forbidden`), never set: the
+    policy's choice is weakened to what Kueue allows, else left out, with a warning."""
     for members in podset_groups([p for p in podsets if p.present]):
         if any(key in p.annotations for p in members for key in TAS_ANNOTATIONS):
             continue  # the user placed this podset (or a member of its group): never add one
         if placement.mode == "unconstrained" and members[0].group is not None:
             continue  # Kueue refuses podset-group-name without a required or preferred topology
         wanted = topology_annotations(members, placement, inventory, team)
+        if any(key in forbidden for key in wanted):
+            wanted = _elastic(members, wanted, forbidden, plan)
         for podset in members:
             for key, (value, reason) in wanted.items():
                 path = podset.at(*podset.rule.layout.annotations, key)
                 draft.set(path, value, "topology", f"podset {podset.name!r}: {reason}")
+
+
+def _elastic(
+    members: list[PodSet], wanted: dict[str, tuple[str, str]], forbidden: Sequence[str], plan: Plan
+) -> dict[str, tuple[str, str]]:
+    """What is left of ``wanted`` once the annotations Kueue refuses on this elastic workload are
+    taken out: a required level becomes preferred when Kueue allows that, else nothing is set
+    (slice annotations never stand alone); a warning names Kueue's rule either way."""
+    names = ", ".join(repr(p.name) for p in members)
+    chosen = ", ".join(f"{key}={value}" for key, (value, _) in wanted.items())
+    rule = _elastic_rule(forbidden)
+    level = (wanted.get(REQUIRED) or wanted.get(PREFERRED) or (None, ""))[0]
+    if level is not None and PREFERRED not in forbidden:
+        plan.report("warn", "topology", f"podset {names}: {chosen} weakened to {PREFERRED}={level}: {rule}")
+        return {PREFERRED: (level, f"elastic workload: preferred at {level} ({rule})")}
+    plan.report(
+        "warn",
+        "topology",
+        f"podset {names}: no topology annotation set (the policy would set {chosen}): {rule}",
+    )
+    return {}
 
 
 def topology_annotations(
