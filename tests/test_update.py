@@ -4,9 +4,11 @@ introduces or changes, put back what it drops, never add to a pod template the A
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
-from support import job, platform_with, review_body, teams_from
+from support import aws_nodes, bundled_teams, job, platform_with, review_body, teams_from
 
 from webhook.core.patch import apply_patch
 from webhook.core.review import review
@@ -119,3 +121,101 @@ def test_a_started_job_never_gets_new_fields_in_its_pod_template() -> None:
     outcome = run(relabelled, NARROW, old=stored)
     assert outcome.plan.allowed
     assert [op for op in outcome.patch if op["path"].startswith("/spec/template")] == []
+
+
+# -- an UPDATE that resizes a podset, or moves the Kueue priority away from the pods' -----------------
+RECORDED = Path(__file__).resolve().parent / "data" / "admission" / "v1-job-update-queue-label.json"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def recorded_research_job() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recorded kubectl UPDATE envelope of a Job in ``hyperpod-ns-research``, its stored Job
+    made the user's ``grow2``: suspended, parallelism 2 of 8 completions, pods of {cpu: 1,
+    nvidia.com/gpu: 4} that the policy's ``topology: auto`` required on one host."""
+    review = json.loads(RECORDED.read_text())
+    stored = review["request"]["oldObject"]
+    stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "hyperpod-ns-research-localqueue"
+    stored["spec"].update({"suspend": True, "parallelism": 2, "completions": 8})
+    template = stored["spec"]["template"]
+    template["metadata"]["annotations"].pop("kueue.x-k8s.io/podset-required-topology")
+    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = HOSTNAME
+    template["spec"]["priorityClassName"] = "training-priority"
+    template["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": "4"},
+        "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
+    }
+    return review, stored
+
+
+def replay(envelope: dict[str, Any], updated: dict[str, Any]) -> Any:
+    envelope["request"]["object"] = updated
+    return review(envelope, bundled_teams(), inventory=aws_nodes())
+
+
+def test_an_update_growing_a_podset_past_its_required_domain_is_warned() -> None:
+    """Defect: ``kubectl patch job grow2 -p '{"spec":{"parallelism":4}}'`` on a suspended Job whose
+    pods the policy required on one 8-GPU host was accepted silently; Kueue's Workload of 4 × 4 GPUs
+    can never be admitted. The resized object is now checked as on CREATE, and warned (not denied)."""
+    review, stored = recorded_research_job()
+    assert replay(review, copy.deepcopy(stored)).plan.warnings == []  # 2 × 4 GPUs fit one host
+    grown = copy.deepcopy(stored)
+    grown["spec"]["parallelism"] = 4
+    outcome = replay(review, grown)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        "topology: podset 'main' can never be admitted: all its pods (4 pods of {cpu: 1, nvidia.com/gpu: 4}) "
+        f"must fit in one {HOSTNAME} domain, and the largest holds 2 such pods on an empty cluster; this "
+        "update changes podset 'main' from 2 to 4 pods: set it back, or make the pods fewer or smaller "
+        "so that they fit"
+    ]
+
+
+def test_an_update_growing_per_pod_requests_past_every_node_is_warned() -> None:
+    """The same fault through the per-pod requests: 2 pods of 8 GPUs no longer fit one host."""
+    review, stored = recorded_research_job()
+    bigger = copy.deepcopy(stored)
+    bigger["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "8"
+    bigger["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+    outcome = replay(review, bigger)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        "topology: podset 'main' can never be admitted: all its pods (2 pods of {cpu: 1, nvidia.com/gpu: 8}) "
+        f"must fit in one {HOSTNAME} domain, and the largest holds 1 such pods on an empty cluster; this "
+        "update changes podset 'main''s per-pod requests from {cpu: 1, nvidia.com/gpu: 4} to "
+        "{cpu: 1, nvidia.com/gpu: 8}: set it back, or make the pods fewer or smaller so that they fit"
+    ]
+
+
+def test_an_update_shrinking_a_podset_that_still_fits_is_silent() -> None:
+    review, stored = recorded_research_job()
+    shrunk = copy.deepcopy(stored)
+    shrunk["spec"]["parallelism"] = 1
+    outcome = replay(review, shrunk)
+    assert outcome.plan.allowed and outcome.patch == [] and outcome.plan.warnings == []
+
+
+def test_a_kueue_priority_change_that_the_pods_cannot_follow_is_warned() -> None:
+    """Defect: ``kubectl label job lim kueue.x-k8s.io/priority-class=experimentation-priority
+    --overwrite`` lowered the Workload's priority while the pods kept ``training-priority`` (set on
+    CREATE to follow it), with no word. A Job's pod template cannot change priorityClassName (only
+    node scheduling directives, and only while suspended), so the difference is warned."""
+    review, stored = recorded_research_job()
+    relabelled = copy.deepcopy(stored)
+    relabelled["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "experimentation-priority"
+    outcome = replay(review, relabelled)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        "podPriority: podset 'main': its pods keep priorityClassName 'training-priority' while Kueue's "
+        "priority is now 'experimentation-priority' (label kueue.x-k8s.io/priority-class); a Job's pod "
+        "template cannot change priorityClassName, even suspended; recreate the Job to change both"
+    ]
+
+
+def test_a_refused_kueue_priority_change_is_only_refused() -> None:
+    """A priority the team may not use is denied as on CREATE; nothing is said of the pods' class."""
+    review, stored = recorded_research_job()
+    relabelled = copy.deepcopy(stored)
+    relabelled["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "inference-priority"
+    outcome = replay(review, relabelled)
+    assert not outcome.plan.allowed and outcome.plan.warnings == []
+    assert len(outcome.plan.denials) == 1 and outcome.plan.denials[0].startswith("kueuePriority: ")

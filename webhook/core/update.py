@@ -15,7 +15,15 @@ affinity, and the labels of pods Kueue admits one by one):
   back is named in a warning (``kubectl label … queue-name-`` would otherwise print "unlabeled"
   while the label stays);
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
-  immutable (a Job's), where it is reported instead.
+  immutable (a Job's), where it is reported instead;
+- an update that changes a podset's pod count or per-pod requests (``kubectl patch job --type=merge
+  -p '{"spec":{"parallelism":4}}'``) has the resulting object checked as on CREATE for a workload
+  Kueue can never admit (:mod:`~webhook.core.rules.stranded`), and each finding is a warning, never
+  a denial (Kueue and controllers resize workloads by UPDATE too), naming what the update changed;
+- an update that changes the Kueue priority label while a podset's ``priorityClassName`` followed
+  the stored one (as CREATE sets it) is warned: the pods keep their PriorityClass (a Job's pod
+  template cannot change ``priorityClassName``; the API server lets a suspended Job change its
+  node scheduling directives only).
 
 Nothing else is patched: in particular no field the stored object did not have is added to a
 pod template the API server refuses to change.
@@ -23,7 +31,7 @@ pod template the API server refuses to change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from webhook.core.draft import Draft, Plan, Rule, Shape, check_value, malformed
@@ -33,8 +41,10 @@ from webhook.core.paths import Key, dotted, lookup
 from webhook.core.planner import managed_child, plan_object, skip_reason, validate_podset
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority
-from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path
+from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, workload_labels
+from webhook.core.rules.stranded import check_covered, check_fits_together, check_quota, check_topology_fits
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
@@ -75,6 +85,11 @@ def plan_update(
                 _added(draft, new, podset, row, team, inventory, plan)
             else:
                 _podset(draft, podset, before, team, plan, row.pod_labels, elastic_forbidden(new, row))
+        if not plan.denials:  # a refused relabel changes nothing
+            _priority_followed(new, old, row, view.podsets, old_podsets, plan)
+        resized = _resized(view.podsets, old_podsets)
+        if resized:
+            _recheck_stranded(draft, row, team, inventory, plan, resized)
     except Shape as shape:
         return malformed(shape)
     plan.changes = draft.changes
@@ -255,3 +270,89 @@ _PODSET_RULES: dict[str, Callable[[TeamPolicyCompiled], Enforcement]] = {
     "topology": lambda team: team.topology.enforcement if team.topology else "default",
     "nodeAffinity": lambda team: "warn",
 }
+
+
+def _requests(podset: PodSet) -> str:
+    items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((podset.requests or {}).items()) if amount]
+    return "{" + ", ".join(items) + "}"
+
+
+def _resized(podsets: Sequence[PodSet], old_podsets: Mapping[tuple[Key, ...], PodSet]) -> list[str]:
+    """What the update changes in Kueue's counting of each podset (pods, per-pod requests)."""
+    found: list[str] = []
+    for podset in podsets:
+        if not podset.present:
+            continue
+        before = old_podsets.get(podset.path)
+        if before is None:
+            found.append(f"adds podset {podset.name!r} ({podset.count} pods)")
+            continue
+        if podset.count != before.count:
+            found.append(f"changes podset {podset.name!r} from {before.count} to {podset.count} pods")
+        if podset.requests is not None and before.requests is not None and podset.requests != before.requests:
+            found.append(
+                f"changes podset {podset.name!r}'s per-pod requests from {_requests(before)} to {_requests(podset)}"
+            )
+    return found
+
+
+def _recheck_stranded(
+    draft: Draft,
+    row: WorkloadKind,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None,
+    plan: Plan,
+    resized: list[str],
+) -> None:
+    """The never-admitted checks of CREATE on the object this update leaves, each finding a warning
+    (an UPDATE that resizes is never refused: Kueue and controllers send them too)."""
+    planned = kueue_view(draft.doc, row)
+    found = Plan()
+    check_topology_fits(planned, team, inventory, found)
+    if not found.denials and not found.warnings:
+        check_fits_together(planned, team, inventory, found)
+    check_quota(planned, team, found)
+    check_covered(planned, team, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)
+    what = "; ".join(resized)
+    for finding in [*found.denials, *found.warnings]:
+        rule, _, message = finding.partition(": ")
+        plan.report(
+            "warn",
+            rule,
+            f"{message}; this update {what}: set it back, or make the pods fewer or smaller so that they fit",
+        )
+
+
+def _priority_followed(
+    new: Mapping[str, Any],
+    old: Mapping[str, Any],
+    row: WorkloadKind,
+    podsets: Sequence[PodSet],
+    old_podsets: Mapping[tuple[Key, ...], PodSet],
+    plan: Plan,
+) -> None:
+    """Warn when the Kueue priority label changes while a podset's ``priorityClassName`` followed
+    the stored one and stays: Kueue's priority and the pods' then differ."""
+    before, after = workload_labels(old, row).get(PRIORITY_LABEL), workload_labels(new, row).get(PRIORITY_LABEL)
+    if not isinstance(before, str) or not isinstance(after, str) or before == after:
+        return
+    for podset in podsets:
+        stored = old_podsets.get(podset.path)
+        if not podset.present or stored is None:
+            continue
+        path = podset.rule.layout.priority
+        if lookup(podset.base, path) != before or lookup(stored.base, path) != before:
+            continue
+        if row.frozen_unless is not None:
+            fix = (
+                f"a {row.kind}'s pod template cannot change priorityClassName, even suspended; "
+                f"recreate the {row.kind} to change both"
+            )
+        else:
+            fix = f"set priorityClassName {after!r} in its pod template too"
+        plan.report(
+            "warn",
+            "podPriority",
+            f"podset {podset.name!r}: its pods keep priorityClassName {before!r} while Kueue's priority "
+            f"is now {after!r} (label {PRIORITY_LABEL}); {fix}",
+        )
