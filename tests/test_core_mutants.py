@@ -1,0 +1,540 @@
+"""Exact values of webhook/core's small decisions: quantities, team resolution, pointers, pod requests,
+node admission and sizing, the queue and node-affinity rules.
+
+Each test pins a value that a one-token change of the code would alter (a comparison bound, an
+operator, a message, a default); they were written against the survivors of ``make mutate``
+(README, "Mutation testing").
+"""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from support import platform_with, teams_from
+
+from webhook.core.draft import Change
+from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
+from webhook.core.patch import apply_patch, pointer, to_json_patch
+from webhook.core.platform import LabelSelector
+from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
+from webhook.core.resolve import TeamIndex, selector_matches
+from webhook.core.resources import pod_requests
+
+# -- quantities ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("16", "16"),
+        ("0.500", "0.5"),
+        ("-2.50", "-2.5"),
+        # 24 characters is the longest plain rendering; the 25-character one switches to exponent form.
+        ("1E+23", "100000000000000000000000"),
+        ("123456789012345678901234", "123456789012345678901234"),
+        ("1E+24", "1E+24"),
+        ("1234567890123456789012345", "1.234567890123456789012345E+24"),
+        ("-2.50E+40", "-2.5E+40"),
+        ("1E-24", "1E-24"),
+        ("1E+9999", "1E+9999"),
+    ],
+)
+def test_format_quantity_is_plain_up_to_24_characters_then_exponent(value: str, text: str) -> None:
+    assert format_quantity(Decimal(value)) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "base_units"),
+    [
+        ("8", Decimal(8)),
+        ("500m", Decimal("0.5")),
+        ("2Ti", Decimal(2 * 2**40)),
+        ("1Ki", Decimal(1024)),
+        ("3n", Decimal("3e-9")),
+        ("1.5k", Decimal(1500)),
+        ("2e3", Decimal(2000)),
+        ("2E-3", Decimal("0.002")),
+        (".5", Decimal("0.5")),
+        ("+7", Decimal(7)),
+        (4, Decimal(4)),
+        (0.25, Decimal("0.25")),
+    ],
+)
+def test_parse_quantity_values_in_base_units(value: str | int | float, base_units: Decimal) -> None:
+    assert parse_quantity(value) == base_units
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (True, "true (a boolean) is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
+        (False, "false (a boolean) is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
+        (float("nan"), "nan is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)"),
+        (float("inf"), "inf is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)"),
+        (None, "None is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
+        ("8 GPUs", "'8 GPUs' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
+        ("1e9999999999", "'1e9999999999' is out of the range of a Kubernetes quantity"),
+    ],
+)
+def test_parse_quantity_refusals_name_the_value(value: Any, message: str) -> None:
+    with pytest.raises(QuantityError) as refused:
+        parse_quantity(value)
+    assert str(refused.value) == message
+
+
+# -- which team owns a namespace -------------------------------------------------------------------------
+
+
+def _selector(**fields: Any) -> LabelSelector:
+    return LabelSelector.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    ("expression", "labels", "matches"),
+    [
+        ({"key": "tier", "operator": "In", "values": ["gpu"]}, {"tier": "gpu"}, True),
+        ({"key": "tier", "operator": "In", "values": ["gpu"]}, {"tier": "cpu"}, False),
+        ({"key": "tier", "operator": "In", "values": ["gpu"]}, {}, False),
+        ({"key": "tier", "operator": "NotIn", "values": ["cpu"]}, {"tier": "gpu"}, True),
+        ({"key": "tier", "operator": "NotIn", "values": ["cpu"]}, {"tier": "cpu"}, False),
+        ({"key": "tier", "operator": "NotIn", "values": ["cpu"]}, {}, True),
+        ({"key": "tier", "operator": "Exists"}, {"tier": ""}, True),
+        ({"key": "tier", "operator": "Exists"}, {"other": "x"}, False),
+        ({"key": "tier", "operator": "DoesNotExist"}, {"other": "x"}, True),
+        ({"key": "tier", "operator": "DoesNotExist"}, {"tier": "gpu"}, False),
+    ],
+)
+def test_selector_match_expressions(expression: dict[str, Any], labels: dict[str, str], matches: bool) -> None:
+    assert selector_matches(_selector(matchExpressions=[expression]), labels) is matches
+
+
+def test_selector_needs_every_match_label_and_every_expression() -> None:
+    selector = _selector(
+        matchLabels={"org": "ml", "env": "prod"},
+        matchExpressions=[{"key": "tier", "operator": "Exists"}, {"key": "frozen", "operator": "DoesNotExist"}],
+    )
+    assert selector_matches(selector, {"org": "ml", "env": "prod", "tier": "a"}) is True
+    assert selector_matches(selector, {"org": "ml", "env": "dev", "tier": "a"}) is False
+    assert selector_matches(selector, {"org": "ml", "tier": "a"}) is False
+    assert selector_matches(selector, {"org": "ml", "env": "prod"}) is False
+    assert selector_matches(selector, {"org": "ml", "env": "prod", "tier": "a", "frozen": "1"}) is False
+    assert selector_matches(_selector(), {}) is True
+
+
+def _three_teams() -> TeamIndex:
+    platform = platform_with({})
+    ml = platform["teams"][0]
+    by_label = copy.deepcopy(ml) | {
+        "name": "vision",
+        "namespaces": [],
+        "namespaceSelector": {"matchLabels": {"org": "vision"}},
+    }
+    also = copy.deepcopy(ml) | {
+        "name": "audio",
+        "namespaces": ["audio"],
+        "namespaceSelector": {"matchExpressions": [{"key": "shared", "operator": "Exists"}]},
+    }
+    platform["teams"] = [ml, by_label, also]
+    return teams_from(platform)
+
+
+def test_resolution_reasons_and_teams() -> None:
+    index = _three_teams()
+    assert index.needs_namespace_labels is True
+
+    cases = [
+        ("", None, None, "cluster-scoped object", False),
+        ("kube-system", {"org": "vision"}, None, "namespace 'kube-system' is excluded", False),
+        ("ml", None, "ml", "namespace 'ml' is listed by team 'ml'", False),
+        ("ml", {"org": "vision"}, "ml", "namespace 'ml' is listed by team 'ml'", False),
+        ("cv", None, None, "labels of namespace 'cv' are unknown", False),
+        ("cv", {"org": "vision"}, "vision", "namespace 'cv' matches team 'vision''s selector", False),
+        ("cv", {"org": "other"}, None, "namespace 'cv' belongs to no team", False),
+        ("cv", {"org": "vision", "shared": ""}, None, "namespace 'cv' is selected by teams 'vision', 'audio'", True),
+    ]
+    for namespace, labels, team, reason, conflict in cases:
+        found = index.resolve(namespace, labels)
+        assert (found.team.team if found.team else None, found.reason, found.conflict) == (team, reason, conflict)
+
+
+def test_without_label_selected_teams_unknown_labels_mean_no_team() -> None:
+    index = teams_from(platform_with({}))
+    assert index.needs_namespace_labels is False
+    found = index.resolve("cv", None)
+    assert (found.team, found.reason, found.conflict) == (None, "namespace 'cv' belongs to no team", False)
+
+
+# -- JSON Patch ------------------------------------------------------------------------------------------
+
+
+def test_pointer_escapes_tilde_then_slash_and_numbers_indexes() -> None:
+    assert pointer(("metadata", "labels", "kueue.x-k8s.io/queue-name")) == "/metadata/labels/kueue.x-k8s.io~1queue-name"
+    assert pointer(("spec", "replicaSpecs", "W~1", "template", 0)) == "/spec/replicaSpecs/W~01/template/0"
+    assert pointer(()) == ""
+
+
+def test_json_patch_keeps_plan_order_op_and_value() -> None:
+    changes = [
+        Change("add", ("metadata", "labels"), {}, "queue", "labels map"),
+        Change("add", ("metadata", "labels", "a/b"), "q", "queue", "queue label"),
+        Change("replace", ("spec", "suspend"), True, "suspend", "queue label added"),
+    ]
+    assert to_json_patch(changes) == [
+        {"op": "add", "path": "/metadata/labels", "value": {}},
+        {"op": "add", "path": "/metadata/labels/a~1b", "value": "q"},
+        {"op": "replace", "path": "/spec/suspend", "value": True},
+    ]
+
+
+def test_apply_patch_returns_a_patched_copy() -> None:
+    original = {"metadata": {"name": "x"}, "spec": {"suspend": False}}
+    patched = apply_patch(original, [{"op": "add", "path": "/metadata/labels", "value": {"a/b": "q"}}])
+    assert patched == {"metadata": {"name": "x", "labels": {"a/b": "q"}}, "spec": {"suspend": False}}
+    assert original == {"metadata": {"name": "x"}, "spec": {"suspend": False}}
+
+
+# -- one pod's requests as Kueue counts them -------------------------------------------------------------
+
+
+def _container(
+    requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": "c", "resources": resources, **extra}
+
+
+def test_limits_stand_in_for_missing_requests_per_resource() -> None:
+    spec = {"containers": [_container({"cpu": "1"}, {"cpu": "4", "nvidia.com/gpu": "2", "memory": "bad"})]}
+    assert pod_requests(spec) == {"cpu": Decimal(1), "nvidia.com/gpu": Decimal(2)}
+
+
+def test_app_containers_add_up() -> None:
+    spec = {"containers": [_container({"cpu": "1", "memory": "1Ki"}), _container({"cpu": "500m"}), "junk"]}
+    assert pod_requests(spec) == {"cpu": Decimal("1.5"), "memory": Decimal(1024)}
+
+
+def test_init_containers_sidecars_and_the_pod_peak() -> None:
+    spec = {
+        "containers": [_container({"cpu": "2", "memory": "100"})],
+        "initContainers": [
+            _container({"cpu": "1"}, restartPolicy="Always"),  # sidecar: runs beside the app
+            _container({"cpu": "5", "memory": "50"}),  # needs 5 + the 1 of the sidecar started before it
+            _container({"memory": "300"}),
+            _container({"cpu": "1", "memory": "10"}, restartPolicy="Always"),
+        ],
+    }
+    # app + sidecars: cpu 2+1+1 = 4, memory 100+10 = 110; init peak: cpu 6, memory 300+0.
+    assert pod_requests(spec) == {"cpu": Decimal(6), "memory": Decimal(300)}
+
+
+def test_a_sidecar_after_a_large_init_container_does_not_raise_its_peak() -> None:
+    spec = {
+        "containers": [_container({"cpu": "1"})],
+        "initContainers": [_container({"cpu": "3"}), _container({"cpu": "1"}, restartPolicy="Always")],
+    }
+    assert pod_requests(spec) == {"cpu": Decimal(3)}
+    spec["initContainers"] = [_container({"cpu": "1"}, restartPolicy="Always"), _container({"cpu": "3"})]
+    assert pod_requests(spec) == {"cpu": Decimal(4)}
+
+
+def test_init_containers_at_or_below_the_app_sum_change_nothing() -> None:
+    spec = {"containers": [_container({"cpu": "4"})], "initContainers": [_container({"cpu": "4", "memory": "0"})]}
+    assert pod_requests(spec) == {"cpu": Decimal(4)}
+
+
+def test_pod_level_requests_replace_cpu_memory_hugepages_only_then_overhead_adds() -> None:
+    spec = {
+        "containers": [_container({"cpu": "1", "memory": "1", "nvidia.com/gpu": "1", "hugepages-2Mi": "2"})],
+        "resources": {
+            "requests": {"cpu": "8", "hugepages-2Mi": "4", "nvidia.com/gpu": "3"},
+            "limits": {"memory": "64"},
+        },
+        "overhead": {"cpu": "250m", "pods": "1", "memory": "x"},
+    }
+    assert pod_requests(spec) == {
+        "cpu": Decimal("8.25"),
+        "memory": Decimal(64),
+        "nvidia.com/gpu": Decimal(1),
+        "hugepages-2Mi": Decimal(4),
+        "pods": Decimal(1),
+    }
+
+
+def test_fields_of_the_wrong_type_count_as_absent() -> None:
+    spec = {"containers": {"c": 1}, "initContainers": [_container({"cpu": "1"}), 7], "resources": [], "overhead": "x"}
+    assert pod_requests(spec) == {"cpu": Decimal(1)}
+    assert pod_requests({"containers": [{"resources": {"requests": ["cpu"], "limits": {"cpu": "2"}}}]}) == {
+        "cpu": Decimal(2)
+    }
+
+
+# -- nodes: taints, selectors, affinity, readiness, sizing -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "tolerated"),
+    [
+        ({"key": "gpu", "operator": "Exists"}, {"key": "gpu", "value": "x", "effect": "NoSchedule"}, True),
+        ({"key": "gpu", "value": "x"}, {"key": "gpu", "value": "x", "effect": "NoSchedule"}, True),
+        ({"key": "gpu", "value": "y"}, {"key": "gpu", "value": "x", "effect": "NoSchedule"}, False),
+        ({"key": "gpu", "operator": "Equal"}, {"key": "gpu", "effect": "NoExecute"}, True),
+        ({"key": "gpu", "operator": "Exists"}, {"key": "other", "effect": "NoSchedule"}, False),
+        ({"operator": "Exists"}, {"key": "anything", "value": "v", "effect": "NoExecute"}, True),
+        ({"value": "v"}, {"key": "anything", "value": "v", "effect": "NoExecute"}, False),
+        ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "gpu", "effect": "NoSchedule"}, True),
+        ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "gpu", "effect": "NoExecute"}, False),
+        ({"key": "gpu", "operator": "Exists", "effect": ""}, {"key": "gpu", "effect": "NoExecute"}, True),
+    ],
+)
+def test_tolerates(toleration: dict[str, Any], taint: dict[str, Any], tolerated: bool) -> None:
+    assert tolerates([toleration], taint) is tolerated
+    assert tolerates([{"key": "unrelated", "operator": "Exists"}, toleration], taint) is tolerated
+
+
+def test_no_toleration_tolerates_nothing() -> None:
+    assert tolerates([], {"key": "gpu", "effect": "NoSchedule"}) is False
+
+
+@pytest.mark.parametrize(
+    "miss",
+    [
+        {"key": "gpu", "operator": "Exists", "effect": "NoExecute"},  # another effect
+        {"key": "other", "operator": "Exists"},  # another key
+        {"value": "v"},  # no key: only Exists tolerates every key
+        {"key": "gpu", "value": "other"},  # another value
+    ],
+)
+def test_a_toleration_that_misses_does_not_hide_a_later_one_that_tolerates(miss: dict[str, Any]) -> None:
+    taint = {"key": "gpu", "value": "v", "effect": "NoSchedule"}
+    assert tolerates([miss], taint) is False
+    assert tolerates([miss, {"key": "gpu", "operator": "Equal", "value": "v"}], taint) is True
+
+
+@pytest.mark.parametrize(
+    ("requirement", "value", "matches"),
+    [
+        ({"operator": "In", "values": ["a", "b"]}, "b", True),
+        ({"operator": "In", "values": ["a", "b"]}, "c", False),
+        ({"operator": "In", "values": ["a"]}, None, False),
+        ({"operator": "NotIn", "values": ["a"]}, "b", True),
+        ({"operator": "NotIn", "values": ["a"]}, "a", False),
+        ({"operator": "NotIn", "values": ["a"]}, None, True),
+        ({"operator": "Exists"}, "", True),
+        ({"operator": "Exists"}, None, False),
+        ({"operator": "DoesNotExist"}, None, True),
+        ({"operator": "DoesNotExist"}, "a", False),
+        ({"operator": "Gt", "values": ["4"]}, "5", True),
+        ({"operator": "Gt", "values": ["4"]}, "4", False),
+        ({"operator": "Lt", "values": ["4"]}, "3", True),
+        ({"operator": "Lt", "values": ["4"]}, "4", False),
+        ({"operator": "Gt", "values": ["4"]}, None, False),
+        ({"operator": "Gt", "values": ["4", "5"]}, "9", False),
+        ({"operator": "Gt", "values": ["x"]}, "9", False),
+        ({"operator": "Lt", "values": ["4"]}, "three", False),
+        ({"operator": "Between", "values": ["4"]}, "3", False),
+        ({"operator": "In", "values": [4, "a"]}, "4", False),
+    ],
+)
+def test_node_selector_requirement(requirement: dict[str, Any], value: str | None, matches: bool) -> None:
+    term = {"matchExpressions": [{"key": "k", **requirement}]}
+    labels = {} if value is None else {"k": value}
+    assert term_matches(term, "node-a", labels) is matches
+
+
+def test_node_selector_terms_need_every_expression_and_field() -> None:
+    labels = {"zone": "a", "gpu": "h100"}
+    both = {"key": "zone", "operator": "In", "values": ["a"]}
+    assert term_matches({"matchExpressions": [both, {"key": "gpu", "operator": "Exists"}]}, "n1", labels) is True
+    assert term_matches({"matchExpressions": [both, {"key": "gpu", "operator": "DoesNotExist"}]}, "n1", labels) is False
+    by_name = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    assert term_matches({"matchFields": [by_name]}, "n1", labels) is True
+    assert term_matches({"matchFields": [by_name]}, "n2", labels) is False
+    assert term_matches({"matchFields": [by_name | {"key": "metadata.uid"}]}, "n1", labels) is False
+    assert term_matches({"matchExpressions": [both], "matchFields": [by_name]}, "n2", labels) is False
+    assert term_matches({}, "n1", labels) is False
+    assert term_matches({"matchExpressions": []}, "n1", labels) is False
+
+
+def _node(name: str = "n1", ready: str = "True", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"zone": "a", "rack": name}},
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "pods": "4", "memory": "lots"},
+            "conditions": [{"type": "MemoryPressure", "status": "True"}, {"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def test_node_from_object() -> None:
+    node = Node.from_object(
+        _node(taints=[{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}])
+    )
+    assert node.name == "n1"
+    assert node.labels == {"zone": "a", "rack": "n1"}
+    assert node.allocatable == {
+        "nvidia.com/gpu": Decimal(8),
+        "cpu": Decimal(96),
+        "pods": Decimal(4),
+        "memory": Decimal(0),
+    }
+    assert node.schedulable is True
+    assert node.taints == ({"key": "a", "effect": "NoSchedule"},)
+    assert Node.from_object(_node(ready="False")).schedulable is False
+    assert Node.from_object(_node(ready="Unknown")).schedulable is False
+    assert Node.from_object(_node(unschedulable=True)).schedulable is False
+    assert Node.from_object(_node(unschedulable=False)).schedulable is True
+    no_conditions = _node()
+    del no_conditions["status"]["conditions"]
+    assert Node.from_object(no_conditions).schedulable is False
+    assert Node.from_object({}).name == ""
+
+
+def test_node_admits_by_taints_selector_and_affinity() -> None:
+    node = Node.from_object(_node(taints=[{"key": "gpu", "effect": "NoExecute"}]))
+    gpu = {"key": "gpu", "operator": "Exists"}
+    assert node.admits(PodConstraints(requests={})) is False
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu])) is True
+    assert node.admits(PodConstraints(requests={}), flavor_tolerations=[gpu]) is True
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], node_selector={"zone": "a"})) is True
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], node_selector={"zone": "b"})) is False
+    in_zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    elsewhere = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[elsewhere, in_zone])) is True
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[elsewhere])) is False
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[])) is False
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "requests", "pods"),
+    [
+        ({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "2"}, 4),
+        ({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "3"}, 2),
+        ({"nvidia.com/gpu": "8", "pods": "3"}, {"nvidia.com/gpu": "1"}, 3),
+        ({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "1e-30"}, 110),
+        ({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "0", "cpu": "0"}, 110),
+        ({"nvidia.com/gpu": "8", "pods": "4"}, {"nvidia.com/gpu": "2"}, 4),
+        ({"nvidia.com/gpu": "8"}, {"cpu": "1"}, 0),
+        ({"cpu": "1", "pods": "-3"}, {}, 0),
+        ({"nvidia.com/gpu": "16", "cpu": "10"}, {"nvidia.com/gpu": "2", "cpu": "4"}, 2),
+    ],
+)
+def test_pods_fitting_on_an_empty_node(allocatable: dict[str, str], requests: dict[str, str], pods: int) -> None:
+    node = Node.from_object({"status": {"allocatable": allocatable}})
+    assert node.pods_fitting({k: Decimal(v) for k, v in requests.items()}) == pods
+
+
+def _rack_nodes() -> NodeInventory:
+    """Two racks in one block: rack r1 has 3 nodes of 8 GPUs, rack r2 2 nodes; a third rack's node is cordoned."""
+    items = []
+    for rack, count in (("r1", 3), ("r2", 2), ("r3", 1)):
+        for i in range(count):
+            items.append(
+                {
+                    "metadata": {
+                        "name": f"{rack}-{i}",
+                        "labels": {"pool": "gpu", "block": "b1", "rack": rack, "host": f"{rack}-{i}"},
+                    },
+                    "spec": {"unschedulable": rack == "r3"},
+                    "status": {
+                        "allocatable": {"nvidia.com/gpu": "8", "pods": "110"},
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
+    items.append({"metadata": {"name": "cpu-0", "labels": {"pool": "cpu", "block": "b1", "rack": "r1", "host": "c"}}})
+    items.append(
+        {
+            "metadata": {"name": "nolevel", "labels": {"pool": "gpu", "block": "b1", "host": "nolevel"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    return NodeInventory.from_objects(items)
+
+
+LEVELS = ["block", "rack", "host"]
+
+
+def test_select_takes_ready_schedulable_nodes_with_the_flavor_labels_and_every_level() -> None:
+    inventory = _rack_nodes()
+    assert len(inventory) == 8
+    assert [n.name for n in inventory.select({"pool": "gpu"}, LEVELS)] == ["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"]
+    assert [n.name for n in inventory.select({"pool": "gpu"}, ["block"])] == [
+        "r1-0",
+        "r1-1",
+        "r1-2",
+        "r2-0",
+        "r2-1",
+        "nolevel",
+    ]
+    assert inventory.select({"pool": "tpu"}) == []
+
+
+def test_domains_group_by_the_levels_down_to_depth() -> None:
+    inventory = _rack_nodes()
+    nodes = inventory.select({"pool": "gpu"}, ["block"])
+    by_rack = inventory.domains(LEVELS, 1, nodes)
+    assert {key: [n.name for n in members] for key, members in by_rack.items()} == {
+        ("b1", "r1"): ["r1-0", "r1-1", "r1-2"],
+        ("b1", "r2"): ["r2-0", "r2-1"],
+    }
+    assert list(inventory.domains(LEVELS, 0, nodes)) == [("b1",)]
+    assert len(inventory.domains(LEVELS, 2, nodes)) == 5
+
+
+def test_largest_domain_per_level_then_the_whole_flavor() -> None:
+    inventory = _rack_nodes()
+    two_gpus = {"nvidia.com/gpu": Decimal(2)}
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, two_gpus) == [20, 12, 4, 20]
+    shape = PodConstraints(requests=two_gpus, node_selector={"rack": "r2"})
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, shape) == [8, 8, 4, 8]
+    other = PodConstraints(requests={"nvidia.com/gpu": Decimal(8)}, node_selector={"host": "r2-1"})
+    # Only r2-1 admits both shapes; the first shape's requests size it unless others are given.
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, [shape, other]) == [4, 4, 4, 4]
+    eight = {"nvidia.com/gpu": Decimal(8)}
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, [shape, other], requests=eight) == [1, 1, 1, 1]
+    assert inventory.largest_domain(LEVELS, {"pool": "none"}, two_gpus) == [0, 0, 0, 0]
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, []) == [110 * 5, 110 * 3, 110, 110 * 5]
+
+
+def test_first_fit_places_largest_shapes_first_and_counts_the_rest() -> None:
+    nodes = [
+        Node("a", {}, {"nvidia.com/gpu": Decimal(8), "pods": Decimal(110)}),
+        Node("b", {}, {"nvidia.com/gpu": Decimal(8), "pods": Decimal(2)}),
+    ]
+    big = PodConstraints(requests={"nvidia.com/gpu": Decimal(6)})
+    small = PodConstraints(requests={"nvidia.com/gpu": Decimal(2)})
+    assert first_fit(nodes, [(small, 2), (big, 2)]) == 0
+    assert first_fit(nodes, [(small, 3), (big, 2)]) == 1
+    assert first_fit(nodes, [(PodConstraints(requests={"nvidia.com/gpu": Decimal(0)}), 113)]) == 1
+    assert first_fit(nodes, [(PodConstraints(requests={"nvidia.com/gpu": Decimal(9)}), 2)]) == 2
+    tainted = [Node("t", {}, {"nvidia.com/gpu": Decimal(8)}, taints=({"key": "x", "effect": "NoSchedule"},))]
+    assert first_fit(tainted, [(small, 1)]) == 1
+    assert first_fit(tainted, [(small, 1)], flavor_tolerations=[{"key": "x", "operator": "Exists"}]) == 0
+    assert first_fit([], [(small, 0)]) == 0
+
+
+def test_first_fit_needs_every_requested_resource_and_counts_default_pod_slots() -> None:
+    no_gpu = [Node("cpu-only", {}, {"cpu": Decimal(64)})]
+    assert first_fit(no_gpu, [(PodConstraints(requests={"nvidia.com/gpu": Decimal(1)}), 1)]) == 1
+    assert first_fit(no_gpu, [(PodConstraints(requests={"nvidia.com/gpu": Decimal("0.5")}), 1)]) == 1
+    assert first_fit(no_gpu, [(PodConstraints(requests={"cpu": Decimal(0)}), 111)]) == 1  # 110 pods by default
+
+
+def test_first_fit_orders_shapes_by_their_largest_request() -> None:
+    """Shape (6 GPUs, 1 CPU) goes before (2 GPUs, 4 CPUs) whatever the order given: its largest request is larger."""
+    nodes = [
+        Node("x", {}, {"nvidia.com/gpu": Decimal(6), "cpu": Decimal(4)}),
+        Node("y", {}, {"nvidia.com/gpu": Decimal(2), "cpu": Decimal(4)}),
+    ]
+    wide = PodConstraints(requests={"nvidia.com/gpu": Decimal(6), "cpu": Decimal(1)})
+    tall = PodConstraints(requests={"nvidia.com/gpu": Decimal(2), "cpu": Decimal(4)})
+    assert first_fit(nodes, [(tall, 1), (wide, 1)]) == 0
+    assert first_fit(nodes, [(wide, 1), (tall, 1)]) == 0
