@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from support import platform_with, teams_from
+from support import job, platform_with, review_body, teams_from
 
 from webhook.core.draft import Change
 from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
@@ -22,6 +22,8 @@ from webhook.core.platform import LabelSelector
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
 from webhook.core.resolve import TeamIndex, selector_matches
 from webhook.core.resources import pod_requests
+from webhook.core.review import ReviewOutcome, review
+from webhook.core.rules.node_affinity import normalize
 
 # -- quantities ------------------------------------------------------------------------------------------
 
@@ -374,9 +376,12 @@ def _node(name: str = "n1", ready: str = "True", **spec: Any) -> dict[str, Any]:
 
 
 def test_node_from_object() -> None:
-    node = Node.from_object(
-        _node(taints=[{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}])
-    )
+    taints = [
+        {"key": "a", "effect": "NoSchedule"},
+        {"key": "b", "effect": "PreferNoSchedule"},
+        {"key": "c", "effect": "NoExecute"},
+    ]
+    node = Node.from_object(_node(taints=taints))
     assert node.name == "n1"
     assert node.labels == {"zone": "a", "rack": "n1"}
     assert node.allocatable == {
@@ -386,7 +391,7 @@ def test_node_from_object() -> None:
         "memory": Decimal(0),
     }
     assert node.schedulable is True
-    assert node.taints == ({"key": "a", "effect": "NoSchedule"},)
+    assert node.taints == ({"key": "a", "effect": "NoSchedule"}, {"key": "c", "effect": "NoExecute"})
     assert Node.from_object(_node(ready="False")).schedulable is False
     assert Node.from_object(_node(ready="Unknown")).schedulable is False
     assert Node.from_object(_node(unschedulable=True)).schedulable is False
@@ -410,6 +415,8 @@ def test_node_admits_by_taints_selector_and_affinity() -> None:
     assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[elsewhere, in_zone])) is True
     assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[elsewhere])) is False
     assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[])) is False
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert node.admits(PodConstraints(requests={}, tolerations=[gpu], affinity_terms=[by_name])) is True
 
 
 @pytest.mark.parametrize(
@@ -424,6 +431,14 @@ def test_node_admits_by_taints_selector_and_affinity() -> None:
         ({"nvidia.com/gpu": "8"}, {"cpu": "1"}, 0),
         ({"cpu": "1", "pods": "-3"}, {}, 0),
         ({"nvidia.com/gpu": "16", "cpu": "10"}, {"nvidia.com/gpu": "2", "cpu": "4"}, 2),
+        ({"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "1"}, 2),
+        ({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "0", "cpu": "1"}, 0),  # a zero request skips only itself
+        ({"cpu": "-1"}, {"cpu": "0"}, 110),
+        (
+            {"cpu": "1000", "nvidia.com/gpu": "8"},
+            {"cpu": "1", "nvidia.com/gpu": "2"},
+            4,
+        ),  # plenty of one, not the other
     ],
 )
 def test_pods_fitting_on_an_empty_node(allocatable: dict[str, str], requests: dict[str, str], pods: int) -> None:
@@ -504,6 +519,22 @@ def test_largest_domain_per_level_then_the_whole_flavor() -> None:
     assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, []) == [110 * 5, 110 * 3, 110, 110 * 5]
 
 
+def test_largest_domain_counts_tainted_nodes_only_where_tolerated() -> None:
+    items = [
+        {
+            "metadata": {"name": f"h{i}", "labels": {"pool": "gpu", "block": "b1", "rack": "r1", "host": f"h{i}"}},
+            "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}] if i else []},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        for i in range(3)
+    ]
+    inventory = NodeInventory.from_objects(items)
+    eight = {"nvidia.com/gpu": Decimal(8)}
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, eight) == [1, 1, 1, 1]
+    tolerated = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert inventory.largest_domain(LEVELS, {"pool": "gpu"}, eight, flavor_tolerations=tolerated) == [3, 3, 1, 3]
+
+
 def test_first_fit_places_largest_shapes_first_and_counts_the_rest() -> None:
     nodes = [
         Node("a", {}, {"nvidia.com/gpu": Decimal(8), "pods": Decimal(110)}),
@@ -538,3 +569,218 @@ def test_first_fit_orders_shapes_by_their_largest_request() -> None:
     tall = PodConstraints(requests={"nvidia.com/gpu": Decimal(2), "cpu": Decimal(4)})
     assert first_fit(nodes, [(tall, 1), (wide, 1)]) == 0
     assert first_fit(nodes, [(wide, 1), (tall, 1)]) == 0
+
+
+# -- the node affinity rule ------------------------------------------------------------------------------
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+TEAM_EXPRESSION = {"key": INSTANCE_TYPE, "operator": "In", "values": ["p5.48xlarge"]}
+TERMS = ("spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+TERMS_PATH = (*TERMS, "nodeSelectorTerms")
+
+
+def _review(obj: dict[str, Any], policy: dict[str, Any], namespace: str = "ml", **kw: Any) -> ReviewOutcome:
+    inventory = kw.pop("inventory", None)
+    return review(review_body(obj, namespace, **kw), teams_from(platform_with(policy)), inventory=inventory)
+
+
+def _job_with_affinity(affinity: Any) -> dict[str, Any]:
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = affinity
+    return obj
+
+
+def _affinity_changes(terms: Any) -> tuple[list[tuple[Any, ...]], list[str], list[str]]:
+    """The node affinity rule's changes (op, path, value, rule, reason), warnings and denials for these terms."""
+    obj = _job_with_affinity({"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": terms}}})
+    plan = _review(obj, {"queue": {}, "nodeAffinity": [TEAM_EXPRESSION]}).plan
+    changes = [(c.op, c.path, c.value, c.rule, c.reason) for c in plan.changes if c.rule == "nodeAffinity"]
+    return changes, plan.warnings, plan.denials
+
+
+REASON = "podset 'main': team node affinity"
+
+
+def test_node_affinity_changes_carry_their_rule_and_reason() -> None:
+    plan = _review(job(), {"queue": {}, "nodeAffinity": [TEAM_EXPRESSION]}).plan
+    assert [(c.op, c.path, c.rule, c.reason) for c in plan.changes] == [
+        ("add", ("metadata", "labels"), "queue", "the LocalQueue of team 'ml'"),
+        ("add", ("spec", "suspend"), "suspend", "queue label added: Kueue starts the workload once admitted"),
+        ("add", ("spec", "template", "spec", "affinity"), "nodeAffinity", REASON),
+    ]
+    assert _affinity_changes([]) == (
+        [("add", (*TERMS_PATH, 0), {"matchExpressions": [TEAM_EXPRESSION]}, "nodeAffinity", REASON)],
+        [],
+        [],
+    )
+
+
+def test_a_term_of_fields_only_gets_the_team_expressions() -> None:
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert _affinity_changes([by_name]) == (
+        [("add", (*TERMS_PATH, 0, "matchExpressions"), [TEAM_EXPRESSION], "nodeAffinity", REASON)],
+        [],
+        [],
+    )
+
+
+def test_team_expressions_are_anded_into_each_term_unless_present() -> None:
+    changes, warnings, denials = _affinity_changes(
+        [
+            {"matchExpressions": [{"key": INSTANCE_TYPE, "operator": "In", "values": ["p4d", "p5.48xlarge"]}]},
+            {"matchExpressions": [{"key": INSTANCE_TYPE, "operator": "In", "values": ["p5.48xlarge"]}]},
+            {"matchExpressions": [], "matchFields": []},  # matches no node: left so
+        ]
+    )
+    assert changes == [("add", (*TERMS_PATH, 0, "matchExpressions", 1), TEAM_EXPRESSION, "nodeAffinity", REASON)]
+    assert (warnings, denials) == ([], [])
+
+
+def test_a_term_whose_own_in_shares_no_value_with_the_team_is_warned_once() -> None:
+    own = [
+        "junk",
+        {"key": "zone", "operator": "In", "values": ["a"]},
+        {"key": INSTANCE_TYPE, "operator": "NotIn", "values": ["z"]},
+        {"key": INSTANCE_TYPE, "operator": "In"},
+        {"key": INSTANCE_TYPE, "operator": "In", "values": ["p4d", 7]},
+    ]
+    changes, warnings, denials = _affinity_changes([{"matchExpressions": own}])
+    assert changes == [("add", (*TERMS_PATH, 0, "matchExpressions", 5), TEAM_EXPRESSION, "nodeAffinity", REASON)]
+    assert warnings == [
+        "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in "
+        '["p4d", 7], but team nodes have ["p5.48xlarge"]: pods of this term can match no node'
+    ]
+    assert denials == []
+
+
+def test_a_team_expression_that_is_not_in_is_never_warned() -> None:
+    obj = _job_with_affinity(
+        {
+            "nodeAffinity": {
+                TERMS[-1]: {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        }
+    )
+    team = {"key": "z", "operator": "NotIn", "values": ["a"]}
+    plan = _review(obj, {"queue": {}, "nodeAffinity": [team]}).plan
+    assert plan.warnings == []
+    assert [c.path for c in plan.changes if c.rule == "nodeAffinity"] == [(*TERMS_PATH, 0, "matchExpressions", 1)]
+
+
+@pytest.mark.parametrize(
+    ("affinity", "denial"),
+    [
+        ({"nodeAffinity": "oops"}, "spec.template.spec.affinity.nodeAffinity must be an object, got string"),
+        (
+            {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": ["x"]}}},
+            "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0] must be an object, got string",
+        ),
+        (
+            {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": [{"matchExpressions": {"a": 1}}]}}},
+            "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions must be an array, got object",
+        ),
+    ],
+)
+def test_wrongly_typed_affinity_fields_are_refused_with_their_path(affinity: Any, denial: str) -> None:
+    plan = _review(_job_with_affinity(affinity), {"queue": {}, "nodeAffinity": [TEAM_EXPRESSION]}).plan
+    assert plan.denials == [f"malformed object: {denial}"]
+    assert plan.changes == []
+
+
+def test_normalize_keeps_key_operator_and_values_and_a_wrong_type_as_is() -> None:
+    assert normalize({"key": "k", "operator": "In", "values": ["a"], "extra": 1}) == {
+        "key": "k",
+        "operator": "In",
+        "values": ["a"],
+    }
+    assert normalize({"key": "k", "operator": "Exists", "values": []}) == {"key": "k", "operator": "Exists"}
+    assert normalize({"key": "k", "operator": "In", "values": "a"}) == {"key": "k", "operator": "In", "values": "a"}
+    assert normalize({"key": "k", "operator": "In", "values": {"a": 1}}) == {
+        "key": "k",
+        "operator": "In",
+        "values": {"a": 1},
+    }
+
+
+# -- the queue rule and the planner's reports ------------------------------------------------------------
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def _rayjob(labels: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "r"}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": metadata,
+        "spec": {"entrypoint": "python x.py", "rayClusterSpec": {"headGroupSpec": {"template": {"spec": {}}}}},
+    }
+
+
+def test_an_empty_queue_label_is_warned_and_filled_in() -> None:
+    plan = _review(job(metadata={"name": "t", "labels": {QUEUE_LABEL: ""}}), {"queue": {}}).plan
+    assert plan.warnings == [
+        "queue: an empty kueue.x-k8s.io/queue-name (metadata.labels) means no queue to Kueue; set to 'ml-queue'"
+    ]
+    assert plan.warned_rules == ["queue"]
+    assert [(c.op, c.path, c.value, c.rule) for c in plan.changes] == [
+        ("replace", ("metadata", "labels", QUEUE_LABEL), "ml-queue", "queue"),
+        ("add", ("spec", "suspend"), True, "suspend"),
+    ]
+
+
+def test_what_kueue_requires_is_added_when_the_user_named_the_queue_too() -> None:
+    plan = _review(_rayjob({QUEUE_LABEL: "ml-queue"}), {"queue": {}}).plan
+    assert plan.denials == plan.warnings == []
+    assert [(c.op, c.path, c.value, c.rule, c.reason) for c in plan.changes] == [
+        (
+            "add",
+            ("spec", "shutdownAfterJobFinishes"),
+            True,
+            "queue",
+            "Kueue requires it of a RayJob: a kueue managed job should delete the cluster after finishing",
+        )
+    ]
+
+
+def test_a_queue_of_another_team_is_named_in_the_denial() -> None:
+    plan = _review(job(metadata={"name": "t", "labels": {QUEUE_LABEL: "theirs"}}), {"queue": {}}).plan
+    assert plan.changes == []
+    assert plan.denied_rules == ["queue"]
+    assert plan.denials == [
+        "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
+        "allowed: ml-queue"
+    ]
+
+
+TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainJob",
+    "metadata": {"name": "t"},
+    "spec": {"runtimeRef": {"name": "torch"}},
+}
+OPAQUE = (
+    "not applied: a TrainJob has no pod template of its own: its pods come from its training runtime, so pod "
+    "priority, topology and node affinity are set in the (Cluster)TrainingRuntime"
+)
+
+
+def test_a_kind_without_pod_templates_says_which_rules_it_cannot_apply() -> None:
+    plain = _review(copy.deepcopy(TRAINJOB), {"queue": {}}).plan
+    assert (plain.warnings, plain.denials) == ([], [])
+    assert [c.path for c in plain.changes] == [("metadata", "labels"), ("spec", "suspend")]
+    policy = {
+        "queue": {},
+        "podPriority": {"default": "low", "allowed": ["low"], "enforcement": "enforce"},
+        "topology": {"mode": "required", "level": "topology.k8s.aws/network-node-layer-3", "enforcement": "default"},
+        "nodeAffinity": [{"key": "a", "operator": "Exists"}],
+    }
+    full = _review(copy.deepcopy(TRAINJOB), policy).plan
+    assert full.denials == [f"podPriority: {OPAQUE}"]
+    assert full.warnings == [f"topology: {OPAQUE}", f"nodeAffinity: {OPAQUE}"]
