@@ -13,11 +13,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from support import job, platform_with, review_body, teams_from
+from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.draft import Change
 from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
+from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch, pointer, to_json_patch
+from webhook.core.planner import managed_child, plan_object
 from webhook.core.platform import LabelSelector
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
 from webhook.core.resolve import TeamIndex, selector_matches
@@ -709,6 +711,7 @@ def test_normalize_keeps_key_operator_and_values_and_a_wrong_type_as_is() -> Non
 # -- the queue rule and the planner's reports ------------------------------------------------------------
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 def _rayjob(labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -784,3 +787,176 @@ def test_a_kind_without_pod_templates_says_which_rules_it_cannot_apply() -> None
     full = _review(copy.deepcopy(TRAINJOB), policy).plan
     assert full.denials == [f"podPriority: {OPAQUE}"]
     assert full.warnings == [f"topology: {OPAQUE}", f"nodeAffinity: {OPAQUE}"]
+
+
+def test_a_second_podset_gets_the_team_labels_with_their_rule_and_reason() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": []}}},
+    }
+    plan = _review(deployment, {"queue": {}, "kueuePriority": {"default": "low", "allowed": ["low"]}}).plan
+    one_by_one = "podset 'main': Kueue admits these pods one by one"
+    template_labels = ("spec", "template", "metadata", "labels")
+    assert [(c.path, c.value, c.rule, c.reason) for c in plan.changes] == [
+        (("metadata", "labels"), {QUEUE_LABEL: "ml-queue"}, "queue", "the LocalQueue of team 'ml'"),
+        (("metadata", "labels", PRIORITY_LABEL), "low", "kueuePriority", "the default of team 'ml'"),
+        ((*template_labels, QUEUE_LABEL), "ml-queue", "queue", one_by_one),
+        ((*template_labels, PRIORITY_LABEL), "low", "kueuePriority", one_by_one),
+    ]
+    theirs = copy.deepcopy(deployment)
+    theirs["spec"]["template"]["metadata"]["labels"][QUEUE_LABEL] = "theirs"
+    refused = _review(theirs, {"queue": {}}).plan
+    assert refused.denials == [
+        "queue: LocalQueue 'theirs' (spec.template.metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for "
+        "team 'ml'; allowed: ml-queue"
+    ]
+    assert refused.denied_rules == ["queue"]
+    # No priority anywhere and no default to give: nothing to copy and nothing to check.
+    bare = _review(copy.deepcopy(deployment), {"queue": {}, "kueuePriority": {"allowed": ["low"]}}).plan
+    assert (bare.denials, bare.warnings) == ([], [])
+    assert [c.path for c in bare.changes] == [("metadata", "labels"), (*template_labels, QUEUE_LABEL)]
+
+
+# -- what the planner skips, and why ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "operation", "extra", "skipped"),
+    [
+        (job(), "CREATE", {"subResource": "status"}, "subresource 'status'"),
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+            "CREATE",
+            {},
+            "kind v1 ConfigMap is not a workload kind",
+        ),
+        (
+            {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": "m"}},
+            "CREATE",
+            {},
+            "kubeflow.org/v1 MPIJob is not a version Kueue manages (kubeflow.org/v2beta1)",
+        ),
+        (job(), "DELETE", {"oldObject": job()}, "operation DELETE is not mutated"),
+        (job(), "CONNECT", {}, "operation CONNECT is not mutated"),
+    ],
+)
+def test_requests_left_alone_say_why(obj: dict[str, Any], operation: str, extra: dict[str, Any], skipped: str) -> None:
+    body = review_body(obj, "ml", operation=operation)
+    body["request"].update(extra)
+    outcome = review(body, teams_from(platform_with({"queue": {}})))
+    assert outcome.plan.skipped == skipped
+    assert outcome.patch == []
+
+
+def test_metadata_that_is_not_a_map_is_refused_and_null_metadata_is_filled_in() -> None:
+    row = find_kind("batch/v1", "Job")
+    assert row is not None
+    team = teams_from(platform_with({"queue": {}})).policies.teams[0]
+    refused = plan_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": "m", "spec": {}}, row, team)
+    assert refused.denials == ["malformed object: metadata must be an object, got string"]
+    assert refused.invalid is True
+    filled = plan_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": None, "spec": {}}, row, team)
+    assert filled.denials == []
+    assert [(c.path, c.value) for c in filled.changes] == [
+        (("metadata",), {"labels": {QUEUE_LABEL: "ml-queue"}}),
+        (("spec", "suspend"), True),
+    ]
+    assert managed_child({"metadata": None}) == ""
+
+
+def test_an_update_adding_a_podset_is_sized_with_the_node_inventory() -> None:
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "r", "labels": {QUEUE_LABEL: "ml-queue"}},
+        "spec": {"headGroupSpec": {"template": {"spec": {}}}, "workerGroupSpecs": []},
+    }
+    grown = copy.deepcopy(cluster)
+    workers = {"containers": [{"name": "w", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}
+    grown["spec"]["workerGroupSpecs"] = [{"groupName": "b", "replicas": 4, "template": {"spec": workers}}]
+    policy = {"queue": {}, "topology": {"mode": "auto"}}
+    plan = _review(grown, policy, operation="UPDATE", old=cluster, inventory=aws_nodes()).plan
+    assert [(c.path, c.value, c.reason) for c in plan.changes] == [
+        (
+            ("spec", "workerGroupSpecs", 0, "template", "metadata"),
+            {"annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"}},
+            "podset 'b' added by this update: podset 'b': auto: 4 pods fit in one "
+            "topology.k8s.aws/network-node-layer-2 domain (the largest holds 4)",
+        )
+    ]
+
+
+def test_podsets_that_do_not_fit_together_are_warned_after_an_earlier_warning_too() -> None:
+    def template(gpus: int) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "labels": {QUEUE_LABEL: ""}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 4, "template": template(8)},
+                "Worker": {"replicas": 10, "template": template(3)},
+            }
+        },
+    }
+    plan = _review(pytorch, {"queue": {}, "topology": {"mode": "auto"}}, inventory=aws_nodes()).plan
+    assert plan.warned_rules == ["queue", "topology"]
+    assert plan.warnings[1] == (
+        "topology: the workload may never be admitted: its 14 pods ('master' 4 × {nvidia.com/gpu: 8}, "
+        "'worker' 10 × {nvidia.com/gpu: 3}) do not fit the team's 8 nodes together on an empty cluster (2 left over)"
+    )
+
+
+# -- more of the node affinity rule, the quantities and first-fit ----------------------------------------
+
+
+def test_an_empty_term_is_skipped_and_the_next_term_still_gets_the_team_expressions() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    changes, warnings, denials = _affinity_changes([{}, {"matchExpressions": [zone]}])
+    assert changes == [("add", (*TERMS_PATH, 1, "matchExpressions", 1), TEAM_EXPRESSION, "nodeAffinity", REASON)]
+    assert (warnings, denials) == ([], [])
+
+
+def test_several_team_expressions_are_appended_one_after_the_other() -> None:
+    second = {"key": "gpu", "operator": "Exists"}
+    third = {"key": "zone", "operator": "In", "values": ["a"]}
+    obj = _job_with_affinity(
+        {
+            "nodeAffinity": {
+                TERMS[-1]: {"nodeSelectorTerms": [{"matchExpressions": [{"key": "x", "operator": "Exists"}]}]}
+            }
+        }
+    )
+    plan = _review(obj, {"queue": {}, "nodeAffinity": [TEAM_EXPRESSION, second, third]}).plan
+    expressions = (*TERMS_PATH, 0, "matchExpressions")
+    assert [(c.path, c.value) for c in plan.changes if c.rule == "nodeAffinity"] == [
+        ((*expressions, 1), TEAM_EXPRESSION),
+        ((*expressions, 2), second),
+        ((*expressions, 3), third),
+    ]
+    assert plan.warnings == []
+
+
+def test_an_unparsable_quantity_leaves_out_only_itself() -> None:
+    spec = {"containers": [_container(limits={"memory": "lots", "cpu": "4", "nvidia.com/gpu": "2"})]}
+    assert pod_requests(spec) == {"cpu": Decimal(4), "nvidia.com/gpu": Decimal(2)}
+
+
+def test_first_fit_ignores_zero_requests_even_on_a_node_short_of_that_resource() -> None:
+    node = Node.from_object({"status": {"allocatable": {"cpu": "-1", "nvidia.com/gpu": "8"}}})
+    shape = PodConstraints(requests={"cpu": Decimal(0), "nvidia.com/gpu": Decimal(8)})
+    assert first_fit([node], [(shape, 1)]) == 0
+
+
+def test_a_term_of_fields_only_does_not_end_the_walk_over_the_terms() -> None:
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    changes, _, _ = _affinity_changes([by_name, {"matchExpressions": [zone]}])
+    assert [(path, value) for _, path, value, _, _ in changes] == [
+        ((*TERMS_PATH, 0, "matchExpressions"), [TEAM_EXPRESSION]),
+        ((*TERMS_PATH, 1, "matchExpressions", 1), TEAM_EXPRESSION),
+    ]
