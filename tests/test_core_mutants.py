@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from support import aws_nodes, job, platform_with, review_body, teams_from
+from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.draft import Change
 from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
@@ -959,4 +959,261 @@ def test_a_term_of_fields_only_does_not_end_the_walk_over_the_terms() -> None:
     assert [(path, value) for _, path, value, _, _ in changes] == [
         ((*TERMS_PATH, 0, "matchExpressions"), [TEAM_EXPRESSION]),
         ((*TERMS_PATH, 1, "matchExpressions", 1), TEAM_EXPRESSION),
+    ]
+
+
+# -- the topology rule -----------------------------------------------------------------------------------
+
+SPINE, BLOCK, RACK, HOST = AWS_LEVELS
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+TWO_HOSTS_APART = {"key": HOST, "operator": "In", "values": ["node-1-1-1", "node-2-1-1"]}  # other blocks
+
+
+def _gpu_job(pods: int, gpus: int = 8, **pod_spec: Any) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}
+    return job(spec={"parallelism": pods, "template": {"spec": {"containers": [container], **pod_spec}}})
+
+
+def _required_affinity(*terms: Any) -> dict[str, Any]:
+    return {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": list(terms)}}}
+
+
+def _topology(
+    obj: dict[str, Any], topology: dict[str, Any], inventory: NodeInventory | None = None
+) -> list[tuple[dict[str, str], str]]:
+    """The annotations the topology rule adds to the first podset, each with its reason."""
+    plan = _review(obj, {"queue": {}, "topology": topology}, inventory=inventory).plan
+    out = []
+    for change in plan.changes:
+        if change.rule == "topology":
+            value = change.value["annotations"] if change.path[-1] == "metadata" else {change.path[-1]: change.value}
+            out.append((value, change.reason))
+    return out
+
+
+def _auto(
+    obj: dict[str, Any], inventory: NodeInventory | None = None, **policy: Any
+) -> list[tuple[dict[str, str], str]]:
+    plan = _review(obj, {"queue": {}, "topology": {"mode": "auto"}, **policy}, inventory=inventory).plan
+    return [(c.value["annotations"], c.reason) for c in plan.changes if c.rule == "topology"]
+
+
+def test_auto_sizes_with_the_pods_own_node_affinity_and_the_teams() -> None:
+    nodes = aws_nodes()
+    assert _auto(_gpu_job(2), nodes) == [
+        ({REQUIRED: RACK}, f"podset 'main': auto: 2 pods fit in one {RACK} domain (the largest holds 2)")
+    ]
+    # Only two hosts, in different blocks, can take the pods: the spine is the narrowest level that holds both.
+    apart = f"podset 'main': auto: 2 pods fit in one {SPINE} domain (the largest holds 2)"
+    assert _auto(_gpu_job(2), nodes, nodeAffinity=[TWO_HOSTS_APART]) == [({REQUIRED: SPINE}, apart)]
+    assert _auto(_gpu_job(2, affinity=_required_affinity({"matchExpressions": [TWO_HOSTS_APART]})), nodes) == [
+        ({REQUIRED: SPINE}, apart)
+    ]
+    # The pods' own term (block 1) ANDed with the team's hosts leaves one host.
+    block_1 = {"matchExpressions": [{"key": BLOCK, "operator": "In", "values": ["nn-block-1"]}]}
+    assert _auto(_gpu_job(1, affinity=_required_affinity(block_1)), nodes, nodeAffinity=[TWO_HOSTS_APART]) == [
+        ({REQUIRED: HOST}, f"podset 'main': auto: 1 pod fits in one {HOST} domain (the largest holds 1)")
+    ]
+    one_left = f"podset 'main': auto: 2 pods exceed the largest {SPINE} domain (1), so preferred"
+    assert _auto(_gpu_job(2, affinity=_required_affinity(block_1)), nodes, nodeAffinity=[TWO_HOSTS_APART]) == [
+        ({PREFERRED: SPINE}, one_left)
+    ]
+    # An empty term matches no node and stays so; the other term gets the team's hosts.
+    assert _auto(_gpu_job(2, affinity=_required_affinity({}, block_1)), nodes, nodeAffinity=[TWO_HOSTS_APART]) == [
+        ({PREFERRED: SPINE}, one_left)
+    ]
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1-1-1", "node-1-1-2"]}]}
+    assert _auto(_gpu_job(2, affinity=_required_affinity(by_name)), nodes, nodeAffinity=[TWO_HOSTS_APART]) == [
+        ({PREFERRED: SPINE}, one_left)
+    ]
+
+
+def test_auto_without_an_inventory_or_a_known_size_prefers_at_the_level_or_the_narrowest() -> None:
+    no_inventory = "podset 'main': auto: no node inventory, so preferred (never blocks admission)"
+    assert _auto(_gpu_job(2)) == [({PREFERRED: HOST}, no_inventory)]
+    assert _auto(_gpu_job(2), NodeInventory()) == [({PREFERRED: HOST}, no_inventory)]
+    assert _topology(_gpu_job(2), {"mode": "auto", "level": BLOCK}) == [({PREFERRED: BLOCK}, no_inventory)]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p0",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "grp"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    member = "podset 'main': auto: one member of a pod group, its size unknown, so preferred"
+    plan = _review(pod, {"queue": {}, "topology": {"mode": "auto"}}, inventory=aws_nodes()).plan
+    assert [(c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [(HOST, member)]
+    plan = _review(pod, {"queue": {}, "topology": {"mode": "auto", "level": RACK}}, inventory=aws_nodes()).plan
+    assert [(c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [(RACK, member)]
+
+
+def test_auto_too_large_for_every_domain_prefers_the_broadest_level() -> None:
+    assert _auto(_gpu_job(1, gpus=16), aws_nodes()) == [
+        ({PREFERRED: SPINE}, f"podset 'main': auto: 1 pod exceeds the largest {SPINE} domain (0), so preferred")
+    ]
+    policy = {"mode": "auto", "level": BLOCK}
+    assert _topology(_gpu_job(5), policy, inventory=aws_nodes()) == [
+        ({PREFERRED: BLOCK}, f"podset 'main': auto: 5 pods exceed the largest {BLOCK} domain (4), so preferred")
+    ]
+
+
+def test_fixed_modes_write_their_annotation_and_slices_only_of_whole_slices() -> None:
+    assert _topology(_gpu_job(2), {"mode": "preferred", "level": BLOCK}) == [
+        ({PREFERRED: BLOCK}, f"podset 'main': team policy: preferred at {BLOCK}")
+    ]
+    assert _topology(_gpu_job(2), {"mode": "unconstrained"}) == [
+        ({UNCONSTRAINED: "true"}, "podset 'main': team policy: unconstrained")
+    ]
+    sliced = {"mode": "required", "level": BLOCK, "sliceLevel": RACK, "sliceSize": 4}
+    required = ({REQUIRED: BLOCK}, f"podset 'main': team policy: required at {BLOCK}")
+    slices = f"podset 'main': 4 pods in slices of 4 at {RACK}"
+    assert _topology(_gpu_job(4), sliced) == [
+        required,
+        ({"kueue.x-k8s.io/podset-slice-required-topology": RACK}, slices),
+        ({"kueue.x-k8s.io/podset-slice-size": "4"}, slices),
+    ]
+    assert _topology(_gpu_job(0), sliced) == [required]
+    assert _topology(_gpu_job(6), sliced) == [required]
+
+
+def _user_placed(annotations: dict[str, str], topology: dict[str, Any]) -> tuple[list[str], list[str], int]:
+    obj = job()
+    obj["spec"]["template"]["metadata"] = {"annotations": annotations}
+    plan = _review(obj, {"queue": {}, "topology": topology}).plan
+    return plan.denials, plan.warnings, len([c for c in plan.changes if c.rule == "topology"])
+
+
+NOT_A_LEVEL = (
+    "topology: kueue.x-k8s.io/podset-required-topology 'rack' (podset 'main') is not a level of Topology 'aws' "
+    f"for team 'ml'; allowed: {SPINE}, {BLOCK}, {RACK}, {HOST}"
+)
+
+
+def test_a_users_level_outside_the_topology_is_refused_or_warned_that_kueue_never_admits_it() -> None:
+    required = {"mode": "required", "level": RACK}
+    assert _user_placed({REQUIRED: "rack"}, {**required, "enforcement": "enforce"}) == ([NOT_A_LEVEL], [], 0)
+    never = f"{NOT_A_LEVEL}; Kueue can never admit the workload"
+    assert _user_placed({REQUIRED: "rack"}, {**required, "enforcement": "warn"}) == ([], [never], 0)
+    assert _user_placed({REQUIRED: "rack"}, required) == ([], [never], 0)
+
+
+def test_the_unconstrained_annotation_must_be_true_or_false_unless_the_policy_is_default() -> None:
+    required = {"mode": "required", "level": RACK}
+    bad = "topology: kueue.x-k8s.io/podset-unconstrained-topology must be 'true' or 'false' (podset 'main'), got 'yes'"
+    assert _user_placed({UNCONSTRAINED: "yes"}, {**required, "enforcement": "enforce"}) == ([bad], [], 0)
+    assert _user_placed({UNCONSTRAINED: "yes"}, required) == ([], [], 0)
+    for value in ("true", "false"):
+        assert _user_placed({UNCONSTRAINED: value, REQUIRED: RACK}, {**required, "enforcement": "enforce"}) == (
+            [],
+            [],
+            0,
+        )
+
+
+def _less(mode: str, level: str) -> str:
+    return f"topology: podset 'main' asks for less locality than team 'ml' allows: the policy is {mode} at {level}"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "policy", "report"),
+    [
+        ({UNCONSTRAINED: "true"}, {"mode": "preferred", "level": RACK}, _less("preferred", RACK)),
+        ({PREFERRED: BLOCK}, {"mode": "preferred", "level": BLOCK}, None),
+        ({PREFERRED: SPINE}, {"mode": "preferred", "level": BLOCK}, _less("preferred", BLOCK)),
+        ({PREFERRED: HOST}, {"mode": "preferred", "level": BLOCK}, None),
+        ({REQUIRED: SPINE}, {"mode": "preferred", "level": BLOCK}, None),
+        ({PREFERRED: SPINE}, {"mode": "required", "level": SPINE}, _less("required", SPINE)),
+        ({REQUIRED: SPINE}, {"mode": "required", "level": HOST}, _less("required", HOST)),
+        ({REQUIRED: HOST}, {"mode": "required", "level": RACK}, None),
+        ({PREFERRED: SPINE}, {"mode": "auto", "level": RACK}, None),  # auto judges nothing of the user's
+    ],
+)
+def test_less_locality_than_the_policy_is_reported(
+    annotations: dict[str, str], policy: dict[str, Any], report: str | None
+) -> None:
+    expected = [report] if report else []
+    assert _user_placed(annotations, {**policy, "enforcement": "enforce"}) == (expected, [], 0)
+    assert _user_placed(annotations, {**policy, "enforcement": "warn"}) == ([], expected, 0)
+
+
+def test_podsets_the_user_placed_are_skipped_and_the_others_still_planned() -> None:
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {"metadata": {"annotations": {REQUIRED: HOST}}, "spec": {}}},
+                "Worker": {"replicas": 2, "template": {"spec": {}}},
+            }
+        },
+    }
+    plan = _review(pytorch, {"queue": {}, "topology": {"mode": "preferred", "level": RACK}}).plan
+    assert [(c.path, c.value) for c in plan.changes if c.rule == "topology"] == [
+        (("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata"), {"annotations": {PREFERRED: RACK}})
+    ]
+
+
+def _lws(leader_gpus: str, worker_gpus: str, size: int = 4) -> dict[str, Any]:
+    def template(gpus: str) -> dict[str, Any]:
+        return {
+            "metadata": {"annotations": {"kueue.x-k8s.io/podset-group-name": "g"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]},
+        }
+
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "lws"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": size,
+                "leaderTemplate": template(leader_gpus),
+                "workerTemplate": template(worker_gpus),
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("leader", "worker", "size", "level"),
+    [
+        ("8", "2", 4, RACK),  # sized by the larger pod, whichever member has it
+        ("2", "8", 4, RACK),
+        ("2", "2", 4, HOST),
+        ("500m", "500m", 12, HOST),  # 16 such pods fit a host
+    ],
+)
+def test_a_podset_group_is_sized_by_its_largest_pod(leader: str, worker: str, size: int, level: str) -> None:
+    plan = _review(
+        _lws(leader, worker, size), {"queue": {}, "topology": {"mode": "auto"}}, inventory=aws_nodes(hosts=4)
+    ).plan
+    added = [(c.path[-2:], c.value) for c in plan.changes if c.rule == "topology"]
+    assert added == [(("annotations", REQUIRED), level), (("annotations", REQUIRED), level)]  # leader and workers
+
+
+def test_unconstrained_skips_grouped_podsets_only() -> None:
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "replicas": 1,
+                    "template": {"metadata": {"annotations": {"kueue.x-k8s.io/podset-group-name": "g"}}, "spec": {}},
+                },
+                "Worker": {"replicas": 2, "template": {"spec": {}}},
+            }
+        },
+    }
+    plan = _review(pytorch, {"queue": {}, "topology": {"mode": "unconstrained"}}).plan
+    assert [(c.path, c.value) for c in plan.changes if c.rule == "topology"] == [
+        (("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata"), {"annotations": {UNCONSTRAINED: "true"}})
     ]
