@@ -19,6 +19,7 @@ from webhook.core.draft import Change
 from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
 from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch, pointer, to_json_patch
+from webhook.core.paths import dotted
 from webhook.core.planner import managed_child, plan_object
 from webhook.core.platform import LabelSelector
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
@@ -1217,3 +1218,241 @@ def test_unconstrained_skips_grouped_podsets_only() -> None:
     assert [(c.path, c.value) for c in plan.changes if c.rule == "topology"] == [
         (("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata"), {"annotations": {UNCONSTRAINED: "true"}})
     ]
+
+
+# -- never silently stranded: coverage, quota, topology fits ---------------------------------------------
+
+
+def _gpu_pods(pods: int, requests: dict[str, str], **template_extra: Any) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"requests": requests}}
+    return job(spec={"parallelism": pods, "template": {"spec": {"containers": [container]}, **template_extra}})
+
+
+def _platform(policy: dict[str, Any], **resources: int) -> dict[str, Any]:
+    platform = platform_with(policy)
+    for name, quota in resources.items():
+        platform["teams"][0]["quotas"][0]["resources"][name.replace("_", ".")] = {"nominalQuota": quota}
+    return platform
+
+
+def _plan_on(obj: dict[str, Any], platform: dict[str, Any], inventory: NodeInventory | None = None) -> Any:
+    return review(review_body(obj, "ml"), teams_from(platform), inventory=inventory).plan
+
+
+def _uncovered(podset: str, requested: str, covered: str) -> str:
+    return (
+        f"queue: podset '{podset}' may never be admitted: it requests {requested}, which team 'ml''s ClusterQueue "
+        f"does not cover (it covers {covered}); Kueue admits it only if its Configuration excludes that resource "
+        "(resources.excludeResourcePrefixes)"
+    )
+
+
+def test_uncovered_resources_are_named_with_what_the_team_covers() -> None:
+    fpga = _gpu_pods(1, {"example.com/fpga": "1", "vendor.io/x": "2"})
+    both = _plan_on(fpga, _platform({"queue": {}}, cpu=1000))
+    assert both.warnings == [_uncovered("main", "example.com/fpga, vendor.io/x", "cpu, nvidia.com/gpu")]
+    none = platform_with({"queue": {}})
+    none["teams"][0]["quotas"] = []
+    assert _plan_on(copy.deepcopy(fpga), none).warnings == [
+        _uncovered("main", "example.com/fpga, vendor.io/x", "nothing")
+    ]
+
+
+def test_a_skipped_podset_does_not_end_the_coverage_check() -> None:
+    def replica(replicas: int, requests: dict[str, str]) -> dict[str, Any]:
+        container = {"name": "c", "resources": {"requests": requests}}
+        return {"replicas": replicas, "template": {"spec": {"containers": [container]}}}
+
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": replica(0, {"example.com/fpga": "1"}),
+                "Worker": replica(2, {"example.com/fpga": "1"}),
+            }
+        },
+    }
+    plan = _plan_on(pytorch, platform_with({"queue": {}}))
+    assert plan.warnings == [_uncovered("worker", "example.com/fpga", "nvidia.com/gpu")]
+
+
+def test_a_rayjob_without_a_submitter_pod_is_not_warned_about_it() -> None:
+    head = {"spec": {"containers": [{"name": "h", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}
+    rayjob = _rayjob()
+    rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"] = head
+    plan = _plan_on(rayjob, platform_with({"queue": {}, "topology": {"mode": "auto"}}), aws_nodes())
+    assert (plan.warnings, plan.denials) == ([], [])
+
+
+def test_quota_ceilings_per_resource() -> None:
+    # A resource the workload does not request is never over its quota, even a quota of 0.
+    assert _plan_on(_gpu_pods(1, {"nvidia.com/gpu": "8"}), _platform({"queue": {}}, cpu=0)).denials == []
+    over = _plan_on(_gpu_pods(9, {"nvidia.com/gpu": "8", "cpu": "1"}), _platform({"queue": {}}, cpu=1000))
+    assert over.denials == [
+        "queue: the workload can never be admitted: it needs 72 nvidia.com/gpu ('main' 9 × 8), more than team "
+        "'ml''s nominalQuota + borrowingLimit of 64"
+    ]
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                role: {
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}
+                    },
+                }
+                for role, replicas in (("Master", 4), ("Worker", 10))
+            }
+        },
+    }
+    assert _plan_on(pytorch, platform_with({"queue": {}})).denials == [
+        "queue: the workload can never be admitted: it needs 112 nvidia.com/gpu ('master' 4 × 8, 'worker' 10 × 8), "
+        "more than team 'ml''s nominalQuota + borrowingLimit of 64"
+    ]
+
+
+def _fits(obj: dict[str, Any], topology: dict[str, Any], inventory: NodeInventory | None = None) -> Any:
+    return _review(obj, {"queue": {}, "topology": topology}, inventory=inventory or aws_nodes()).plan
+
+
+def _no_set(count: int, shape: str, held: int) -> str:
+    pods, fit = ("1 pod", "fits") if count == 1 else (f"{count} pods", "fit")
+    return (
+        f"topology: podset 'main' can never be admitted: its {pods} of {shape} {fit} on no set of the team's "
+        f"nodes (they hold {held} such pods on an empty cluster)"
+    )
+
+
+def test_a_podset_is_stranded_only_beyond_all_the_teams_nodes() -> None:
+    preferred = {"mode": "preferred", "level": BLOCK}
+    for pods in (5, 8):  # more than a block or a host holds, not more than all 8 nodes
+        assert _fits(_gpu_pods(pods, {"nvidia.com/gpu": "8"}), preferred).warnings == []
+    nine = _fits(_gpu_pods(9, {"nvidia.com/gpu": "8", "cpu": "2"}), preferred)
+    assert [w for w in nine.warnings if w.startswith("topology:")] == [_no_set(9, "{cpu: 2, nvidia.com/gpu: 8}", 8)]
+    refused = _fits(_gpu_pods(9, {"nvidia.com/gpu": "8"}), {**preferred, "enforcement": "enforce"})
+    assert refused.denials[0] == _no_set(9, "{nvidia.com/gpu: 8}", 8)
+
+
+def test_a_required_level_too_small_is_reported_once() -> None:
+    plan = _fits(_gpu_pods(9, {"nvidia.com/gpu": "8"}), {"mode": "required", "level": RACK})
+    assert plan.warnings == [
+        f"topology: podset 'main' can never be admitted: all its pods (9 pods of {{nvidia.com/gpu: 8}}) must fit "
+        f"in one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
+    ]
+
+
+def test_the_users_slice_annotations_are_judged_too() -> None:
+    def sliced(annotations: dict[str, str]) -> Any:
+        return _fits(_gpu_pods(4, {"nvidia.com/gpu": "8"}, metadata={"annotations": annotations}), {"mode": "auto"})
+
+    slice_level = "kueue.x-k8s.io/podset-slice-required-topology"
+    slice_size = "kueue.x-k8s.io/podset-slice-size"
+    assert sliced({slice_level: RACK, slice_size: "4"}).warnings == [
+        f"topology: podset 'main' can never be admitted: one slice (4 pods of {{nvidia.com/gpu: 8}}) must fit in "
+        f"one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
+    ]
+    assert sliced({slice_level: RACK, slice_size: "2"}).warnings == []
+    assert sliced({slice_size: "2"}).warnings == []
+    assert sliced({slice_level: RACK, slice_size: "two"}).warnings == []
+    not_a_level = sliced({slice_level: "rack", slice_size: "2"}).warnings
+    assert not_a_level == [
+        "topology: kueue.x-k8s.io/podset-slice-required-topology 'rack' (podset 'main') is not a level of Topology "
+        f"'aws' for team 'ml'; allowed: {SPINE}, {BLOCK}, {RACK}, {HOST}; Kueue can never admit the workload"
+    ]
+    required_elsewhere = _fits(
+        _gpu_pods(1, {"nvidia.com/gpu": "8"}, metadata={"annotations": {REQUIRED: "rack"}}), {"mode": "auto"}
+    )
+    assert len(required_elsewhere.warnings) == 1  # the level is unknown: judged once, as not a level
+
+
+def test_a_group_too_large_for_its_level_names_every_member() -> None:
+    lws = _lws("8", "8", size=4)
+    for template in lws["spec"]["leaderWorkerTemplate"].values():
+        if isinstance(template, dict):
+            template["metadata"]["annotations"][REQUIRED] = RACK
+    plan = _fits(lws, {"mode": "auto"})
+    assert plan.warnings == [
+        f"topology: podset 'leader', 'worker' can never be admitted: all its pods (4 pods of {{nvidia.com/gpu: 8}}) "
+        f"must fit in one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
+    ]
+
+
+def test_a_pod_group_member_is_not_judged_by_its_groups_size() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p0",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "grp"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "100"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    plan = _fits(pod, {"mode": "auto"})
+    assert plan.warnings == []
+    assert plan.denied_rules == ["queue"]  # 100 pods of 8 GPUs exceed the quota; the topology is not judged
+
+
+def test_fits_together_counts_only_nodes_with_every_level_and_the_flavors_tolerations() -> None:
+    def template(gpus: int) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 4, "template": template(8)},
+                "Worker": {"replicas": 10, "template": template(3)},
+            }
+        },
+    }
+    unlabelled = [
+        {
+            "metadata": {"name": f"bare-{i}", "labels": {INSTANCE_TYPE: "p5.48xlarge"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        for i in range(4)
+    ]
+    nodes = NodeInventory(aws_nodes().nodes + NodeInventory.from_objects(unlabelled).nodes)
+    together = (
+        "topology: the workload may never be admitted: its 14 pods ('master' 4 × {nvidia.com/gpu: 8}, "
+        "'worker' 10 × {nvidia.com/gpu: 3}) do not fit the team's 8 nodes together on an empty cluster (2 left over)"
+    )
+    assert _fits(copy.deepcopy(pytorch), {"mode": "auto"}, nodes).warnings == [together]
+    # Tainted nodes count when the flavor tolerates the taint.
+    tainted = NodeInventory(
+        [
+            Node(n.name, n.labels, n.allocatable, taints=({"key": "gpu", "effect": "NoSchedule"},))
+            for n in aws_nodes().nodes
+        ]
+    )
+    platform = platform_with({"queue": {}, "topology": {"mode": "auto"}})
+    platform["flavors"][0]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert _plan_on(copy.deepcopy(pytorch), platform, tainted).warnings == [together]
+
+
+# -- small helpers with exact outputs --------------------------------------------------------------------
+
+
+def test_dotted_paths() -> None:
+    assert dotted(()) == "<object>"
+    assert dotted(("spec", "containers", 0, "name")) == "spec.containers[0].name"
+    assert dotted(("spec", "template")) == "spec.template"
+
+
+def test_a_value_outside_the_allowed_set_lists_the_allowed_ones_or_none() -> None:
+    labelled = job(metadata={"name": "t", "labels": {PRIORITY_LABEL: "mid"}})
+    where = "(metadata.labels.kueue.x-k8s.io/priority-class) is not allowed for team 'ml'"
+    two = _review(
+        copy.deepcopy(labelled), {"queue": {}, "kueuePriority": {"allowed": ["high", "low"], "enforcement": "enforce"}}
+    )
+    assert two.plan.denials == [f"kueuePriority: WorkloadPriorityClass 'mid' {where}; allowed: high, low"]
+    none = _review(copy.deepcopy(labelled), {"queue": {}, "kueuePriority": {"allowed": []}})
+    assert none.plan.denials == [f"kueuePriority: WorkloadPriorityClass 'mid' {where}; allowed: none"]
