@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import copy
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.draft import Change
+from webhook.core.draft import Change, Draft, Shape
 from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
 from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch, pointer, to_json_patch
-from webhook.core.paths import dotted
+from webhook.core.paths import child, dotted
 from webhook.core.planner import managed_child, plan_object
 from webhook.core.platform import LabelSelector
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
@@ -1456,3 +1457,216 @@ def test_a_value_outside_the_allowed_set_lists_the_allowed_ones_or_none() -> Non
     assert two.plan.denials == [f"kueuePriority: WorkloadPriorityClass 'mid' {where}; allowed: high, low"]
     none = _review(copy.deepcopy(labelled), {"queue": {}, "kueuePriority": {"allowed": []}})
     assert none.plan.denials == [f"kueuePriority: WorkloadPriorityClass 'mid' {where}; allowed: none"]
+
+
+# -- priorities ------------------------------------------------------------------------------------------
+
+BOTH = {"default": "low", "allowed": ["high", "low"]}
+
+
+def _pod_priority_job(name: str) -> dict[str, Any]:
+    return job(spec={"parallelism": 1, "template": {"spec": {"priorityClassName": name, "containers": []}}})
+
+
+def _kueue_priority(pod_priority: str, policy: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    plan = _review(_pod_priority_job(pod_priority), {"queue": {}, **policy}).plan
+    return [(c.value, c.reason) for c in plan.changes if c.rule == "kueuePriority"], plan.warnings
+
+
+DEFAULT = ("low", "the default of team 'ml'")
+NOT_FOLLOWED = (
+    "kueuePriority: the pods' priorityClassName 'high' is not a PriorityClass team 'ml''s policy lets its pods "
+    "use, so the Kueue priority does not follow it (the API server refuses pods whose PriorityClass does not "
+    "exist); set kueue.x-k8s.io/priority-class to choose one"
+)
+
+
+@pytest.mark.parametrize(
+    ("pod_priority", "policy", "label", "warnings"),
+    [
+        # A PriorityClass the team's pods may use, allowed as a Kueue priority: followed.
+        (
+            "high",
+            {"kueuePriority": BOTH, "podPriority": BOTH},
+            ("high", "the pod priority class the workload asks for (high)"),
+            [],
+        ),
+        # Known as a PriorityClass but not allowed as a Kueue priority: the default, silently.
+        ("high", {"kueuePriority": {"default": "low", "allowed": ["low"]}, "podPriority": BOTH}, DEFAULT, []),
+        # Not a PriorityClass the policy knows (no podPriority rule, or not among its values): not followed.
+        ("high", {"kueuePriority": BOTH}, DEFAULT, [NOT_FOLLOWED]),
+        (
+            "high",
+            {"kueuePriority": BOTH, "podPriority": {"default": "low", "allowed": ["low"]}},
+            DEFAULT,
+            [NOT_FOLLOWED],
+        ),
+        # Not followed, but nothing to say: it is the default anyway, or not allowed anyway.
+        ("low", {"kueuePriority": BOTH}, DEFAULT, []),
+        ("high", {"kueuePriority": {"default": "low", "allowed": ["low"]}}, DEFAULT, []),
+    ],
+)
+def test_the_kueue_priority_follows_a_known_allowed_pod_priority(
+    pod_priority: str, policy: dict[str, Any], label: tuple[str, str], warnings: list[str]
+) -> None:
+    assert _kueue_priority(pod_priority, policy) == ([label], warnings)
+
+
+def test_a_missing_pod_priority_comes_from_the_other_podsets_the_kueue_priority_or_the_default() -> None:
+    labelled = job(metadata={"name": "t", "labels": {PRIORITY_LABEL: "high"}})
+    plan = _review(labelled, {"queue": {}, "podPriority": BOTH}).plan
+    assert [(c.value, c.reason) for c in plan.changes if c.rule == "podPriority"] == [
+        ("high", "podset 'main': the Kueue priority the workload asks for")
+    ]
+    # A Kueue priority the pods may not use is not copied to them.
+    labelled = job(metadata={"name": "t", "labels": {PRIORITY_LABEL: "high"}})
+    plan = _review(labelled, {"queue": {}, "podPriority": {"default": "low", "allowed": ["low"]}}).plan
+    assert [(c.value, c.reason) for c in plan.changes if c.rule == "podPriority"] == [
+        ("low", "podset 'main': the default of team 'ml'")
+    ]
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {"spec": {"priorityClassName": "high"}}},
+                "Worker": {"replicas": 2, "template": {"spec": {}}},
+            }
+        },
+    }
+    plan = _review(pytorch, {"queue": {}, "podPriority": BOTH}).plan
+    assert [(c.path, c.value, c.reason) for c in plan.changes if c.rule == "podPriority"] == [
+        (
+            ("spec", "pytorchReplicaSpecs", "Worker", "template", "spec", "priorityClassName"),
+            "high",
+            "podset 'worker': the pod priority the workload's other podsets ask for",
+        )
+    ]
+
+
+# -- the draft, paths, the review answer -----------------------------------------------------------------
+
+
+def test_draft_set_refuses_a_path_through_a_value_of_the_wrong_type() -> None:
+    with pytest.raises(Shape) as through_string:
+        Draft({"spec": {"template": "x"}}).set(("spec", "template", "spec", "x"), 1, "queue", "r")
+    assert (through_string.value.path, through_string.value.found, through_string.value.expected) == (
+        ("spec", "template"),
+        "x",
+        "object",
+    )
+    with pytest.raises(Shape) as through_map:
+        Draft({"spec": {"items": {"a": 1}}}).set(("spec", "items", 0, "name"), 1, "queue", "r")
+    assert (through_map.value.path, through_map.value.found, through_map.value.expected) == (
+        ("spec", "items"),
+        {"a": 1},
+        "array",
+    )
+
+
+def test_draft_edits_a_copy_and_records_each_change() -> None:
+    original = {"spec": {"items": [{"a": 1}]}, "metadata": {"labels": {"x": "1"}}}
+    draft = Draft(original)
+    draft.append(("spec", "items"), {"b": 2}, "nodeAffinity", "more")
+    draft.set(("metadata", "labels", "x"), "2", "queue", "changed")
+    draft.set(("metadata", "labels", "y"), "3", "queue", "added")
+    assert draft.doc == {"spec": {"items": [{"a": 1}, {"b": 2}]}, "metadata": {"labels": {"x": "2", "y": "3"}}}
+    assert original == {"spec": {"items": [{"a": 1}]}, "metadata": {"labels": {"x": "1"}}}
+    assert draft.changes == [
+        Change("add", ("spec", "items", 1), {"b": 2}, "nodeAffinity", "more"),
+        Change("replace", ("metadata", "labels", "x"), "2", "queue", "changed"),
+        Change("add", ("metadata", "labels", "y"), "3", "queue", "added"),
+    ]
+
+
+def test_a_term_added_to_empty_terms_is_what_the_stranded_check_sees() -> None:
+    obj = _gpu_job(2, affinity=_required_affinity())
+    plan = _review(
+        obj, {"queue": {}, "topology": {"mode": "auto"}, "nodeAffinity": [TEAM_EXPRESSION]}, inventory=aws_nodes()
+    ).plan
+    assert (plan.warnings, plan.denials) == ([], [])
+
+
+def test_child_reads_maps_and_in_range_list_indexes_only() -> None:
+    assert child(MappingProxyType({"a": 1}), "a") == 1
+    assert child({"a": 1}, "b") is None
+    assert child(["x", "y"], 1) == "y"
+    assert child(["x"], 1) is None
+    assert child(["x"], -1) is None
+    assert child(["x"], "0") is None
+    assert child("abc", 0) is None
+
+
+def test_the_review_answer() -> None:
+    teams = teams_from(platform_with({"queue": {}, "kueuePriority": {"default": "low", "allowed": ["low"]}}))
+    asked: list[str] = []
+
+    def labels(namespace: str) -> dict[str, str]:
+        asked.append(namespace)
+        return {}
+
+    untouched = review(review_body(job(), "elsewhere"), teams, labels)
+    assert untouched.plan.skipped == "namespace 'elsewhere' belongs to no team"
+    assert asked == []  # no team selects namespaces by labels: the cache is never read
+    body = review_body(job(metadata={"name": "t", "labels": {QUEUE_LABEL: "theirs"}}), "ml")
+    body["request"]["object"]["spec"]["template"]["spec"]["priorityClassName"] = "x"
+    denied = review(body, teams)
+    assert denied.request.uid == body["request"]["uid"]
+    assert [c.rule for c in denied.plan.changes] == ["kueuePriority"]  # planned, but a refused request is not patched
+    assert denied.patch == []
+    response = denied.response["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert response["status"]["message"] == (
+        "kueue-governor: queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for "
+        "team 'ml'; allowed: ml-queue; kueue-governor: podPriority: PriorityClass 'x' "
+        "(spec.template.spec.priorityClassName) is not allowed for team 'ml'; allowed: low"
+    )
+    warned = copy.deepcopy(body)
+    warned["request"]["object"]["metadata"]["labels"] = {QUEUE_LABEL: "theirs", PRIORITY_LABEL: ""}
+    teams = teams_from(
+        platform_with({"queue": {}, "kueuePriority": {"default": "low", "allowed": ["low"], "enforcement": "warn"}})
+    )
+    answer = review(warned, teams).response["response"]
+    assert answer["allowed"] is False
+    assert answer["warnings"] == [
+        "kueue-governor: kueuePriority: WorkloadPriorityClass '' (metadata.labels.kueue.x-k8s.io/priority-class) is "
+        "not allowed for team 'ml'; allowed: low",
+        "kueue-governor: podPriority: PriorityClass 'x' (spec.template.spec.priorityClassName) is not allowed for "
+        "team 'ml'; allowed: low",
+    ]
+
+
+def test_spark_roles_are_preferred_without_judging_their_size() -> None:
+    spark = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": "s"},
+        "spec": {"driver": {"cores": 1}, "executor": {"cores": 1, "instances": 2}},
+    }
+    reason = (
+        "auto: the operator builds these pods from the object's own fields (such as Spark's cores and instances), "
+        "so their size is not judged; preferred"
+    )
+    for topology, level in (({"mode": "auto"}, HOST), ({"mode": "auto", "level": RACK}, RACK)):
+        plan = _review(copy.deepcopy(spark), {"queue": {}, "topology": topology}, inventory=aws_nodes()).plan
+        assert [(c.path, c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [
+            (("spec", role, "annotations"), {PREFERRED: level}, f"podset '{role}': {reason}")
+            for role in ("driver", "executor")
+        ]
+
+
+def test_no_fits_together_warning_without_nodes() -> None:
+    def replica(replicas: int) -> dict[str, Any]:
+        container = {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}
+        return {"replicas": replicas, "template": {"spec": {"containers": [container]}}}
+
+    pytorch = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(2)}},
+    }
+    plan = _review(pytorch, {"queue": {}, "topology": {"mode": "auto"}}, inventory=NodeInventory()).plan
+    assert (plan.warnings, plan.denials) == ([], [])
