@@ -24,10 +24,10 @@ META = ROOT / "mutants" / "webhook" / "core"
 EQUIVALENT = ROOT / "tools" / "equivalent-mutants.txt"
 
 
-def equivalents(path: Path = EQUIVALENT) -> dict[str, str]:
-    """Mutant name -> the reason it behaves like the original, from ``path``."""
+def equivalents(path: Path | None = None) -> dict[str, str]:
+    """Mutant name -> the reason it behaves like the original, from ``path`` (default: EQUIVALENT)."""
     found: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in (path or EQUIVALENT).read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
