@@ -13,6 +13,7 @@ printed with the command that shows their diff. Exit status 1 when there is noth
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -92,7 +93,8 @@ def _row(module: str, counts: Counter[str], equivalent: int) -> str:
     total = sum(counts.values())
     caught = counts["killed"] + counts["timeout"]
     scored = total - counts["not checked"] - equivalent
-    score = f"{100 * caught / scored:.1f}%" if scored else "-"
+    # Rounded down, so a single survivor never shows as 100.0%.
+    score = f"{math.floor(1000 * caught / scored) / 10:.1f}%" if scored else "-"
     survived = counts["survived"]
     return (
         f"{module:<22}{total:>8}{counts['killed']:>8}{counts['timeout']:>8}{survived:>9}{equivalent:>7}"
