@@ -1670,3 +1670,342 @@ def test_no_fits_together_warning_without_nodes() -> None:
     }
     plan = _review(pytorch, {"queue": {}, "topology": {"mode": "auto"}}, inventory=NodeInventory()).plan
     assert (plan.warnings, plan.denials) == ([], [])
+
+
+# -- UPDATE ----------------------------------------------------------------------------------------------
+
+FULL_POLICY = {
+    "queue": {},
+    "kueuePriority": {"default": "low", "allowed": ["low"]},
+    "podPriority": {"default": "low", "allowed": ["low"]},
+    "topology": {"mode": "required", "level": RACK},
+    "nodeAffinity": [TEAM_EXPRESSION],
+}
+NOTHING = "UPDATE: no governed value introduced, changed or dropped"
+
+
+def _stored(obj: dict[str, Any], policy: dict[str, Any] = FULL_POLICY) -> dict[str, Any]:
+    """The object as the API server stores it after admission."""
+    return apply_patch(obj, _review(copy.deepcopy(obj), policy).patch)
+
+
+def _update(
+    new: dict[str, Any], old: dict[str, Any], policy: dict[str, Any] = FULL_POLICY
+) -> tuple[list[tuple[Any, ...]], list[str], list[str], str]:
+    plan = _review(new, policy, operation="UPDATE", old=old).plan
+    return [(c.op, c.path, c.value, c.rule, c.reason) for c in plan.changes], plan.warnings, plan.denials, plan.skipped
+
+
+def test_a_reapplied_manifest_gets_every_governed_value_back() -> None:
+    stored = _stored(job())
+    changes, warnings, denials, skipped = _update(job(), stored)
+    assert (warnings, denials, skipped) == ([], [], "")
+    assert changes == [
+        (
+            "add",
+            ("metadata", "labels"),
+            {QUEUE_LABEL: "ml-queue"},
+            "queue",
+            "put back: the update drops metadata.labels.kueue.x-k8s.io/queue-name",
+        ),
+        (
+            "add",
+            ("metadata", "labels", PRIORITY_LABEL),
+            "low",
+            "kueuePriority",
+            "put back: the update drops metadata.labels.kueue.x-k8s.io/priority-class",
+        ),
+        ("add", ("spec", "suspend"), True, "suspend", "put back: the update drops suspend, Kueue has not started it"),
+        (
+            "add",
+            ("spec", "template", "spec", "priorityClassName"),
+            "low",
+            "podPriority",
+            "put back: the update drops spec.template.spec.priorityClassName",
+        ),
+        (
+            "add",
+            ("spec", "template", "metadata"),
+            {"annotations": {REQUIRED: RACK}},
+            "topology",
+            "put back: the update drops kueue.x-k8s.io/podset-required-topology of podset 'main'",
+        ),
+        (
+            "add",
+            ("spec", "template", "spec", "affinity"),
+            {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": [{"matchExpressions": [TEAM_EXPRESSION]}]}}},
+            "nodeAffinity",
+            "put back: the update drops affinity of podset 'main'",
+        ),
+    ]
+    assert _update(copy.deepcopy(stored), stored) == ([], [], [], NOTHING)
+
+
+def test_an_emptied_queue_label_is_put_back_with_a_warning() -> None:
+    stored = _stored(job())
+    emptied = copy.deepcopy(stored)
+    emptied["metadata"]["labels"][QUEUE_LABEL] = ""
+    assert _update(emptied, stored) == (
+        [
+            (
+                "replace",
+                ("metadata", "labels", QUEUE_LABEL),
+                "ml-queue",
+                "queue",
+                "put back: the update empties metadata.labels.kueue.x-k8s.io/queue-name, which Kueue reads as no queue",
+            )
+        ],
+        [
+            "queue: an empty kueue.x-k8s.io/queue-name (metadata.labels.kueue.x-k8s.io/queue-name) means no queue to "
+            "Kueue; kept 'ml-queue'"
+        ],
+        [],
+        "",
+    )
+    # "" where there was no queue label: still no queue to Kueue, as before the update.
+    unqueued = copy.deepcopy(stored)
+    del unqueued["metadata"]["labels"][QUEUE_LABEL]
+    still = copy.deepcopy(unqueued)
+    still["metadata"]["labels"][QUEUE_LABEL] = ""
+    assert _update(still, unqueued) == ([], [], [], NOTHING)
+
+
+def test_changed_values_are_checked_as_on_create() -> None:
+    stored = _stored(job())
+    theirs = copy.deepcopy(stored)
+    theirs["metadata"]["labels"][QUEUE_LABEL] = "theirs"
+    assert _update(theirs, stored)[2] == [
+        "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
+        "allowed: ml-queue"
+    ]
+    placed = copy.deepcopy(stored)
+    placed["spec"]["template"]["metadata"]["annotations"] = {REQUIRED: "rack"}
+    assert _update(placed, stored)[1] == [f"{NOT_A_LEVEL}; Kueue can never admit the workload"]
+    assert _update(copy.deepcopy(placed), stored, {"queue": {}}) == ([], [], [], NOTHING)
+    moved = copy.deepcopy(stored)
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    moved["spec"]["template"]["spec"]["affinity"] = _required_affinity({"matchExpressions": [zone]})
+    assert _update(moved, stored) == (
+        [],
+        [
+            "nodeAffinity: podset 'main': this update drops team 'ml''s node affinity from an affinity it changes; "
+            "Kueue may place its pods outside the team's nodes"
+        ],
+        [],
+        "",
+    )
+    kept = copy.deepcopy(stored)
+    kept["spec"]["template"]["spec"]["affinity"] = _required_affinity(
+        {"matchExpressions": [zone, TEAM_EXPRESSION]}, {"matchExpressions": [TEAM_EXPRESSION]}
+    )
+    assert _update(kept, stored) == ([], [], [], NOTHING)
+
+
+def test_an_update_of_a_deployment_puts_back_its_pod_template_labels() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": []}}},
+    }
+    policy = {"queue": {}, "kueuePriority": {"default": "low", "allowed": ["low"]}}
+    stored = _stored(deployment, policy)
+    reapplied = copy.deepcopy(stored)
+    reapplied["spec"]["template"]["metadata"]["labels"] = {"app": "d"}
+    labels = ("spec", "template", "metadata", "labels")
+    assert _update(reapplied, stored, policy)[0] == [
+        (
+            "add",
+            (*labels, QUEUE_LABEL),
+            "ml-queue",
+            "queue",
+            "put back: the update drops spec.template.metadata.labels.kueue.x-k8s.io/queue-name",
+        ),
+        (
+            "add",
+            (*labels, PRIORITY_LABEL),
+            "low",
+            "kueuePriority",
+            "put back: the update drops spec.template.metadata.labels.kueue.x-k8s.io/priority-class",
+        ),
+    ]
+    emptied = copy.deepcopy(stored)
+    emptied["spec"]["template"]["metadata"]["labels"][QUEUE_LABEL] = ""
+    changes, warnings, _, _ = _update(emptied, stored, policy)
+    assert [(path, value, rule) for _, path, value, rule, _ in changes] == [
+        ((*labels, QUEUE_LABEL), "ml-queue", "queue")
+    ]
+    assert warnings == [
+        "queue: an empty kueue.x-k8s.io/queue-name (spec.template.metadata.labels.kueue.x-k8s.io/queue-name) means "
+        "no queue to Kueue; kept 'ml-queue'"
+    ]
+
+
+def test_updates_of_objects_left_alone_stay_left_alone() -> None:
+    owned = job(
+        metadata={
+            "name": "t",
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "top", "uid": "u", "controller": True}
+            ],
+        }
+    )
+    plan = _review(owned, FULL_POLICY, operation="UPDATE", old=copy.deepcopy(owned)).plan
+    assert (plan.skipped, plan.changes) == ("controlled by Job 'top': Kueue manages the owner", [])
+    rayjob = _rayjob()
+    rayjob["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
+    plan = _review(rayjob, {"queue": {}}, operation="UPDATE", old=copy.deepcopy(rayjob)).plan
+    assert (plan.skipped, plan.changes) == ("spec.clusterSelector is set: RayJob is left alone", [])
+
+
+def test_an_update_adding_a_podset_to_an_immutable_template_reports_what_it_lacks() -> None:
+    stored = job()
+    del stored["spec"]["template"]
+    policy = {
+        "queue": {},
+        "podPriority": {"default": "low", "allowed": ["low"], "enforcement": "enforce"},
+        "nodeAffinity": [TEAM_EXPRESSION],
+    }
+    plan = _review(job(), policy, operation="UPDATE", old=stored).plan
+    lacks = "this update adds podset 'main' without what team 'ml' requires there"
+    later = "and its pod template cannot change later: set it in the object"
+    assert plan.denials == [f"podPriority: {lacks} (spec.template.spec.priorityClassName), {later}"]
+    assert plan.warnings == [f"nodeAffinity: {lacks} (spec.template.spec.affinity), {later}"]
+    assert plan.changes == []
+
+
+def test_a_malformed_update_is_refused_with_its_path() -> None:
+    stored = _stored(job())
+    broken = copy.deepcopy(stored)
+    broken["metadata"]["labels"] = ["not", "a", "map"]
+    assert _update(broken, stored)[2] == ["malformed object: metadata.labels must be an object, got array"]
+
+
+def _grown_raycluster(worker_spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "r", "labels": {QUEUE_LABEL: "ml-queue"}},
+        "spec": {"headGroupSpec": {"template": {"spec": {}}}, "workerGroupSpecs": []},
+    }
+    grown = copy.deepcopy(cluster)
+    grown["spec"]["workerGroupSpecs"] = [{"groupName": "b", "replicas": 1, "template": {"spec": worker_spec}}]
+    return grown, cluster
+
+
+def test_a_podset_added_by_an_update_gets_the_podset_rules_only() -> None:
+    grown, cluster = _grown_raycluster({})
+    policy = {
+        "queue": {},
+        "kueuePriority": {"default": "low", "allowed": ["low"]},
+        "topology": {"mode": "preferred", "level": RACK},
+    }
+    changes = _update(grown, cluster, policy)[0]
+    assert changes == [
+        (
+            "add",
+            ("spec", "workerGroupSpecs", 0, "template", "metadata"),
+            {"annotations": {PREFERRED: RACK}},
+            "topology",
+            f"podset 'b' added by this update: podset 'b': team policy: preferred at {RACK}",
+        )
+    ]
+    grown, cluster = _grown_raycluster({"priorityClassName": "high"})
+    refused = _update(grown, cluster, {"queue": {}, "podPriority": {"allowed": ["low"], "enforcement": "enforce"}})
+    assert refused[2] == [
+        "podPriority: PriorityClass 'high' (spec.workerGroupSpecs[0].template.spec.priorityClassName) is not allowed "
+        "for team 'ml'; allowed: low"
+    ]
+
+
+def test_update_queue_labels_empty_before_and_after_or_newly_introduced() -> None:
+    stored = _stored(job())
+    stored["metadata"]["labels"][QUEUE_LABEL] = ""
+    assert _update(copy.deepcopy(stored), stored) == ([], [], [], NOTHING)
+    del stored["metadata"]["labels"][QUEUE_LABEL]
+    introduced = copy.deepcopy(stored)
+    introduced["metadata"]["labels"][QUEUE_LABEL] = "theirs"
+    assert _update(introduced, stored)[2] == [
+        "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
+        "allowed: ml-queue"
+    ]
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        [],  # no term left: no team affinity
+        [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}],  # a term without it
+        [{"matchExpressions": [TEAM_EXPRESSION]}, {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}],
+    ],
+)
+def test_an_update_that_leaves_a_term_without_the_team_affinity_is_warned(terms: list[Any]) -> None:
+    stored = _stored(job())
+    changed = copy.deepcopy(stored)
+    changed["spec"]["template"]["spec"]["affinity"] = _required_affinity(*terms)
+    assert _update(changed, stored)[1] == [
+        "nodeAffinity: podset 'main': this update drops team 'ml''s node affinity from an affinity it changes; "
+        "Kueue may place its pods outside the team's nodes"
+    ]
+
+
+def test_an_update_of_an_object_whose_stored_affinity_is_not_the_teams_is_left_alone() -> None:
+    stored = _stored(job())
+    stored["spec"]["template"]["spec"]["affinity"] = _required_affinity("junk")
+    changed = copy.deepcopy(stored)
+    changed["spec"]["template"]["spec"]["affinity"] = _required_affinity({"matchExpressions": []})
+    assert _update(changed, stored) == ([], [], [], NOTHING)
+
+
+def test_an_update_emptying_the_template_queue_label_and_dropping_the_priority_fixes_both() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": []}}},
+    }
+    policy = {"queue": {}, "kueuePriority": {"default": "low", "allowed": ["low"]}}
+    stored = _stored(deployment, policy)
+    changed = copy.deepcopy(stored)
+    changed["spec"]["template"]["metadata"]["labels"] = {"app": "d", QUEUE_LABEL: ""}
+    labels = ("spec", "template", "metadata", "labels")
+    assert [(path, value) for _, path, value, _, _ in _update(changed, stored, policy)[0]] == [
+        ((*labels, QUEUE_LABEL), "ml-queue"),
+        ((*labels, PRIORITY_LABEL), "low"),
+    ]
+
+
+# -- compiled policies -----------------------------------------------------------------------------------
+
+
+def test_quota_limits_add_up_over_the_teams_flavors() -> None:
+    platform = platform_with({"queue": {}})
+    second = copy.deepcopy(platform["flavors"][0]) | {"name": "gpu2", "nodeLabels": {INSTANCE_TYPE: "p4d.24xlarge"}}
+    platform["flavors"].append(second)
+    platform["teams"][0]["quotas"].append({"flavor": "gpu2", "resources": {"nvidia.com/gpu": {"nominalQuota": 16}}})
+    assert teams_from(platform).policies.teams[0].quotaLimits == {"nvidia.com/gpu": "80"}
+
+
+def test_a_topology_no_team_flavor_uses_has_no_node_labels_or_tolerations() -> None:
+    platform = platform_with({"queue": {}, "topology": {"mode": "required", "level": "rack", "topologyName": "other"}})
+    platform["topologies"].append({"name": "other", "levels": ["rack", HOST]})
+    placement = teams_from(platform).policies.teams[0].topology
+    assert placement is not None
+    assert (placement.topologyName, placement.levels, placement.nodeLabels, placement.tolerations) == (
+        "other",
+        ["rack", HOST],
+        {},
+        [],
+    )
+
+
+def test_topology_mode_none_means_no_topology_rule() -> None:
+    assert teams_from(platform_with({"queue": {}, "topology": {"mode": "none"}})).policies.teams[0].topology is None
+
+
+def test_a_priority_rule_without_default_has_none_under_hyperpod_naming() -> None:
+    platform = platform_with({"queue": {}, "kueuePriority": {"allowed": ["low"]}})
+    platform["naming"] = "hyperpod"
+    rule = teams_from(platform).policies.teams[0].kueuePriority
+    assert rule is not None
+    assert (rule.default, rule.allowed) == (None, ["low-priority"])
