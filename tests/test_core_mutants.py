@@ -28,6 +28,7 @@ from webhook.core.resolve import TeamIndex, selector_matches
 from webhook.core.resources import pod_requests
 from webhook.core.review import ReviewOutcome, review
 from webhook.core.rules.node_affinity import normalize
+from webhook.core.view import kueue_view
 
 # -- quantities ------------------------------------------------------------------------------------------
 
@@ -2009,3 +2010,145 @@ def test_a_priority_rule_without_default_has_none_under_hyperpod_naming() -> Non
     rule = teams_from(platform).policies.teams[0].kueuePriority
     assert rule is not None
     assert (rule.default, rule.allowed) == (None, ["low-priority"])
+
+
+# -- Kueue's view of an AppWrapper -----------------------------------------------------------------------
+
+
+def _template(gpus: int) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def test_appwrapper_podsets_are_the_declared_ones_else_the_inner_kinds() -> None:
+    row = find_kind("workload.codeflare.dev/v1beta2", "AppWrapper")
+    assert row is not None
+    declared = [
+        {"path": "template.spec.template", "replicas": 3},
+        {"path": "template.spec.other"},  # no replicas: one pod
+        {"replicas": 1},  # no path: not a podset
+        "junk",
+        {"path": "template.spec.missing"},  # nothing there
+    ]
+    wrapper = {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "AW"},
+        "spec": {
+            "components": [
+                {
+                    "podSets": declared,
+                    "template": {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "spec": {"template": _template(2), "other": _template(1)},
+                    },
+                },
+                {
+                    "template": {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "spec": {"parallelism": 2, "template": _template(8)},
+                    }
+                },
+                {"template": {"apiVersion": "v1", "kind": "ConfigMap"}},
+                {
+                    "podSets": [{"path": "template.spec.pods[1].t", "replicas": "4"}],
+                    "template": {"apiVersion": "x/v1", "kind": "Thing", "spec": {"pods": [{}, {"t": _template(4)}]}},
+                },
+                "junk",
+                {"template": "junk"},
+            ]
+        },
+    }
+    component = ("spec", "components")
+    assert [(p.name, p.path, p.count, p.requests) for p in kueue_view(wrapper, row).podsets] == [
+        ("aw-0", (*component, 0, "template", "spec", "template"), 3, {"nvidia.com/gpu": Decimal(2)}),
+        ("aw-1", (*component, 0, "template", "spec", "other"), 1, {"nvidia.com/gpu": Decimal(1)}),
+        ("aw-2", (*component, 1, "template", "spec", "template"), 2, {"nvidia.com/gpu": Decimal(8)}),
+        ("aw-3", (*component, 3, "template", "spec", "pods", 1, "t"), 4, {"nvidia.com/gpu": Decimal(4)}),
+    ]
+
+
+def test_appwrapper_declared_paths_index_lists_and_maps() -> None:
+    row = find_kind("workload.codeflare.dev/v1beta2", "AppWrapper")
+    assert row is not None
+    template = {
+        "apiVersion": "x/v1",
+        "kind": "Thing",
+        "spec": {"grid": [[{}, {}], [{}, _template(1)]], "byName": {"w": _template(2)}},
+    }
+    declared = [{"path": "template.spec.grid[1][1]"}, {"path": "template.spec.byName[w]"}]
+    wrapper = {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "aw"},
+        "spec": {"components": [{"podSets": declared, "template": template}]},
+    }
+    base = ("spec", "components", 0, "template", "spec")
+    assert [(p.path, p.requests) for p in kueue_view(wrapper, row).podsets] == [
+        ((*base, "grid", 1, 1), {"nvidia.com/gpu": Decimal(1)}),
+        ((*base, "byName", "w"), {"nvidia.com/gpu": Decimal(2)}),
+    ]
+
+
+def test_a_rayjobs_default_submitter_is_counted_but_not_present() -> None:
+    row = find_kind("ray.io/v1", "RayJob")
+    assert row is not None
+    rayjob = _rayjob()
+    rayjob["spec"]["submissionMode"] = "K8sJobMode"
+    podsets = kueue_view(rayjob, row).podsets
+    assert [(p.name, p.path, p.count, p.present) for p in podsets] == [
+        ("head", ("spec", "rayClusterSpec", "headGroupSpec", "template"), 1, True),
+        ("submitter", ("spec", "submitterPodTemplate"), 1, False),
+    ]
+    submitter = podsets[1]
+    assert (submitter.base, submitter.requests, submitter.rule.name) == (
+        {},
+        {"cpu": Decimal("0.5"), "memory": Decimal(200 * 2**20)},
+        "submitter",
+    )
+    rayjob["spec"]["submitterPodTemplate"] = _template(1)
+    assert [(p.name, p.present) for p in kueue_view(rayjob, row).podsets] == [("head", True), ("submitter", True)]
+
+
+def test_a_jobs_podset_runs_min_of_parallelism_and_completions() -> None:
+    row = find_kind("batch/v1", "Job")
+    assert row is not None
+    for parallelism, completions, count in ((1, 3, 1), (8, 2, 2), (4, None, 4)):
+        spec: dict[str, Any] = {"parallelism": parallelism, "template": _template(1)}
+        if completions is not None:
+            spec["completions"] = completions
+        obj = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": spec}
+        assert [p.count for p in kueue_view(obj, row).podsets] == [count]
+
+
+def test_appwrapper_components_of_the_wrong_shape_are_skipped_not_the_rest() -> None:
+    row = find_kind("workload.codeflare.dev/v1beta2", "AppWrapper")
+    assert row is not None
+    job_template = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"parallelism": 2, "template": _template(8)}}
+    wrapper = {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {},  # no name yet (generateName): podsets are named by kind
+        "spec": {
+            "components": [
+                {"template": "junk"},
+                {"podSets": ["junk", {"path": "template.spec.template", "replicas": 5}], "template": job_template},
+                {"podSets": {"not": "a list"}, "template": job_template},  # ignored: the inner Job's own podset
+            ]
+        },
+    }
+    component = ("spec", "components")
+    assert [(p.name, p.path, p.count) for p in kueue_view(wrapper, row).podsets] == [
+        ("Job/main", (*component, 1, "template", "spec", "template"), 5),
+        ("Job/main", (*component, 2, "template", "spec", "template"), 2),
+    ]
+
+
+def test_podset_fields_of_the_wrong_type_count_as_absent() -> None:
+    row = find_kind("batch/v1", "Job")
+    assert row is not None
+    obj = _gpu_job(2, affinity={"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": {"a": 1}}}})
+    obj["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-group-name": 5}}
+    [podset] = kueue_view(obj, row).podsets
+    assert (podset.affinity_terms, podset.group) == (None, None)
