@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews
+.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -34,7 +34,7 @@ test-unit: install
 
 ## ruff, mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
 lint: install
-	$(VENV)/bin/ruff check webhook tests benchmarks e2e
+	$(VENV)/bin/ruff check webhook tests benchmarks e2e tools
 	$(VENV)/bin/mypy webhook benchmarks
 	$(VENV)/bin/mypy e2e/test_watches.py
 	$(VENV)/bin/lint-imports
@@ -85,3 +85,25 @@ record-reviews: install
 ## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set).
 e2e-test: install
 	$(PYTHON) -m pytest e2e -m e2e
+
+# Mutation testing (not part of `make test`; README, "Mutation testing"). MUTATE_MODULES are modules of
+# webhook/core, as paths without .py; MUTATE_BUDGET is in seconds: when it runs out, the run stops and keeps
+# the verdicts it has. Every run starts from a fresh mutants/ (mutmut's working copy, not in git).
+MUTATE_MODULES ?= resolve resources inventory patch quantity planner update policy view draft paths review naming \
+	rules/queue rules/node_affinity rules/kueue_priority rules/pod_priority rules/stranded rules/topology
+MUTATE_BUDGET ?= 5400
+MUTATE_JOBS ?= 2
+
+## Mutation testing of webhook/core with mutmut, niced and time-bounded, then the score (about 40 min for the default modules on 2 cores).
+mutate: install
+	rm -rf mutants && mkdir mutants
+	rc=0; nice -n 10 timeout --signal=INT --kill-after=60 $(MUTATE_BUDGET) $(VENV)/bin/mutmut run \
+		--max-children $(MUTATE_JOBS) $(foreach m,$(MUTATE_MODULES),'webhook.core.$(subst /,.,$(m)).*') \
+		> mutants/run.log 2>&1 || rc=$$?; \
+	if [ $$rc -eq 124 ]; then echo "mutate: MUTATE_BUDGET of $(MUTATE_BUDGET) s ran out; the score counts what finished"; \
+	elif [ $$rc -ne 0 ]; then tail -n 40 mutants/run.log; exit $$rc; fi
+	$(MAKE) --no-print-directory mutate-score
+
+## The score of the last `make mutate` run, per module, with the survivors not listed as equivalent.
+mutate-score: install
+	$(PYTHON) tools/mutation_score.py $(MUTATE_MODULES)
