@@ -677,11 +677,11 @@ def test_a_team_expression_that_is_not_in_is_never_warned() -> None:
 @pytest.mark.parametrize(
     ("affinity", "denial"),
     [
-        ({"nodeAffinity": "oops"}, "spec.template.spec.affinity.nodeAffinity must be an object, got string"),
+        ({"nodeAffinity": "oops"}, 'spec.template.spec.affinity.nodeAffinity must be an object, got string "oops"'),
         (
             {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": ["x"]}}},
             "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-            ".nodeSelectorTerms[0] must be an object, got string",
+            '.nodeSelectorTerms[0] must be an object, got string "x"',
         ),
         (
             {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": [{"matchExpressions": {"a": 1}}]}}},
@@ -858,7 +858,7 @@ def test_metadata_that_is_not_a_map_is_refused_and_null_metadata_is_filled_in() 
     assert row is not None
     team = teams_from(platform_with({"queue": {}})).policies.teams[0]
     refused = plan_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": "m", "spec": {}}, row, team)
-    assert refused.denials == ["malformed object: metadata must be an object, got string"]
+    assert refused.denials == ['malformed object: metadata must be an object, got string "m"']
     assert refused.invalid is True
     filled = plan_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": None, "spec": {}}, row, team)
     assert filled.denials == []
@@ -1190,7 +1190,7 @@ def _lws(leader_gpus: str, worker_gpus: str, size: int = 4) -> dict[str, Any]:
         ("8", "2", 4, RACK),  # sized by the larger pod, whichever member has it
         ("2", "8", 4, RACK),
         ("2", "2", 4, HOST),
-        ("500m", "500m", 12, HOST),  # 16 such pods fit a host
+        ("1", "1", 8, HOST),  # 8 such pods fit a host (GPUs are whole: 500m is malformed)
     ],
 )
 def test_a_podset_group_is_sized_by_its_largest_pod(leader: str, worker: str, size: int, level: str) -> None:
@@ -1700,7 +1700,20 @@ def _update(
 def test_a_reapplied_manifest_gets_every_governed_value_back() -> None:
     stored = _stored(job())
     changes, warnings, denials, skipped = _update(job(), stored)
-    assert (warnings, denials, skipped) == ([], [], "")
+    assert (denials, skipped) == ([], "")
+    # Each value put back is told to the user (kubectl prints it as a Warning).
+    assert [w.split(": this update removes ")[0] for w in warnings] == [
+        "queue",
+        "kueuePriority",
+        "suspend",
+        "podPriority",
+        "topology",
+        "nodeAffinity",
+    ]
+    assert warnings[0] == (
+        "queue: this update removes metadata.labels.kueue.x-k8s.io/queue-name; kept 'ml-queue' "
+        "(an update that leaves out a governed value keeps the stored one)"
+    )
     assert changes == [
         (
             "add",
@@ -1716,7 +1729,7 @@ def test_a_reapplied_manifest_gets_every_governed_value_back() -> None:
             "kueuePriority",
             "put back: the update drops metadata.labels.kueue.x-k8s.io/priority-class",
         ),
-        ("add", ("spec", "suspend"), True, "suspend", "put back: the update drops suspend, Kueue has not started it"),
+        ("add", ("spec", "suspend"), True, "suspend", "put back: the update drops spec.suspend"),
         (
             "add",
             ("spec", "template", "spec", "priorityClassName"),
@@ -1736,7 +1749,7 @@ def test_a_reapplied_manifest_gets_every_governed_value_back() -> None:
             ("spec", "template", "spec", "affinity"),
             {"nodeAffinity": {TERMS[-1]: {"nodeSelectorTerms": [{"matchExpressions": [TEAM_EXPRESSION]}]}}},
             "nodeAffinity",
-            "put back: the update drops affinity of podset 'main'",
+            "put back: the update drops the affinity of podset 'main'",
         ),
     ]
     assert _update(copy.deepcopy(stored), stored) == ([], [], [], NOTHING)
@@ -2052,7 +2065,7 @@ def test_appwrapper_podsets_are_the_declared_ones_else_the_inner_kinds() -> None
                 },
                 {"template": {"apiVersion": "v1", "kind": "ConfigMap"}},
                 {
-                    "podSets": [{"path": "template.spec.pods[1].t", "replicas": "4"}],
+                    "podSets": [{"path": "template.spec.pods[1].t", "replicas": 4}],
                     "template": {"apiVersion": "x/v1", "kind": "Thing", "spec": {"pods": [{}, {"t": _template(4)}]}},
                 },
                 "junk",
@@ -2134,15 +2147,16 @@ def test_appwrapper_components_of_the_wrong_shape_are_skipped_not_the_rest() -> 
             "components": [
                 {"template": "junk"},
                 {"podSets": ["junk", {"path": "template.spec.template", "replicas": 5}], "template": job_template},
-                {"podSets": {"not": "a list"}, "template": job_template},  # ignored: the inner Job's own podset
+                {"podSets": {"not": "a list"}, "template": job_template},  # malformed: named, not sized
             ]
         },
     }
     component = ("spec", "components")
-    assert [(p.name, p.path, p.count) for p in kueue_view(wrapper, row).podsets] == [
+    view = kueue_view(wrapper, row)
+    assert [(p.name, p.path, p.count) for p in view.podsets] == [
         ("Job/main", (*component, 1, "template", "spec", "template"), 5),
-        ("Job/main", (*component, 2, "template", "spec", "template"), 2),
     ]
+    assert (*component, 2, "podSets") in [problem.path for problem in view.problems]
 
 
 def test_podset_fields_of_the_wrong_type_count_as_absent() -> None:
