@@ -84,6 +84,23 @@ def test_lws_without_leader_template_is_one_podset_of_size_pods() -> None:
     assert annotations(patched, "spec", "leaderWorkerTemplate", "workerTemplate") == {REQUIRED: BLOCK}
 
 
+def test_a_job_without_parallelism_runs_one_pod_at_a_time() -> None:
+    """Defect: a Job with completions and no parallelism was sized at completions. The API server
+    defaults parallelism to 1 and Kueue counts min(parallelism, completions) (its Job adapter's
+    podsCount), so `kgov mutate` of such a manifest must see 1 pod, not 8."""
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"completions": 8, "template": gpu_template()},
+    }
+    assert view_of(body) == [("main", 1)]
+    body["spec"]["parallelism"] = 3
+    assert view_of(body) == [("main", 3)]
+    body["spec"]["completions"] = 2
+    assert view_of(body) == [("main", 2)]
+
+
 def test_deployment_pods_are_admitted_one_by_one() -> None:
     """Defect: a Deployment's pods were sized by replicas (Kueue admits each pod as its own workload)."""
     deployment = {

@@ -114,11 +114,13 @@ def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], 
     total = 1
     for factor in rule.count:
         value = _read(obj, factor, factor.path, bindings, problems)
+        if value is None:  # unset: the API server's default (a Job's parallelism is 1)
+            value = factor.default
         if factor.cap is not None:
             cap = _read(obj, factor, factor.cap, bindings, problems)
             if cap is not None:
-                value = cap if value is None else min(value, cap)
-        total *= factor.default if value is None else value
+                value = min(value, cap)
+        total *= value
     offset = rule.count_offset + (rule.leader.count_offset if led and rule.leader else 0)
     return max(total + offset, 0)
 
