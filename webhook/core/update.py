@@ -34,7 +34,7 @@ from webhook.core.planner import managed_child, plan_object, skip_reason, valida
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.rules.pod_priority import check_pod_priority
-from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path
+from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
@@ -118,7 +118,8 @@ def _value(
     if new is None:
         _restore(draft, plan, path, old, rule_name, dotted(path))
     else:
-        check_value(plan, rule_name, rule, new, dotted(path), team, what)
+        consequence = unknown_queue(team) if rule_name == "queue" else ""
+        check_value(plan, rule_name, rule, new, dotted(path), team, what, consequence)
 
 
 def _emptied_queue(draft: Draft, path: tuple[Key, ...], old: Any, plan: Plan) -> bool:
