@@ -394,7 +394,9 @@ DENIALS: dict[str, tuple[dict[str, str], str | None, str]] = {
         {QUEUE_LABEL: "hyperpod-ns-inference-localqueue"},
         None,
         "queue: LocalQueue 'hyperpod-ns-inference-localqueue' (metadata.labels.kueue.x-k8s.io/queue-name) "
-        "is not allowed for team 'research'; allowed: hyperpod-ns-research-localqueue",
+        "is not allowed for team 'research'; allowed: hyperpod-ns-research-localqueue; unless a LocalQueue of that "
+        "name exists in this namespace, Kueue never admits the workload (it stays suspended); use the team's "
+        "LocalQueue 'hyperpod-ns-research-localqueue'",
     ),
     "kueue-priority-above-the-team": (
         {PRIORITY_LABEL: "inference-priority"},
@@ -433,7 +435,9 @@ async def test_research_may_not_use_what_is_not_its_own(dynamic: DynamicClient, 
 WARNED_QUEUE = "hyperpod-ns-research-localqueue"
 WARNING = (
     f"kueue-governor: queue: LocalQueue '{WARNED_QUEUE}' (metadata.labels.kueue.x-k8s.io/queue-name) "
-    "is not allowed for team 'data-science'; allowed: hyperpod-ns-data-science-localqueue"
+    "is not allowed for team 'data-science'; allowed: hyperpod-ns-data-science-localqueue; unless a LocalQueue of "
+    "that name exists in this namespace, Kueue never admits the workload (it stays suspended); use the team's "
+    "LocalQueue 'hyperpod-ns-data-science-localqueue'"
 )
 
 
