@@ -33,6 +33,7 @@ from e2e.support import (
     Generated,
     Refused,
     admission_count,
+    condition,
     create_with_warnings,
     decode_topology_assignment,
     get,
@@ -394,7 +395,9 @@ DENIALS: dict[str, tuple[dict[str, str], str | None, str]] = {
         {QUEUE_LABEL: "hyperpod-ns-inference-localqueue"},
         None,
         "queue: LocalQueue 'hyperpod-ns-inference-localqueue' (metadata.labels.kueue.x-k8s.io/queue-name) "
-        "is not allowed for team 'research'; allowed: hyperpod-ns-research-localqueue",
+        "is not allowed for team 'research'; allowed: hyperpod-ns-research-localqueue; unless a LocalQueue of that "
+        "name exists in this namespace, Kueue never admits the workload (it stays suspended); use the team's "
+        "LocalQueue 'hyperpod-ns-research-localqueue'",
     ),
     "kueue-priority-above-the-team": (
         {PRIORITY_LABEL: "inference-priority"},
@@ -433,7 +436,9 @@ async def test_research_may_not_use_what_is_not_its_own(dynamic: DynamicClient, 
 WARNED_QUEUE = "hyperpod-ns-research-localqueue"
 WARNING = (
     f"kueue-governor: queue: LocalQueue '{WARNED_QUEUE}' (metadata.labels.kueue.x-k8s.io/queue-name) "
-    "is not allowed for team 'data-science'; allowed: hyperpod-ns-data-science-localqueue"
+    "is not allowed for team 'data-science'; allowed: hyperpod-ns-data-science-localqueue; unless a LocalQueue of "
+    "that name exists in this namespace, Kueue never admits the workload (it stays suspended); use the team's "
+    "LocalQueue 'hyperpod-ns-data-science-localqueue'"
 )
 
 
@@ -446,6 +451,51 @@ async def test_data_science_is_warned_not_denied_for_another_queue(dynamic: Dyna
     assert labels[QUEUE_LABEL] == WARNED_QUEUE  # the user's value stays
     assert labels[PRIORITY_LABEL] == "experimentation-priority"  # data-science's default
     assert created.obj["spec"]["suspend"] is True  # Kueue's webhook: the Job names a queue
+
+
+async def test_a_queue_absent_from_the_namespace_is_warned_and_kueue_never_admits_it(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    """The warning's claim, checked against Kueue: a Job naming a LocalQueue its namespace does
+    not have stays suspended, its Workload inadmissible."""
+    body = cleanup.add(job(unique("typo"), DATA_SCIENCE, pods=1, gpus=1, labels={QUEUE_LABEL: "typo-queue"}))
+    created = await create_with_warnings(dynamic, body)
+    assert created.warnings == [WARNING.replace(repr(WARNED_QUEUE), "'typo-queue'")]
+
+    async def pending() -> dict[str, Any] | None:
+        workload = await workload_for(dynamic, DATA_SCIENCE, created.obj["metadata"]["uid"])
+        reserved = condition(workload, "QuotaReserved") if workload else None
+        return reserved if reserved is not None and reserved["status"] == "False" else None
+
+    reserved = await wait_for(pending, "Kueue to leave the Workload pending", timeout=60)
+    assert reserved["message"] == "LocalQueue typo-queue doesn't exist", reserved
+    stored = await get(dynamic, "batch/v1", "Job", body["metadata"]["name"], DATA_SCIENCE)
+    assert stored is not None and stored["spec"]["suspend"] is True
+
+
+async def test_a_pod_priority_the_platform_makes_no_priority_class_for_is_warned(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    """data-science may use 'fine-tuning-priority' as a Kueue priority, but the platform makes no
+    PriorityClass of that name: the governor warns, and the API server indeed refuses such pods."""
+    body = job(unique("ft"), DATA_SCIENCE, pods=1, gpus=1)
+    body["spec"]["template"]["spec"]["priorityClassName"] = "fine-tuning-priority"
+    created = await create_with_warnings(dynamic, body, dry_run=True)
+    assert (
+        "kueue-governor: podPriority: PriorityClass 'fine-tuning-priority' (spec.template.spec.priorityClassName) "
+        "is not created by the platform: 'fine-tuning-priority' is a WorkloadPriorityClass only; unless a "
+        "PriorityClass of that name exists in the cluster, the pods will not be created (PriorityClasses team "
+        "'data-science' may use: experimentation-priority)"
+    ) in created.warnings
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ft", "namespace": namespace},
+        "spec": {**pause_pod_spec(0, "100m"), "priorityClassName": "fine-tuning-priority"},
+    }
+    with pytest.raises(Refused) as refused:
+        await create_with_warnings(dynamic, pod, dry_run=True)
+    assert "no PriorityClass with name fine-tuning-priority was found" in refused.value.status["message"]
 
 
 def _kubectl(

@@ -419,3 +419,29 @@ def test_every_queue_a_team_policy_names_gets_a_local_queue() -> None:
         ("alpha", "alpha-queue"),
     ]
     assert {cq for _, _, cq in queues} == {"alpha"}
+
+
+def test_policy_names_the_priority_classes_the_generator_makes() -> None:
+    """The webhook's list of PriorityClasses is the generator's: the bundled 'fine-tuning' has a
+    WorkloadPriorityClass only."""
+    platform = load_platform(EXAMPLE)
+    generated = [obj["metadata"]["name"] for obj in priority_classes(platform)]
+    assert sorted(generated) == ["experimentation-priority", "inference-priority", "training-priority"]
+    for team in compile_policies(platform).teams:
+        assert sorted(team.priorityClasses or []) == sorted(generated)
+        assert team.workloadPriorityOnly == ["fine-tuning-priority"]
+
+
+def test_a_pod_priority_rule_without_allowed_allows_only_generated_priority_classes() -> None:
+    """Regression: ``podPriority`` without ``allowed`` allowed every platform priority, including
+    one with no PriorityClass, which the webhook could then fill in."""
+    doc = copy.deepcopy(BASE)
+    doc["priorities"] = [
+        {"name": "high", "value": 100, "podPriorityClass": True},
+        {"name": "batch", "value": 10},
+    ]
+    doc["teams"][0]["policy"] = {"podPriority": {"default": "high"}}
+    team = compile_policies(parse_platform(doc)).teams[0]
+    assert team.podPriority is not None
+    assert team.podPriority.allowed == ["high"]
+    assert team.workloadPriorityOnly == ["batch"]

@@ -127,7 +127,9 @@ def test_queue_of_another_team(enforcement: str, allowed: bool, warnings: int) -
         assert status["code"] == 403
         assert status["message"] == (
             "kueue-governor: queue: LocalQueue 'other-team-queue' "
-            "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; allowed: ml-queue"
+            "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; allowed: ml-queue; "
+            "unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+            "(it stays suspended); use the team's LocalQueue 'ml-queue'"
         )
         assert "patch" not in outcome.response["response"]
     if warnings:

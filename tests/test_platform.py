@@ -557,3 +557,27 @@ def test_a_priority_both_default_and_allowed_is_reported_once() -> None:
             "priority 'high' has no Kubernetes PriorityClass (set podPriorityClass: true)",
         )
     ]
+
+
+WHOLE = f"is not a whole number: {GPU} is an extended resource, which pods request in whole units only"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({f"{QUOTA_KEY}|nominalQuota": 0.5}, [(f"{QUOTA}.nominalQuota", f"0.5 {WHOLE}")]),
+        ({f"{QUOTA_KEY}|nominalQuota": "500m"}, [(f"{QUOTA}.nominalQuota", f"500m {WHOLE}")]),
+        ({f"{QUOTA_KEY}|borrowingLimit": 1.5}, [(f"{QUOTA}.borrowingLimit", f"1.5 {WHOLE}")]),
+        ({f"{QUOTA_KEY}|lendingLimit": "2500m"}, [(f"{QUOTA}.lendingLimit", f"2500m {WHOLE}")]),
+        ({f"flavors|0|nodeResources|{GPU}": 7.5}, [(f"flavors[0].nodeResources.{GPU}", f"7.5 {WHOLE}")]),
+        # Not extended resources: fractions are fine.
+        ({"teams|0|quotas|0|resources|cpu": {"nominalQuota": 0.5}}, []),
+        ({"teams|0|quotas|0|resources|memory": {"nominalQuota": "1.5Gi"}}, []),
+        ({"teams|0|quotas|0|resources|example.kubernetes.io/thing": {"nominalQuota": 0.5}}, []),
+        # Whole amounts of an extended resource, however written.
+        ({f"{QUOTA_KEY}|nominalQuota": "8000m", f"{QUOTA_KEY}|borrowingLimit": 4.0}, []),
+    ],
+)
+def test_fractional_quota_of_an_extended_resource_is_refused(change: Change, expected: list[tuple[str, str]]) -> None:
+    """Regression: ``nvidia.com/gpu: {nominalQuota: 0.5}`` was generated, a quota no pod can use."""
+    assert problems(doc_with(change)) == expected

@@ -275,7 +275,8 @@ async def test_replay_queue_label_change_is_refused(server: RunningServer) -> No
         "status": {
             "message": "kueue-governor: queue: LocalQueue 'hyperpod-ns-inference-localqueue' "
             "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'research'; "
-            f"allowed: {RESEARCH_QUEUE}",
+            f"allowed: {RESEARCH_QUEUE}; unless a LocalQueue of that name exists in this namespace, Kueue "
+            f"never admits the workload (it stays suspended); use the team's LocalQueue {RESEARCH_QUEUE!r}",
             "code": 403,
             "reason": "Forbidden",
         },
@@ -356,3 +357,76 @@ async def test_an_update_leaving_every_governed_value_has_no_warning(server: Run
     review["request"]["object"] = review["request"]["oldObject"]
     response = (await post_review(server, json.dumps(review).encode()))["response"]
     assert response == {"uid": review["request"]["uid"], "allowed": True}
+
+
+# -- the recorded Job CREATE, sent into data-science (warn-only policy, no podPriority rule) -----------
+DATA_SCIENCE = "hyperpod-ns-data-science"
+DATA_SCIENCE_QUEUE = "hyperpod-ns-data-science-localqueue"
+
+
+def data_science_job(labels: dict[str, str] | None = None, priority_class: str | None = None) -> bytes:
+    """The recorded ``v1-job-create.json`` moved to data-science's namespace, with ``labels`` on
+    the Job and ``priority_class`` as its pods' ``priorityClassName``."""
+    review = fixture("v1-job-create.json")
+    request = review["request"]
+    request["namespace"] = DATA_SCIENCE
+    job = request["object"]
+    job["metadata"]["namespace"] = DATA_SCIENCE
+    if labels:
+        job["metadata"]["labels"] = labels
+    if priority_class is not None:
+        job["spec"]["template"]["spec"]["priorityClassName"] = priority_class
+    return json.dumps(review).encode()
+
+
+def rule_warnings(response: dict[str, Any], rule: str) -> list[str]:
+    prefix = f"kueue-governor: {rule}: "
+    return [w.removeprefix("kueue-governor: ") for w in response.get("warnings", []) if w.startswith(prefix)]
+
+
+POD_PRIORITY = "spec.template.spec.priorityClassName"
+
+
+async def test_a_pod_priority_the_platform_creates_no_priority_class_for_is_warned(server: RunningServer) -> None:
+    """Regression: 'fine-tuning-priority' was listed as allowed, and taken silently, though the
+    platform's 'fine-tuning' has no podPriorityClass: every pod then failed FailedCreate."""
+    answer = await post_review(server, data_science_job(priority_class="fine-tuning-priority"))
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert rule_warnings(response, "podPriority") == [
+        f"podPriority: PriorityClass 'fine-tuning-priority' ({POD_PRIORITY}) is not created by the platform: "
+        "'fine-tuning-priority' is a WorkloadPriorityClass only; unless a PriorityClass of that name exists in "
+        "the cluster, the pods will not be created (PriorityClasses team 'data-science' may use: "
+        "experimentation-priority)"
+    ]
+
+
+async def test_allowed_pod_priorities_named_are_only_generated_priority_classes(server: RunningServer) -> None:
+    """Regression: the list read 'experimentation-priority, fine-tuning-priority'."""
+    answer = await post_review(server, data_science_job(priority_class="fine-tuning"))
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert rule_warnings(response, "podPriority") == [
+        f"podPriority: PriorityClass 'fine-tuning' ({POD_PRIORITY}) is not allowed for team 'data-science'; "
+        "allowed: experimentation-priority"
+    ]
+
+
+async def test_a_priority_class_the_platform_does_not_know_is_only_checked_against_allowed(
+    server: RunningServer,
+) -> None:
+    answer = await post_review(server, data_science_job(priority_class="experimentation-priority"))
+    assert rule_warnings(answer["response"], "podPriority") == []
+
+
+@pytest.mark.parametrize("queue", ["typo-queue", RESEARCH_QUEUE])
+async def test_a_queue_name_outside_the_team_says_kueue_never_admits_it(server: RunningServer, queue: str) -> None:
+    """Regression: only "not allowed" was said; Kueue leaves such a Job suspended forever."""
+    answer = await post_review(server, data_science_job(labels={"kueue.x-k8s.io/queue-name": queue}))
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert rule_warnings(response, "queue") == [
+        f"queue: LocalQueue {queue!r} (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team "
+        f"'data-science'; allowed: {DATA_SCIENCE_QUEUE}; unless a LocalQueue of that name exists in this namespace, "
+        f"Kueue never admits the workload (it stays suspended); use the team's LocalQueue {DATA_SCIENCE_QUEUE!r}"
+    ]

@@ -100,7 +100,11 @@ def test_the_kueue_priority_does_not_follow_a_pod_priority_with_no_priority_clas
     assert outcome.plan.warnings == [
         "kueuePriority: the pods' priorityClassName 'batch' is not a PriorityClass team 'ml''s policy lets its "
         "pods use, so the Kueue priority does not follow it (the API server refuses pods whose PriorityClass "
-        "does not exist); set kueue.x-k8s.io/priority-class to choose one"
+        "does not exist); set kueue.x-k8s.io/priority-class to choose one",
+        # 'batch' has a WorkloadPriorityClass only: the pods would not be created.
+        "podPriority: PriorityClass 'batch' (spec.template.spec.priorityClassName) is not created by the "
+        "platform: 'batch' is a WorkloadPriorityClass only; unless a PriorityClass of that name exists in the "
+        "cluster, the pods will not be created (PriorityClasses team 'ml' may use: low)",
     ]
 
 

@@ -163,13 +163,23 @@ class Shape(Exception):
 
 
 def check_value(
-    plan: Plan, rule_name: str, rule: ValueRule, value: Any, where: str, team: TeamPolicyCompiled, what: str
+    plan: Plan,
+    rule_name: str,
+    rule: ValueRule,
+    value: Any,
+    where: str,
+    team: TeamPolicyCompiled,
+    what: str,
+    consequence: str = "",
 ) -> None:
-    """Report ``value`` under ``rule``'s enforcement when it is outside the allowed set."""
+    """Report ``value`` under ``rule``'s enforcement when it is outside the allowed set;
+    ``consequence`` (what happens to the object if it stays) is added to the message."""
     if rule.allowed is None or value in rule.allowed:
         return
     allowed = ", ".join(rule.allowed) or "none"
     message = f"{what} {json_value(value)} ({where}) is not allowed for team {team.team!r}; allowed: {allowed}"
+    if consequence:
+        message += f"; {consequence}"
     plan.report(rule.enforcement, rule_name, message)
 
 

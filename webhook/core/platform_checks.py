@@ -19,6 +19,7 @@ from webhook.core.naming import (
 )
 from webhook.core.platform_models import FlavorSpec, LabelSelector, Platform, PriorityRule, TeamSpec, TopologySpec
 from webhook.core.quantity import parse_quantity
+from webhook.core.wellformed import is_extended_resource
 
 
 class Problem(BaseModel):
@@ -32,6 +33,24 @@ class Problem(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
+
+
+def _whole_units(path: str, resource: str, amount: str | int | float | None) -> list[Problem]:
+    """A fractional amount of an extended resource (``nvidia.com/gpu: 0.5``): pods request
+    extended resources in whole units only (Kubernetes' ``ValidateResourceQuantityValue``), so
+    such a quota or node size cannot be used as written."""
+    if amount is None or not is_extended_resource(resource):
+        return []
+    value = parse_quantity(amount)
+    if value == value.to_integral_value():
+        return []
+    return [
+        Problem(
+            path=path,
+            message=f"{amount} is not a whole number: {resource} is an extended resource, which pods "
+            "request in whole units only",
+        )
+    ]
 
 
 def _unknown(path: str, what: str, name: str, known: Iterable[str]) -> Problem:
@@ -91,6 +110,8 @@ def check_platform(platform: Platform) -> list[Problem]:
     flavors = {f.name: f for f in platform.flavors}
 
     for index, flavor in enumerate(platform.flavors):
+        for resource, amount in flavor.nodeResources.items():
+            problems.extend(_whole_units(f"flavors[{index}].nodeResources.{resource}", resource, amount))
         if flavor.topologyName is not None and flavor.topologyName not in topologies:
             problems.append(_unknown(f"flavors[{index}].topologyName", "topology", flavor.topologyName, topologies))
 
@@ -119,6 +140,8 @@ def check_platform(platform: Platform) -> list[Problem]:
                 problems.append(_unknown(f"{qpath}.flavor", "flavor", quota.flavor, flavor_names))
             for resource, limits in quota.resources.items():
                 rpath = f"{qpath}.resources.{resource}"
+                for field in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                    problems.extend(_whole_units(f"{rpath}.{field}", resource, getattr(limits, field)))
                 for field in ("borrowingLimit", "lendingLimit"):
                     if getattr(limits, field) is not None and team.cohort is None:
                         problems.append(

@@ -101,6 +101,16 @@ class TeamPolicyCompiled(_Frozen):
         description="the resources the team's ClusterQueue covers (its resourceGroups' coveredResources); "
         "None when unknown (a policy compiled before this field existed)",
     )
+    priorityClasses: list[str] | None = Field(
+        default=None,
+        description="the Kubernetes PriorityClass names the platform generates (its priorities with "
+        "podPriorityClass: true); None when unknown (a policy compiled before this field existed)",
+    )
+    workloadPriorityOnly: list[str] = Field(
+        default_factory=list,
+        description="the platform's priorities without podPriorityClass, by name: a WorkloadPriorityClass "
+        "is generated for each, no PriorityClass",
+    )
 
 
 class PolicySet(_Frozen):
@@ -112,10 +122,12 @@ class PolicySet(_Frozen):
     excludedNamespaces: list[str] = Field(default_factory=lambda: list(ALWAYS_EXCLUDED_NAMESPACES))
 
 
-def _value_rule(platform: Platform, rule: PriorityRule | None) -> ValueRule | None:
+def _value_rule(platform: Platform, rule: PriorityRule | None, pods: bool = False) -> ValueRule | None:
+    """A priority rule with concrete names; ``pods``: a ``podPriority`` rule, whose "anything"
+    (no ``allowed``) is every priority that has a PriorityClass, not every priority."""
     if rule is None:
         return None
-    known = [p.name for p in platform.priorities]
+    known = [p.name for p in platform.priorities if p.podPriorityClass or not pods]
     allowed = rule.allowed if rule.allowed is not None else known
     return ValueRule(
         default=priority_class_name(platform, rule.default) if rule.default else None,
@@ -177,6 +189,9 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
     ``extra_excluded``: further namespaces never mutated (the webhook's own namespace).
     """
     teams = []
+    # The same source as the generator's PriorityClasses (webhook.generate.manifests.priority_classes).
+    generated = [priority_class_name(platform, p.name) for p in platform.priorities if p.podPriorityClass]
+    workload_only = [priority_class_name(platform, p.name) for p in platform.priorities if not p.podPriorityClass]
     for team in platform.teams:
         own_queue = local_queue_name(platform, team)
         queue = team.policy.queue
@@ -189,11 +204,13 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
                 namespaceSelector=team.namespaceSelector,
                 queue=ValueRule(default=default_queue, allowed=allowed, enforcement=queue.enforcement),
                 kueuePriority=_value_rule(platform, team.policy.kueuePriority),
-                podPriority=_value_rule(platform, team.policy.podPriority),
+                podPriority=_value_rule(platform, team.policy.podPriority, pods=True),
                 topology=_topology(platform, team),
                 quotaLimits=_quota_limits(team),
                 coveredResources=sorted({name for quota in team.quotas for name in quota.resources}),
                 nodeAffinity=list(team.policy.nodeAffinity),
+                priorityClasses=generated,
+                workloadPriorityOnly=workload_only,
             )
         )
     excluded = list(dict.fromkeys([*ALWAYS_EXCLUDED_NAMESPACES, *(extra_excluded or [])]))

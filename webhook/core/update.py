@@ -43,7 +43,7 @@ from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority
-from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, workload_labels
+from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
 from webhook.core.rules.stranded import check_covered, check_fits_together, check_quota, check_topology_fits
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
@@ -133,7 +133,8 @@ def _value(
     if new is None:
         _restore(draft, plan, path, old, rule_name, dotted(path))
     else:
-        check_value(plan, rule_name, rule, new, dotted(path), team, what)
+        consequence = unknown_queue(team) if rule_name == "queue" else ""
+        check_value(plan, rule_name, rule, new, dotted(path), team, what, consequence)
 
 
 def _emptied_queue(draft: Draft, path: tuple[Key, ...], old: Any, plan: Plan) -> bool:

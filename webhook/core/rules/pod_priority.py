@@ -5,6 +5,13 @@ the workload's Kueue priority label, the team's default, each only when the team
 pod that already has ``spec.priority`` is left alone. A team without a ``podPriority`` rule is
 held to its Kueue priorities: a pod may not take a PriorityClass the team may not use as its
 Kueue priority (SPEC §12, no raising priority above what the team is allowed).
+
+The allowed values a message lists are only PriorityClasses the platform generates
+(``TeamPolicyCompiled.priorityClasses``, the generator's own source). A priorityClassName the
+policy knows has no PriorityClass (a platform priority without ``podPriorityClass``) is warned
+about: the API server refuses such pods unless a PriorityClass of that name exists anyway. Names
+the policy does not know (``system-cluster-critical``, a cluster's own classes) are only checked
+against the team's allowed set.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_pod_priority", "plan_pod_priority", "user_pod_priority"]
+__all__ = ["check_pod_priority", "plan_pod_priority", "pod_rule", "user_pod_priority"]
 
 
 def _value(podset: PodSet) -> Any:
@@ -37,9 +44,30 @@ def check_pod_priority(podset: PodSet, team: TeamPolicyCompiled, plan: Plan) -> 
     """Report a podset's own priorityClassName outside what the team may use."""
     rule = _rule(team)
     current = _value(podset)
-    if rule is not None and current is not None:
-        where = dotted(podset.at(*podset.rule.layout.priority))
-        check_value(plan, "podPriority", rule, current, where, team, "PriorityClass")
+    if current is None:
+        return
+    where = dotted(podset.at(*podset.rule.layout.priority))
+    if rule is not None and rule.allowed is not None and current not in rule.allowed:
+        check_value(plan, "podPriority", pod_rule(rule, team), current, where, team, "PriorityClass")
+    if current in team.workloadPriorityOnly:
+        message = (
+            f"PriorityClass {current!r} ({where}) is not created by the platform: {current!r} is a "
+            f"WorkloadPriorityClass only; unless a PriorityClass of that name exists in the cluster, the "
+            f"pods will not be created"
+        )
+        usable = pod_rule(rule, team).allowed if rule is not None else team.priorityClasses
+        if usable:
+            message += f" (PriorityClasses team {team.team!r} may use: {', '.join(usable)})"
+        plan.report("warn", "podPriority", message)
+
+
+def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
+    """``rule`` with its allowed values narrowed to the PriorityClasses the platform generates
+    (unchanged when the policy does not say which those are)."""
+    if rule.allowed is None or team.priorityClasses is None:
+        return rule
+    generated = set(team.priorityClasses)
+    return rule.model_copy(update={"allowed": [name for name in rule.allowed if name in generated]})
 
 
 def plan_pod_priority(
@@ -57,11 +85,13 @@ def plan_pod_priority(
     where = f"podset {podset.name!r}"
     chosen: str | None = rule.default
     reason = f"{where}: the default of team {team.team!r}"
+    allowed = pod_rule(rule, team).allowed
     for candidate, why in (
         (user_pod_priority(view), "the pod priority the workload's other podsets ask for"),
         (kueue_priority, "the Kueue priority the workload asks for"),
     ):
-        if isinstance(candidate, str) and (rule.allowed is None or candidate in rule.allowed):
+        usable = isinstance(candidate, str) and candidate not in team.workloadPriorityOnly
+        if usable and (allowed is None or candidate in allowed):
             chosen, reason = candidate, f"{where}: {why}"
             break
     if chosen:

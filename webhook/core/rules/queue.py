@@ -16,7 +16,7 @@ from webhook.core.paths import Key, dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.view import WorkloadView
 
-__all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue"]
+__all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue", "unknown_queue"]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -42,9 +42,23 @@ def plan_queue(draft: Draft, row: WorkloadKind, team: TeamPolicyCompiled, plan: 
         if row.suspend is not None and draft.get(row.suspend) is not True:
             draft.set(row.suspend, True, "suspend", "queue label added: Kueue starts the workload once admitted")
     elif queue is not None:
-        check_value(plan, "queue", team.queue, queue, f"{dotted(path)}.{QUEUE_LABEL}", team, "LocalQueue")
+        where = f"{dotted(path)}.{QUEUE_LABEL}"
+        check_value(plan, "queue", team.queue, queue, where, team, "LocalQueue", unknown_queue(team))
     if managed:
         _plan_requirements(draft, row, plan)
+
+
+def unknown_queue(team: TeamPolicyCompiled) -> str:
+    """What Kueue does with a queue name outside the team's: a LocalQueue is namespaced, and a
+    workload whose LocalQueue does not exist in its namespace stays suspended, never admitted
+    (Kueue: "LocalQueue <name> doesn't exist")."""
+    message = (
+        "unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+        "(it stays suspended)"
+    )
+    if team.queue.default:
+        message += f"; use the team's LocalQueue {team.queue.default!r}"
+    return message
 
 
 def _plan_requirements(draft: Draft, row: WorkloadKind, plan: Plan) -> None:
@@ -83,7 +97,8 @@ def plan_pod_labels(draft: Draft, view: WorkloadView, team: TeamPolicyCompiled, 
                     (*own_path, label), value, rule_name, f"podset {podset.name!r}: Kueue admits these pods one by one"
                 )
             elif own is not None and rule is not None:
-                check_value(plan, rule_name, rule, own, f"{dotted(own_path)}.{label}", team, what)
+                consequence = unknown_queue(team) if label == QUEUE_LABEL else ""
+                check_value(plan, rule_name, rule, own, f"{dotted(own_path)}.{label}", team, what, consequence)
 
 
 def workload_labels(obj: Mapping[str, Any], row: WorkloadKind) -> Mapping[str, Any]:
