@@ -762,6 +762,8 @@ def test_a_queue_of_another_team_is_named_in_the_denial() -> None:
     assert plan.denials == [
         "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
         "allowed: ml-queue"
+        "; unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+        "(it stays suspended); use the team's LocalQueue 'ml-queue'"
     ]
 
 
@@ -814,6 +816,8 @@ def test_a_second_podset_gets_the_team_labels_with_their_rule_and_reason() -> No
     assert refused.denials == [
         "queue: LocalQueue 'theirs' (spec.template.metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for "
         "team 'ml'; allowed: ml-queue"
+        "; unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+        "(it stays suspended); use the team's LocalQueue 'ml-queue'"
     ]
     assert refused.denied_rules == ["queue"]
     # No priority anywhere and no default to give: nothing to copy and nothing to check.
@@ -1621,7 +1625,9 @@ def test_the_review_answer() -> None:
     assert response["status"]["code"] == 403
     assert response["status"]["message"] == (
         "kueue-governor: queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for "
-        "team 'ml'; allowed: ml-queue; kueue-governor: podPriority: PriorityClass 'x' "
+        "team 'ml'; allowed: ml-queue; unless a LocalQueue of that name exists in this namespace, "
+        "Kueue never admits the workload (it stays suspended); use the team's LocalQueue 'ml-queue'; "
+        "kueue-governor: podPriority: PriorityClass 'x' "
         "(spec.template.spec.priorityClassName) is not allowed for team 'ml'; allowed: low"
     )
     warned = copy.deepcopy(body)
@@ -1791,6 +1797,8 @@ def test_changed_values_are_checked_as_on_create() -> None:
     assert _update(theirs, stored)[2] == [
         "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
         "allowed: ml-queue"
+        "; unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+        "(it stays suspended); use the team's LocalQueue 'ml-queue'"
     ]
     placed = copy.deepcopy(stored)
     placed["spec"]["template"]["metadata"]["annotations"] = {REQUIRED: "rack"}
@@ -1942,6 +1950,8 @@ def test_update_queue_labels_empty_before_and_after_or_newly_introduced() -> Non
     assert _update(introduced, stored)[2] == [
         "queue: LocalQueue 'theirs' (metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'ml'; "
         "allowed: ml-queue"
+        "; unless a LocalQueue of that name exists in this namespace, Kueue never admits the workload "
+        "(it stays suspended); use the team's LocalQueue 'ml-queue'"
     ]
 
 
