@@ -68,7 +68,7 @@ class ObjectCache:
         *,
         watch_timeout: int = 300,
         retry_delay: float = 1.0,
-        retry_max: float = 30.0,
+        retry_max: float = 10.0,
         read_timeout: float | None = None,
     ) -> None:
         self.name = name
