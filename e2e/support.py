@@ -515,7 +515,7 @@ async def apply_generated(dynamic: DynamicClient, generated: Generated) -> None:
         await wait_default_service_account(dynamic, namespace)
 
 
-async def wait_default_service_account(dynamic: DynamicClient, namespace: str, timeout: float = 30.0) -> None:
+async def wait_default_service_account(dynamic: DynamicClient, namespace: str, timeout: float = 60.0) -> None:
     """Wait for the ``default`` ServiceAccount the service-account controller makes in a new
     namespace (the API server refuses a Pod whose ServiceAccount does not exist yet)."""
 

@@ -38,7 +38,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 from e2e import devcluster
 from e2e.conftest import E2E_NAMESPACE_LABEL, E2ECluster
 from e2e.manifests import FAKE_NODE_LABEL, INSTANCE_TYPE_LABEL, TOPOLOGY_LEVELS, TopologyShape, fake_nodes
-from e2e.support import Created, Refused, create_with_warnings, read_metrics, wait_for
+from e2e.support import Created, Refused, create_with_warnings, read_metrics, wait_default_service_account, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -557,3 +557,18 @@ async def test_watches_recover_after_api_server_restart_and_compaction(
     finally:
         # The nodes' leases could not be renewed while the API server was down.
         await devcluster.wait_nodes_ready(dynamic, e2e_cluster.node_names, timeout=180)
+        await controllers_back(core, dynamic)
+
+
+async def controllers_back(core: k8s.CoreV1Api, dynamic: DynamicClient) -> None:
+    """Wait until kube-controller-manager serves again after the API server's restart (its
+    informers back off while the server is away): a new namespace gets its ``default``
+    ServiceAccount, which later tests' namespaces need within their own 60 s."""
+    name = f"e2e-controllers-back-{secrets.token_hex(3)}"
+    await core.create_namespace(
+        k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels={E2E_NAMESPACE_LABEL: "true"}))
+    )
+    try:
+        await wait_default_service_account(dynamic, name, timeout=180)
+    finally:
+        await core.delete_namespace(name, propagation_policy="Background")
