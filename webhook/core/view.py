@@ -33,12 +33,15 @@ from webhook.core.wellformed import (
     string_values,
 )
 
-__all__ = ["GROUP_NAME", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
+__all__ = ["GROUP_NAME", "PRIORITY_LABEL", "QUEUE_LABEL", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
 GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
 #: Pods per slice of a podset's sliced topology request (Kueue's TAS annotation: a count).
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+#: Kueue's labels of a workload: the LocalQueue it is submitted to, its WorkloadPriorityClass.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -166,9 +169,7 @@ def _terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] 
 def _strings(value: Any, at: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:
     """A map of strings (a node selector); a value of another type is a problem."""
     out = a_map(value, at, problems)
-    for key, item in out.items():
-        if not isinstance(item, str):
-            problems.append(Problem((*at, key), item, "a string"))
+    string_values(out, at, problems)
     return out
 
 
@@ -213,10 +214,6 @@ def _podset(
     )
 
 
-#: Kueue's queue-name label (``kueue.x-k8s.io/queue-name``).
-_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-
-
 def kueue_reencodes(obj: Mapping[str, Any], row: WorkloadKind) -> bool:
     """Whether the API server's copy of ``obj`` (a custom resource of kind ``row``) is re-encoded by
     Kueue's mutating webhook before its CRD schema is checked, turning a fractional JSON quantity
@@ -226,7 +223,7 @@ def kueue_reencodes(obj: Mapping[str, Any], row: WorkloadKind) -> bool:
     governor adds one, Kueue then changes nothing), the CRD's int-or-string schema refuses the
     number (e2e/test_malformed.py)."""
     labels = lookup(obj, (*row.labels_at, "labels"))
-    queue = labels.get(_QUEUE_LABEL) if isinstance(labels, Mapping) else None
+    queue = labels.get(QUEUE_LABEL) if isinstance(labels, Mapping) else None
     if not isinstance(queue, str) or not queue:
         return False
     return row.suspend is None or lookup(obj, row.suspend) is not True

@@ -33,12 +33,12 @@ from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import review
 from webhook.core.rules.queue import labels_path
-from webhook.core.view import kueue_view
+from webhook.core.view import PRIORITY_LABEL, QUEUE_LABEL, kueue_view
 from webhook.why.provenance import managers_of
 
 __all__ = ["Decision", "RuleDecision", "decide"]
 
-_GOVERNED_LABELS = {"kueue.x-k8s.io/queue-name": "queue", "kueue.x-k8s.io/priority-class": "kueuePriority"}
+_GOVERNED_LABELS = {QUEUE_LABEL: "queue", PRIORITY_LABEL: "kueuePriority"}
 _RULE_ORDER = ("queue", "kueuePriority", "podPriority", "nodeAffinity", "topology")
 _GOVERNED_ANNOTATION_PREFIX = "kueue.x-k8s.io/podset-"
 _DROPPED_METADATA = ("resourceVersion", "uid", "generation", "creationTimestamp", "managedFields", "selfLink")

@@ -14,13 +14,9 @@ from webhook.core.draft import Draft, Plan, Rule, check_value, json_value, strin
 from webhook.core.kinds import WorkloadKind
 from webhook.core.paths import Key, dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
-from webhook.core.view import WorkloadView
+from webhook.core.view import PRIORITY_LABEL, QUEUE_LABEL, WorkloadView
 
 __all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue", "unknown_queue"]
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-
 
 def labels_path(row: WorkloadKind) -> tuple[Key, ...]:
     return (*row.labels_at, "labels")
