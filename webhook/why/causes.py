@@ -7,13 +7,13 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
+from webhook.why.state import PENDING_STATES
 
 if TYPE_CHECKING:
     from webhook.why.explain import QuotaNeed, WhyReport
 
 __all__ = ["amount", "classify", "level_name", "plural"]
 
-_PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
 _GIB = Decimal(2**30)
 
 
@@ -62,7 +62,7 @@ def _eligible(placement: PodsetPlacement) -> str:
     """``the 1 eligible node (7 excluded: taint "k=v:NoSchedule": 7)``: the nodes advice is about."""
     nodes = placement.fit_empty[-1].nodes if placement.fit_empty else 0
     excluded = {k: v for k, v in placement.excluded.items() if not k.startswith("resource ")}
-    said = f"the {nodes} eligible node{'s' * (nodes != 1)}"
+    said = f"the {plural(nodes, 'eligible node')}"
     if excluded:
         listed = ", ".join(f"{k}: {v}" for k, v in excluded.items())
         said += f" ({sum(excluded.values())} excluded: {listed})"
@@ -250,7 +250,7 @@ def classify(report: WhyReport) -> None:
     state = report.state
     if state is None:
         return
-    if state.state not in _PENDING:
+    if state.state not in PENDING_STATES:
         report.cause = state.state
         report.summary = f"{state.state} since {state.since}" + (f": {state.message}" if state.message else "")
         return

@@ -113,16 +113,6 @@ def _drop(obj: dict[str, Any], path: tuple[Key, ...]) -> None:
         parent.pop(path[-1], None)
 
 
-def _at(obj: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        in_map = isinstance(obj, Mapping) and key in obj
-        if in_map or (isinstance(obj, list) and isinstance(key, int) and 0 <= key < len(obj)):
-            obj = obj[key]
-        else:
-            return None
-    return obj
-
-
 def _agrees(stored: Any, wanted: Any) -> bool:
     """The stored value holds what the policy wants (maps: every wanted key, recursively)."""
     if isinstance(wanted, Mapping):
@@ -184,7 +174,7 @@ def decide(
     for change in outcome.plan.changes:
         if change.rule == "suspend":
             continue
-        stored = _at(obj, change.path)
+        stored = lookup(obj, change.path)
         agrees = _agrees(stored, change.value)
         owners = managers_of(obj, change.path) if agrees else None
         by = "other" if not agrees else ("user" if owners else "policy" if recorded else "unrecorded")
@@ -234,7 +224,7 @@ def _user_value(
     return RuleDecision(
         rule=base,
         path="/".join(str(p) for p in path),
-        stored=_at(obj, path),
+        stored=lookup(obj, path),
         policy=None,
         by="user" if managers else "unrecorded",
         reason=reason,

@@ -38,7 +38,7 @@ from webhook.why.decision import Decision
 from webhook.why.placement import PodsetPlacement, free_capacity, place_podset
 from webhook.why.quota import CohortView, ResourceQuota
 from webhook.why.snapshot import Snapshot
-from webhook.why.state import WorkloadState, workload_state
+from webhook.why.state import PENDING_STATES, WorkloadState, meta, workload_state
 
 __all__ = [
     "NoFlavor",
@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 _ZERO = Decimal(0)
-_PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
 _WITHOUT_RESERVATION = (
     "queued",
     "pending",
@@ -144,10 +143,6 @@ class WhyReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _meta(obj: Mapping[str, Any], key: str) -> str:
-    return str((obj.get("metadata") or {}).get(key, ""))
-
-
 def _state(snapshot: Snapshot, workload: Mapping[str, Any]) -> str:
     states: dict[int, str] = snapshot.memo.setdefault("states", {})
     if id(workload) not in states:
@@ -162,12 +157,10 @@ def _pending_in(snapshot: Snapshot, cluster_queue: str) -> list[Mapping[str, Any
         for queue in {snapshot.queue_of(w) or "" for w in snapshot.workloads}:
             queues[queue] = []
         for w in snapshot.workloads:
-            if _state(snapshot, w) in _PENDING:
+            if _state(snapshot, w) in PENDING_STATES:
                 queues[snapshot.queue_of(w) or ""].append(w)
         for members in queues.values():
-            members.sort(
-                key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), _meta(w, "creationTimestamp"))
-            )
+            members.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), meta(w, "creationTimestamp")))
         queues.setdefault(cluster_queue, [])
     return queues[cluster_queue]
 
@@ -179,22 +172,21 @@ def position_in_queue(snapshot: Snapshot, workload: Mapping[str, Any], cluster_q
     index = next((i for i, w in enumerate(pending) if w is workload), len(pending))
     ahead = [
         {
-            "workload": f"{_meta(w, 'namespace')}/{_meta(w, 'name')}",
+            "workload": f"{meta(w, 'namespace')}/{meta(w, 'name')}",
             "priority": int((w.get("spec") or {}).get("priority") or 0),
-            "created": _meta(w, "creationTimestamp"),
+            "created": meta(w, "creationTimestamp"),
             "state": _state(snapshot, w),
         }
         for w in pending[:index]
     ]
-    seen = (snapshot.pending_positions or {}).get(_meta(workload, "name"))
+    seen = (snapshot.pending_positions or {}).get(meta(workload, "name"))
     if seen is not None:
         return Position(seen["positionInClusterQueue"], seen["positionInLocalQueue"], "visibility", ahead)
     queue_name = (workload.get("spec") or {}).get("queueName")
     local = [
         w
         for w in pending[: index + 1]
-        if (w.get("spec") or {}).get("queueName") == queue_name
-        and _meta(w, "namespace") == _meta(workload, "namespace")
+        if (w.get("spec") or {}).get("queueName") == queue_name and meta(w, "namespace") == meta(workload, "namespace")
     ]
     return Position(index, len(local) - 1 if index < len(pending) else None, "estimated", ahead)
 
@@ -338,7 +330,7 @@ def _placements(
 
 def explain(snapshot: Snapshot, workload: Mapping[str, Any] | None, kind: str, namespace: str, name: str) -> WhyReport:
     """The report for one workload object (``workload`` None: Kueue made no Workload for it)."""
-    report = WhyReport(kind, namespace, name, _meta(workload, "name") if workload else None, None)
+    report = WhyReport(kind, namespace, name, meta(workload, "name") if workload else None, None)
     if workload is None:
         report.cause = "no workload"
         report.summary = (

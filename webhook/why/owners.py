@@ -13,37 +13,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.why.causes import plural
 from webhook.why.explain import OwnedWorkload, WhyReport, explain
 from webhook.why.snapshot import Snapshot
-from webhook.why.state import workload_state
+from webhook.why.state import PENDING_STATES, meta, workload_state
 
 __all__ = ["explain_object"]
 
-_PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
-
-
-def _meta(obj: Mapping[str, Any], key: str) -> str:
-    return str((obj.get("metadata") or {}).get(key, ""))
-
 
 def _order(workload: Mapping[str, Any]) -> tuple[int, str]:
-    return -int((workload.get("spec") or {}).get("priority") or 0), _meta(workload, "creationTimestamp")
+    return -int((workload.get("spec") or {}).get("priority") or 0), meta(workload, "creationTimestamp")
 
 
 def explain_object(snapshot: Snapshot, obj: Mapping[str, Any], kind: str, namespace: str, name: str) -> WhyReport:
     """The report for a workload object (any kind) from its Workloads (see the module docstring);
     ``owned`` of the report lists them all when there is more than one, or when they belong to
     objects it owns."""
-    found = snapshot.workloads_under(obj)
+    found = sorted(snapshot.workloads_under(obj), key=lambda item: meta(item[0], "creationTimestamp"))
     pending = sorted(
-        (w for w, _ in found if workload_state(w).state in _PENDING),
+        (w for w, _ in found if workload_state(w).state in PENDING_STATES),
         key=_order,
     )
-    newest = sorted((w for w, _ in found), key=lambda w: _meta(w, "creationTimestamp"))
-    chosen = pending[0] if pending else (newest[-1] if newest else None)
+    chosen = pending[0] if pending else (found[-1][0] if found else None)
     report = explain(snapshot, chosen, kind, namespace, name)
     if chosen is None:
-        below = [d for d in snapshot.descendants if _meta(d, "namespace") == namespace]
+        below = [d for d in snapshot.descendants if meta(d, "namespace") == namespace]
         if kind in ("Deployment", "CronJob", "StatefulSet", "LeaderWorkerSet"):
             report.summary = (
                 f"Kueue has no Workload for it nor for what it owns ({_owned_counts(snapshot, obj, below)}): "
@@ -52,10 +46,10 @@ def explain_object(snapshot: Snapshot, obj: Mapping[str, Any], kind: str, namesp
         return report
     indirect = any(owner != f"{obj.get('kind') or kind}/{name}" for _, owner in found)
     if len(found) > 1 or indirect:
-        for workload, owner in sorted(found, key=lambda item: _meta(item[0], "creationTimestamp")):
+        for workload, owner in found:
             state = workload_state(workload).state
-            line = OwnedWorkload(_meta(workload, "name"), owner, state)
-            if state in _PENDING:
+            line = OwnedWorkload(meta(workload, "name"), owner, state)
+            if state in PENDING_STATES:
                 if workload is chosen:
                     line.cause, line.summary = report.cause, report.summary
                 else:
@@ -67,16 +61,16 @@ def explain_object(snapshot: Snapshot, obj: Mapping[str, Any], kind: str, namesp
 
 def _owned_counts(snapshot: Snapshot, obj: Mapping[str, Any], below: list[dict[str, Any]]) -> str:
     """``2 ReplicaSets, 3 Pods`` owned (transitively) by ``obj``, or ``nothing found``."""
-    uids = {_meta(obj, "uid")}
+    uids = {meta(obj, "uid")}
     counts: dict[str, int] = {}
     grew = True
     while grew:
         grew = False
         for item in below:
-            uid = _meta(item, "uid")
+            uid = meta(item, "uid")
             refs = {str(r.get("uid")) for r in (item.get("metadata") or {}).get("ownerReferences") or []}
             if uid not in uids and refs & uids:
                 uids.add(uid)
                 counts[str(item.get("kind"))] = counts.get(str(item.get("kind")), 0) + 1
                 grew = True
-    return ", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in sorted(counts.items())) or "nothing found"
+    return ", ".join(plural(n, k) for k, n in sorted(counts.items())) or "nothing found"

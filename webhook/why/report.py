@@ -29,7 +29,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from webhook.why.causes import amount, level_name
+from webhook.why.causes import amount, level_name, plural
 from webhook.why.explain import WhyReport
 from webhook.why.placement import DomainFit, PodsetPlacement
 
@@ -47,7 +47,7 @@ def _text_assigned(p: PodsetPlacement) -> list[str]:
     """Where Kueue placed a podset of a workload holding quota."""
     if not p.assigned:
         return ["  placed by Kueue: no topologyAssignment recorded"]
-    nodes = ", ".join(f"{node} ({pods} pod{'s' * (pods != 1)})" for node, pods in p.assigned)
+    nodes = ", ".join(f"{node} ({plural(pods, 'pod')})" for node, pods in p.assigned)
     within = f"{level_name(p.level)} {', '.join(p.assigned_domains)}: " if p.assigned_domains else ""
     return [f"  placed by Kueue (topologyAssignment): {within}{nodes}"]
 
@@ -259,7 +259,7 @@ def to_text(report: WhyReport) -> str:
     for podset, p in report.placements:
         per_pod = ", ".join(f"{r} {amount(r, a)}" for r, a in p.per_pod.items() if r != "pods")
         lines.append(
-            f"Topology: podset {podset}, {p.count} pod{'s' * (p.count != 1)} ({per_pod} each), {p.mode}"
+            f"Topology: podset {podset}, {plural(p.count, 'pod')} ({per_pod} each), {p.mode}"
             + (f" {level_name(p.level)}" if p.level else "")
             + f", flavor {p.flavor}, topology {p.topology}"
         )

@@ -24,7 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KueueTasMessage", "WorkloadState", "parse_tas_message", "workload_state"]
+__all__ = ["PENDING_STATES", "KueueTasMessage", "WorkloadState", "meta", "parse_tas_message", "workload_state"]
+
+#: The states of a Workload that holds no quota yet and is waiting for it (:func:`workload_state`).
+PENDING_STATES = ("queued", "pending", "waiting for quota", "waiting for topology")
+
+
+def meta(obj: Mapping[str, Any], key: str) -> str:
+    """``metadata[key]`` of an object as a string ("" when absent)."""
+    return str((obj.get("metadata") or {}).get(key, ""))
+
 
 _FIT = re.compile(
     r'topology "(?P<topology>[^"]+)" (?:allows to fit only (?P<fit>\d+) out of|doesn\'t allow to fit any of) '

@@ -22,7 +22,7 @@ from webhook.why.explain import explain
 from webhook.why.quota import CohortView, ResourceQuota
 from webhook.why.report import number
 from webhook.why.snapshot import Snapshot
-from webhook.why.state import workload_state
+from webhook.why.state import PENDING_STATES, meta, workload_state
 
 __all__ = [
     "TEAM_LABEL",
@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 TEAM_LABEL = "kueue-governor.io/team"
-_PENDING = ("queued", "pending", "waiting for quota", "waiting for topology")
 
 
 @dataclass
@@ -68,24 +67,20 @@ class TeamStatus:
     workloads: list[WorkloadLine] = field(default_factory=list)
 
 
-def _meta(obj: Mapping[str, Any], key: str) -> str:
-    return str((obj.get("metadata") or {}).get(key, ""))
-
-
 def _line(snapshot: Snapshot, workload: Mapping[str, Any]) -> WorkloadLine:
     state = workload_state(workload)
     owners = (workload.get("metadata") or {}).get("ownerReferences") or []
     owner = f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else ""
     cause, summary = "", ""
-    if state.state in _PENDING:
-        report = explain(snapshot, workload, "Workload", _meta(workload, "namespace"), _meta(workload, "name"))
+    if state.state in PENDING_STATES:
+        report = explain(snapshot, workload, "Workload", meta(workload, "namespace"), meta(workload, "name"))
         cause, summary = report.cause, report.summary
     return WorkloadLine(
-        namespace=_meta(workload, "namespace"),
-        name=_meta(workload, "name"),
+        namespace=meta(workload, "namespace"),
+        name=meta(workload, "name"),
         owner=owner,
         priority=int((workload.get("spec") or {}).get("priority") or 0),
-        created=_meta(workload, "creationTimestamp"),
+        created=meta(workload, "creationTimestamp"),
         state=state.state,
         cause=cause,
         summary=summary,
@@ -97,8 +92,8 @@ def team_statuses(snapshot: Snapshot, team: str | None = None) -> list[TeamStatu
     ``team``, each of its workloads too."""
     cohorts = CohortView.build(snapshot.clusterqueues, snapshot.cohorts)
     out: list[TeamStatus] = []
-    for queue in sorted(snapshot.clusterqueues, key=lambda q: _meta(q, "name")):
-        name = _meta(queue, "name")
+    for queue in sorted(snapshot.clusterqueues, key=lambda q: meta(q, "name")):
+        name = meta(queue, "name")
         label = str(((queue.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL) or name)
         if team is not None and team not in (label, name):
             continue
@@ -114,12 +109,12 @@ def team_statuses(snapshot: Snapshot, team: str | None = None) -> list[TeamStatu
         )
         mine = [w for w in snapshot.workloads if snapshot.queue_of(w) == name]
         pending = sorted(
-            (w for w in mine if workload_state(w).state in _PENDING), key=lambda w: _meta(w, "creationTimestamp")
+            (w for w in mine if workload_state(w).state in PENDING_STATES), key=lambda w: meta(w, "creationTimestamp")
         )
         if pending:
             row.oldest_pending = _line(snapshot, pending[0])
         if team is not None:
-            row.workloads = [_line(snapshot, w) for w in sorted(mine, key=lambda w: _meta(w, "creationTimestamp"))]
+            row.workloads = [_line(snapshot, w) for w in sorted(mine, key=lambda w: meta(w, "creationTimestamp"))]
         out.append(row)
     return out
 
