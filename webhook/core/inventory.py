@@ -33,6 +33,7 @@ __all__ = [
     "allocatable_problem",
     "first_fit",
     "pod_requests",
+    "taint_string",
     "tolerates",
 ]
 
@@ -65,6 +66,12 @@ def allocatable_problem(obj: Mapping[str, Any]) -> str | None:
         if amount < 0:
             return f"status.allocatable.{name}: {value!r} is negative (allocatable amounts are at least 0)"
     return None
+
+
+def taint_string(taint: Mapping[str, Any]) -> str:
+    """``key=value:Effect`` (``key:Effect`` without a value), as ``corev1.Taint.ToString``."""
+    value = taint.get("value") or ""
+    return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:

@@ -180,9 +180,7 @@ def _podset(
     new_tas = {k: v for k, v in new.annotations.items() if k in TAS_ANNOTATIONS}
     if not new_tas and old_tas:
         for key, value in old_tas.items():
-            _restore(
-                draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}"
-            )
+            _restore(draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
     elif new_tas != old_tas and team.topology is not None:
         check_user_topology(new, team.topology, team, plan, forbidden)
     if team.nodeAffinity:

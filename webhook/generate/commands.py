@@ -7,13 +7,13 @@ Exit codes of all three: 0 success (no drift), 1 validation failure or drift, 2 
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 from typing import Any
 
 import click
 
 from webhook.core.platform import Platform, PlatformError, Problem, check_platform, load_platform
+from webhook.core.platform_models import label_value_error
 from webhook.generate.hyperpod import (
     DEFAULT_COHORT,
     ClusterSchedulerConfig,
@@ -24,10 +24,11 @@ from webhook.generate.hyperpod import (
     parse_instance_resources,
     parse_scheduler_config,
 )
-from webhook.generate.live import LiveError, diff_objects, fetch_live
+from webhook.generate.live import diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
 from webhook.generate.validate import recreate_warnings, validate_platform
+from webhook.kube.client import ClusterError
 from webhook.options import NAMESPACE, file_option
 from webhook.sources import InputError, load_nodes, read_document
 
@@ -78,12 +79,11 @@ _policy_namespace_option = click.option(
     show_default=True,
     help="Namespace of the webhook and of its policy ConfigMap kgov-policy.",
 )
-#: A Kubernetes label value: at most 63 characters, alphanumerics with ``-``, ``_``, ``.`` inside.
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 def _instance_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not _LABEL_VALUE.fullmatch(value):
+    # An empty label value is valid, but an instance must be named: "" would select nothing of its own.
+    if value is not None and (not value or label_value_error(value) is not None):
         raise click.BadParameter(
             f"{value!r} is not a label value (at most 63 letters, digits, '-', '_' or '.', "
             "starting and ending with a letter or digit)"
@@ -231,7 +231,7 @@ def diff_command(
     desired = [obj for objects in manifests.values() for obj in objects]
     try:
         live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
-    except LiveError as exc:
+    except ClusterError as exc:
         raise UsageFailure(str(exc)) from None
     diffs = diff_objects(desired, live, field_manager)
     for diff in diffs:

@@ -19,11 +19,10 @@ from typing import Any
 from webhook.generate.manifests import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
 from webhook.generate.render import dump_yaml
 from webhook.generate.validate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
-from webhook.kube.client import ClusterError, get_json, open_client
+from webhook.kube.client import get_json, items_of, open_client
 
 __all__ = [
     "KIND_PLURALS",
-    "LiveError",
     "LiveState",
     "ObjectDiff",
     "applied_fields",
@@ -51,10 +50,6 @@ ObjectKey = tuple[str, str, str, str]
 
 _EMPTY: tuple[Any, ...] = (False, "", [], {})
 _EMPTY_TYPES = (bool, str, list, dict)
-
-
-#: The cluster could not be read (kubeconfig, connection, authorisation): the shared client's error.
-LiveError = ClusterError
 
 
 def resource_path(api_version: str, kind: str, namespace: str = "", name: str = "") -> str:
@@ -95,7 +90,7 @@ async def fetch_live(
     platform owns (:func:`owned_selector` of ``instance``) but no longer generates.
 
     Raises:
-        LiveError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
+        ClusterError: the kubeconfig cannot be loaded or the API server refuses or cannot be reached.
     """
     state = LiveState()
     wanted = {object_key(obj) for obj in desired}
@@ -112,7 +107,7 @@ async def fetch_live(
                 resource_path(api_version, kind),
                 [("labelSelector", owned_selector(instance))],
             )
-            for item in (listing or {}).get("items") or []:
+            for item in items_of(listing):
                 item = {"apiVersion": api_version, "kind": kind, **item}
                 if object_key(item) not in wanted:
                     state.extra.append(item)

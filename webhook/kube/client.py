@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from webhook.core.platform_models import dns1123_label_error
+from webhook.core.platform_models import dns1123_label_error, dns1123_subdomain_error
 
 __all__ = [
     "ClusterError",
@@ -33,9 +32,6 @@ __all__ = [
     "kubeconfig_files",
     "open_client",
 ]
-
-
-_PATH_PART = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ClusterError(RuntimeError):
@@ -228,7 +224,7 @@ def check_path(path: str) -> None:
     """
     parts = path.split("/")
     for part in parts[1:] if path.startswith("/") else parts:
-        if len(part) > 253 or not _PATH_PART.fullmatch(part):
+        if dns1123_subdomain_error(part) is not None:
             raise ClusterError(f"refusing to GET {path!r}: {part!r} is not a Kubernetes name (DNS-1123 subdomain)")
 
 

@@ -50,15 +50,12 @@ def _load_platform(platform: Path) -> Platform:
         raise UsageFailure(str(exc)) from None
 
 
-def _platform_tolerations(platform: Path) -> list[dict[str, Any]]:
+def _platform_tolerations(spec: Platform) -> list[dict[str, Any]]:
     """The tolerations of the platform's flavors (its ResourceFlavors'), as Kubernetes writes them."""
-    return [
-        t.model_dump(exclude_none=True) for flavor in _load_platform(platform).flavors for t in flavor.tolerations
-    ]
+    return [t.model_dump(exclude_none=True) for flavor in spec.flavors for t in flavor.tolerations]
 
 
-def _platform_levels(platform: Path, name: str) -> list[str]:
-    spec = _load_platform(platform)
+def _platform_levels(spec: Platform, platform: Path, name: str) -> list[str]:
     for topology in spec.topologies:
         if topology.name == name:
             return list(topology.levels)
@@ -161,8 +158,9 @@ def topology_group(
             f"--format {fmt} writes an image, not text for a terminal: give -o FILE.{fmt} (or redirect stdout)"
         )
 
-    levels = _platform_levels(platform, topology_name) if platform is not None and topology_name else None
-    tolerations = _platform_tolerations(platform) if platform is not None else []
+    spec = _load_platform(platform) if platform is not None else None
+    levels = _platform_levels(spec, platform, topology_name) if spec and platform and topology_name else None
+    tolerations = _platform_tolerations(spec) if spec is not None else []
     pods: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] | None = None
     try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import pod_requests, tolerates
+from webhook.core.inventory import pod_requests, taint_string, tolerates
 from webhook.core.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -122,8 +122,7 @@ def untolerated_taints(obj: Mapping[str, Any], tolerations: Sequence[Mapping[str
         if taint.get("effect") not in ("NoSchedule", "NoExecute") or key.startswith("node.kubernetes.io/"):
             continue
         if not tolerates(tolerations, taint):
-            value = taint.get("value") or ""
-            out.append(f"{key}{'=' + str(value) if value else ''}:{taint.get('effect')}")
+            out.append(taint_string(taint))
     return tuple(out)
 
 
@@ -167,7 +166,7 @@ class Host:
     @property
     def free(self) -> Decimal:
         """Unrequested accelerators a new pod could get (0 on an unschedulable or tainted node)."""
-        return max(self.allocatable - self.used, _ZERO) if self.schedulable and not self.taints else _ZERO
+        return max(self.allocatable - self.used, _ZERO) if self.available else _ZERO
 
     @property
     def available(self) -> bool:

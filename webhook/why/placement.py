@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import Node, PodConstraints, term_matches, tolerates
+from webhook.core.inventory import Node, PodConstraints, taint_string, term_matches, tolerates
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
 from webhook.topology.tree import HOSTNAME_LABEL, TAS_POD_ANNOTATIONS, assignment_domains
@@ -35,12 +35,6 @@ __all__ = ["ALL_NODES", "DomainFit", "PodsetPlacement", "free_capacity", "place_
 _ZERO = Decimal(0)
 #: Causes for nodes outside Kueue's TAS snapshot, before its own.
 OUTSIDE = ("not ready", "cordoned", "flavor labels", "no topology labels")
-
-
-def taint_string(taint: Mapping[str, Any]) -> str:
-    """``key=value:Effect`` (``key:Effect`` without a value), as ``corev1.Taint.ToString``."""
-    value = taint.get("value") or ""
-    return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
 
 
 def _conditions_ready(node: Mapping[str, Any]) -> bool:

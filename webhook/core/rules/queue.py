@@ -18,6 +18,7 @@ from webhook.core.view import PRIORITY_LABEL, QUEUE_LABEL, WorkloadView
 
 __all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue", "unknown_queue"]
 
+
 def labels_path(row: WorkloadKind) -> tuple[Key, ...]:
     return (*row.labels_at, "labels")
 
