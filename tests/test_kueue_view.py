@@ -475,3 +475,13 @@ def test_podsets_that_fit_alone_but_not_together_are_warned() -> None:
     ]
     pytorch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 8
     assert not run(pytorch, policy, inventory=aws_nodes()).plan.warnings
+
+
+def test_kinds_whose_workloads_belong_to_what_they_create() -> None:
+    """`kgov why` follows ownerReferences down from these rows: Kueue's pod integration (a
+    Deployment's or ReplicaSet's pods one by one, a StatefulSet's and an LWS group's pods as a pod
+    group) and its CronJob support (one Workload per Job)."""
+    from webhook.core.kinds import KINDS
+
+    below = sorted(row.kind for row in KINDS if row.workloads_below)
+    assert below == ["CronJob", "Deployment", "LeaderWorkerSet", "ReplicaSet", "StatefulSet"]

@@ -143,6 +143,9 @@ class WorkloadKind:
     workload of this kind (annotation ``kueue.x-k8s.io/elastic-job: "true"``): a batch/v1 Job's
     required and preferred topology (Kueue v0.19.2 ``JobWebhook.validateTopologyRequest``: "only
     unconstrained is supported"); Ray's webhooks accept topology on elastic workloads.
+    ``workloads_below``: Kueue's Workloads of this kind belong to what it creates (a Deployment's
+    or a ReplicaSet's pods one by one, a StatefulSet's or a LeaderWorkerSet group's pods as a pod
+    group, a CronJob's Jobs), found through ``ownerReferences`` (``kgov why``).
     """
 
     group: str
@@ -162,6 +165,7 @@ class WorkloadKind:
     declared: str = ""
     counts: tuple[Factor, ...] = ()
     elastic_forbids: tuple[str, ...] = ()
+    workloads_below: bool = False
     notes: str = field(default="", compare=False)
 
     @property

@@ -118,6 +118,7 @@ def _pods_of(kind: str, resource: str, count: tuple[Factor, ...], notes: str, **
         versions=("v1",),
         podsets=(PodSetRule(template=("spec", "template"), count=count),),
         pod_labels=True,
+        workloads_below=True,
         notes=notes,
         **extra,
     )
@@ -154,6 +155,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         labels_at=("spec", "jobTemplate", "metadata"),
         suspend=("spec", "jobTemplate", "spec", "suspend"),
         owns_workloads=False,
+        workloads_below=True,
         notes="Kueue manages each Job the CronJob creates; the policy is written into jobTemplate.",
     ),
     WorkloadKind(
@@ -221,6 +223,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         kind="LeaderWorkerSet",
         resource="leaderworkersets",
         versions=("v1",),
+        workloads_below=True,
         podsets=(
             # Kueue admits each LWS group as one workload: `main` of `size` pods, or with a
             # leaderTemplate `leader` (1 pod) and `worker` (size - 1 pods).

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.kinds import KINDS
 from webhook.why.causes import plural
 from webhook.why.explain import OwnedWorkload, WhyReport, explain
 from webhook.why.snapshot import Snapshot
@@ -38,7 +39,7 @@ def explain_object(snapshot: Snapshot, obj: Mapping[str, Any], kind: str, namesp
     report = explain(snapshot, chosen, kind, namespace, name)
     if chosen is None:
         below = [d for d in snapshot.descendants if meta(d, "namespace") == namespace]
-        if kind in ("Deployment", "CronJob", "StatefulSet", "LeaderWorkerSet"):
+        if any(row.kind == kind and row.workloads_below for row in KINDS):
             report.summary = (
                 f"Kueue has no Workload for it nor for what it owns ({_owned_counts(snapshot, obj, below)}): "
                 "it has no queue label, or Kueue does not manage its kind or namespace"
