@@ -15,7 +15,7 @@ import pytest
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.inventory import NodeInventory
-from webhook.core.kinds import find_kind, webhook_rules
+from webhook.core.kinds import KINDS, find_kind, webhook_rules
 from webhook.core.patch import apply_patch
 from webhook.core.resources import pod_requests
 from webhook.core.review import review
@@ -481,7 +481,5 @@ def test_kinds_whose_workloads_belong_to_what_they_create() -> None:
     """`kgov why` follows ownerReferences down from these rows: Kueue's pod integration (a
     Deployment's or ReplicaSet's pods one by one, a StatefulSet's and an LWS group's pods as a pod
     group) and its CronJob support (one Workload per Job)."""
-    from webhook.core.kinds import KINDS
-
     below = sorted(row.kind for row in KINDS if row.workloads_below)
     assert below == ["CronJob", "Deployment", "LeaderWorkerSet", "ReplicaSet", "StatefulSet"]
