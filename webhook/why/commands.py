@@ -23,7 +23,7 @@ from webhook.core.platform_models import dns1123_subdomain_error, label_value_er
 from webhook.core.policy import PolicySet
 from webhook.core.resolve import TeamIndex
 from webhook.kube.client import context_namespace
-from webhook.options import NAMESPACE, OutputError, check_output_file, write_output
+from webhook.options import NAMESPACE, OutputError, check_output_file, file_option, write_output
 from webhook.sources import POLICY_KEY, InputError, load_policies
 from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
@@ -76,15 +76,13 @@ def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> Te
         return None
 
 
-kubeconfig_option = click.option(
+kubeconfig_option = file_option(
     "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Cluster to read (default, as kubectl: the files of $KUBECONFIG, else ~/.kube/config).",
 )
-snapshot_option = click.option(
+snapshot_option = file_option(
     "--snapshot",
     "snapshot_file",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Read a recorded snapshot (JSON: nodes, pods, workloads, clusterqueues, … as lists) instead of a cluster.",
 )
 
@@ -124,14 +122,11 @@ def _parse_target(target: str) -> tuple[WorkloadKind | None, str]:
 )
 @kubeconfig_option
 @snapshot_option
-@click.option(
+@file_option(
     "--platform",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Platform file (default: the cluster's kgov-policy ConfigMap).",
 )
-@click.option(
-    "--policy", type=click.Path(dir_okay=False, path_type=Path), help="Compiled policy file instead of --platform."
-)
+@file_option("--policy", help="Compiled policy file instead of --platform.")
 @click.option("-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def why_command(
     target: str,
@@ -240,11 +235,10 @@ def _owner(snapshot: Snapshot, workload: dict[str, Any], namespace: str, report:
     help="List this team's workloads (its kueue-governor.io/team label or ClusterQueue name).",
 )
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json", "png"]), default="table", show_default=True)
-@click.option(
+@file_option(
     "-f",
     "--file",
     "out_file",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Write here (png: default kgov-status.png).",
 )
 def status_command(
