@@ -37,7 +37,7 @@ from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import normalize, plan_node_affinity
 from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
-from webhook.core.rules.stranded import check_covered, check_fits_together, check_quota, check_topology_fits
+from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
 from webhook.core.view import PodSet, WorkloadView, kueue_view
 
@@ -160,12 +160,7 @@ def plan_object(
         if team.topology is not None:
             plan_topology(draft, view.podsets, team.topology, inventory, team, plan, forbidden)
         planned = kueue_view(draft.doc, row)  # what Kueue will see
-        reported = len(plan.denials) + len(plan.warnings)
-        check_topology_fits(planned, team, inventory, plan)
-        if len(plan.denials) + len(plan.warnings) == reported:  # each podset fits alone
-            check_fits_together(planned, team, inventory, plan)
-        check_quota(planned, team, plan)
-        check_covered(planned, team, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
+        check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:
         return malformed(shape)
     plan.changes = draft.changes

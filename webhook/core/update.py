@@ -44,7 +44,7 @@ from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
-from webhook.core.rules.stranded import check_covered, check_fits_together, check_quota, check_topology_fits
+from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
@@ -307,11 +307,7 @@ def _recheck_stranded(
     (an UPDATE that resizes is never refused: Kueue and controllers send them too)."""
     planned = kueue_view(draft.doc, row)
     found = Plan()
-    check_topology_fits(planned, team, inventory, found)
-    if not found.denials and not found.warnings:
-        check_fits_together(planned, team, inventory, found)
-    check_quota(planned, team, found)
-    check_covered(planned, team, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)
+    check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)
     what = "; ".join(resized)
     for finding in [*found.denials, *found.warnings]:
         rule, _, message = finding.partition(": ")

@@ -49,7 +49,7 @@ from webhook.core.rules.topology import (
 )
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_covered", "check_fits_together", "check_quota", "check_topology_fits"]
+__all__ = ["check_admissible", "check_covered", "check_fits_together", "check_quota", "check_topology_fits"]
 
 
 def _loud(enforcement: Enforcement) -> Enforcement:
@@ -187,3 +187,18 @@ def check_covered(view: WorkloadView, team: TeamPolicyCompiled, queue: str | Non
                 "namespace gives them default requests; request at least one of them"
             )
             plan.report("warn", "topology", message)
+
+
+def check_admissible(
+    view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, queue: str | None, plan: Plan
+) -> None:
+    """Every never-admitted check on ``view`` (what Kueue will see of the planned object), in order:
+    each podset's required domain, the podsets together (only when each fits alone: one finding
+    each), the team's quota ceilings, and the resources its ClusterQueue covers (``queue``: the
+    workload's queue label). Findings go to ``plan`` with the rules' enforcement."""
+    reported = len(plan.denials) + len(plan.warnings)
+    check_topology_fits(view, team, inventory, plan)
+    if len(plan.denials) + len(plan.warnings) == reported:
+        check_fits_together(view, team, inventory, plan)
+    check_quota(view, team, plan)
+    check_covered(view, team, queue, plan)
