@@ -562,6 +562,70 @@ async def test_kubectl_unlabel_of_the_governed_queue_warns_that_it_is_kept(
     assert stored is not None and stored["metadata"]["labels"][QUEUE_LABEL] == RESEARCH_QUEUE
 
 
+def _kubectl(kubeconfig: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not on PATH")
+    return subprocess.run(
+        [kubectl, f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"},
+    )
+
+
+async def test_a_resize_past_the_required_domain_is_warned(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """A Job of 2 pods x 4 GPUs gets the host level from `auto` (8-GPU hosts); `kubectl patch`
+    to 4 pods at once is accepted (never refused) with a Warning that it can never be admitted."""
+    body = cleanup.add(job(unique("resize"), RESEARCH, pods=2, gpus=4))
+    body["spec"]["completions"] = 8
+    created = (await create_with_warnings(dynamic, body)).obj
+    annotations = created["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-required-topology"] == "kubernetes.io/hostname"
+    name = body["metadata"]["name"]
+    patch = json.dumps({"spec": {"parallelism": 4}})
+    result = await asyncio.to_thread(
+        _kubectl, e2e_cluster.kubeconfig, tmp_path, "patch", "job", name, "-n", RESEARCH, "--type=merge", "-p", patch
+    )
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+    assert "podset 'main' can never be admitted" in warning
+    assert "one kubernetes.io/hostname domain" in warning
+    assert "this update changes podset 'main' from 2 to 4 pods" in warning
+    stored = await get(dynamic, "batch/v1", "Job", name, RESEARCH)
+    assert stored is not None and stored["spec"]["parallelism"] == 4
+
+
+async def test_a_suspended_jobs_priority_class_cannot_change(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, namespace: str, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """What the UPDATE warning about a Kueue-priority relabel rests on: the API server refuses a
+    new priorityClassName in the pod template of a Job, even suspended and never started."""
+    body = cleanup.add(job(unique("pclass"), namespace, pods=1, gpus=0))
+    body["spec"]["suspend"] = True
+    await create_with_warnings(dynamic, body)
+    op = [{"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "system-cluster-critical"}]
+    result = await asyncio.to_thread(
+        _kubectl,
+        e2e_cluster.kubeconfig,
+        tmp_path,
+        "patch",
+        "job",
+        body["metadata"]["name"],
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        json.dumps(op),
+    )
+    assert result.returncode != 0
+    assert "field is immutable" in result.stderr, result.stderr
+
+
 # --------------------------------------------------------------------------- untouched namespaces
 
 
