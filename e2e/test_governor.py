@@ -562,7 +562,7 @@ async def test_kubectl_unlabel_of_the_governed_queue_warns_that_it_is_kept(
     assert stored is not None and stored["metadata"]["labels"][QUEUE_LABEL] == RESEARCH_QUEUE
 
 
-def _kubectl(kubeconfig: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _kubectl_args(kubeconfig: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not on PATH")
@@ -589,7 +589,10 @@ async def test_a_resize_past_the_required_domain_is_warned(
     name = body["metadata"]["name"]
     patch = json.dumps({"spec": {"parallelism": 4}})
     result = await asyncio.to_thread(
-        _kubectl, e2e_cluster.kubeconfig, tmp_path, "patch", "job", name, "-n", RESEARCH, "--type=merge", "-p", patch
+        _kubectl_args,
+        e2e_cluster.kubeconfig,
+        tmp_path,
+        *("patch", "job", name, "-n", RESEARCH, "--type=merge", "-p", patch),
     )
     assert result.returncode == 0, result.stderr
     [warning] = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
@@ -610,7 +613,7 @@ async def test_a_suspended_jobs_priority_class_cannot_change(
     await create_with_warnings(dynamic, body)
     op = [{"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "system-cluster-critical"}]
     result = await asyncio.to_thread(
-        _kubectl,
+        _kubectl_args,
         e2e_cluster.kubeconfig,
         tmp_path,
         "patch",
