@@ -305,7 +305,7 @@ async def test_rejected_policy_on_disk_shows_in_readyz_and_metrics(
 
         async def rejected() -> float:
             samples = await metric_samples(client, server)
-            return sample_value(samples, "kgov_policy_on_disk_rejected", "kgov_policy_on_disk_rejected")
+            return sample_value(samples, "kgov_policy_rejected", "kgov_policy_rejected")
 
         assert await rejected() == 0.0
         platform_file.write_text(original.replace("naming: hyperpod", "naming: hyperpod\nunknownField: 1"))

@@ -24,6 +24,7 @@ from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch
 from webhook.core.paths import Key, dotted
 from webhook.core.platform import PlatformError, dns1123_label_error, platform_json_schema
+from webhook.core.platform_models import dns1123_subdomain_error
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
 from webhook.core.wellformed import describe
@@ -307,6 +308,13 @@ class _Reviewer:
 @main.command("serve")
 @platform_option
 @policy_option
+@click.option(
+    "--policy-configmap",
+    metavar="[NAMESPACE/]NAME",
+    help="Watch this ConfigMap (key policy.json, as `kgov generate` and the Helm chart write it) for the "
+    "policy instead of a file; NAMESPACE defaults to $POD_NAMESPACE. A change is served within seconds; an "
+    "invalid one is rejected with a Warning Event on the ConfigMap, and the last good policy stays.",
+)
 @file_option("--tls-cert-file", required=True)
 @file_option("--tls-private-key-file", required=True)
 @click.option("--host", default="0.0.0.0", show_default=True)
@@ -318,7 +326,10 @@ class _Reviewer:
     default=False,
     help="Keep namespaces and nodes cached from the API server (list + watch).",
 )
-@click.option("--kubeconfig", help="Kubeconfig for --watch-cluster (default: in-cluster service account).")
+@click.option(
+    "--kubeconfig",
+    help="Kubeconfig for --watch-cluster and --policy-configmap (default: in-cluster service account).",
+)
 @click.option(
     "--exclude-namespace",
     multiple=True,
@@ -366,6 +377,7 @@ class _Reviewer:
 def serve_command(
     platform: Path | None,
     policy: Path | None,
+    policy_configmap: str | None,
     tls_cert_file: Path,
     tls_private_key_file: Path,
     host: str,
@@ -390,16 +402,17 @@ def serve_command(
     from webhook.server import ConfigurationError, ConnectionLimits, ServerConfig, serve
     from webhook.tlsconfig import describe_pair_error
 
-    if (platform is None) == (policy is None):
-        _fail("give exactly one of --platform or --policy")
+    if [platform, policy, policy_configmap].count(None) != 2:
+        _fail("give exactly one of --platform, --policy or --policy-configmap")
+    own_namespace = os.environ.get("POD_NAMESPACE")
+    configmap = _configmap_reference(policy_configmap, own_namespace) if policy_configmap is not None else None
     for option, path in (("--tls-cert-file", tls_cert_file), ("--tls-private-key-file", tls_private_key_file)):
         if not path.is_file():
             _fail(f"{option} {path}: no such file")
     if kubeconfig is not None and not Path(kubeconfig).is_file():
         _fail(f"--kubeconfig {kubeconfig}: no such file")
-    if kubeconfig is not None and not watch_cluster:
-        _fail("--kubeconfig is used by --watch-cluster only; add --watch-cluster")
-    own_namespace = os.environ.get("POD_NAMESPACE")
+    if kubeconfig is not None and not (watch_cluster or configmap):
+        _fail("--kubeconfig is used by --watch-cluster and --policy-configmap only; add one of them")
     excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
     config = ServerConfig(
@@ -407,6 +420,7 @@ def serve_command(
         key_file=tls_private_key_file,
         platform=platform,
         policy=policy,
+        policy_configmap=configmap,
         host=host,
         port=port,
         namespaces_file=namespaces_file,
@@ -437,6 +451,22 @@ def serve_command(
         )
     except OSError as exc:
         _fail(f"cannot serve on {host}:{port}: {exc}")
+
+
+def _configmap_reference(value: str, default_namespace: str | None) -> tuple[str, str]:
+    """(namespace, name) of ``--policy-configmap [NAMESPACE/]NAME``; exits 2 on a malformed value."""
+    namespace, _, name = value.rpartition("/")
+    if not namespace:
+        if not default_namespace:
+            _fail(f"--policy-configmap {value}: give NAMESPACE/NAME, or set $POD_NAMESPACE")
+        namespace = str(default_namespace)
+    problem = dns1123_label_error(namespace)
+    if problem:
+        _fail(f"--policy-configmap {value}: namespace {problem}")
+    problem = dns1123_subdomain_error(name)
+    if problem:
+        _fail(f"--policy-configmap {value}: name {problem}")
+    return namespace, name
 
 
 @main.command("schema")

@@ -13,11 +13,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from webhook.core.kinds import KINDS
 
 __all__ = [
+    "CACHE_NAMES",
     "CLOSE_REASONS",
     "KIND_LABELS",
     "OPERATIONS",
     "OTHER",
     "OUTCOMES",
+    "POLICY_SOURCES",
     "REFUSAL_REASONS",
     "RULE_LABELS",
     "Metrics",
@@ -55,6 +57,10 @@ REFUSAL_REASONS = (
     "bad_request",  # 400 from the HTTP parser (bad request line, headers, framing)
     "client_disconnected",  # the client left mid-body; nobody to answer
 )
+#: The cluster caches (``kgov_cache_lists_total{cache}``): --watch-cluster's, and --policy-configmap's.
+CACHE_NAMES = ("namespaces", "nodes", "policy-configmap")
+#: Where policies come from (``kgov_policy_reloads_total{source}``).
+POLICY_SOURCES = ("file", "configmap")
 #: Why the server closed a connection on its own.
 CLOSE_REASONS = ("header_timeout", "idle_timeout", "over_limit", "tls_handshake_failed", "shutdown")
 
@@ -134,11 +140,27 @@ class Metrics:
             registry=self.registry,
         )
         self.policy_reloads = Counter(
-            "kgov_policy_reloads_total", "Policy reloads, by result.", ["result"], registry=self.registry
+            "kgov_policy_reloads_total",
+            "New policy versions read, by source (file: --platform or --policy; configmap: --policy-configmap) "
+            "and result (ok: now served; error: rejected, the last good policy stays in force).",
+            ["source", "result"],
+            registry=self.registry,
         )
         self.policy_rejected = Gauge(
-            "kgov_policy_on_disk_rejected",
-            "1 while the policy file on disk is invalid and the last good policy is served; else 0.",
+            "kgov_policy_rejected",
+            "1 while the newest policy version (file or ConfigMap) is rejected and the last good one is "
+            "served (or none yet); else 0.",
+            registry=self.registry,
+        )
+        self.policy_loaded_time = Gauge(
+            "kgov_policy_last_success_timestamp_seconds",
+            "Unix time at which the served policy was loaded (0: none yet).",
+            registry=self.registry,
+        )
+        self.policy_hash = Gauge(
+            "kgov_policy_hash",
+            "The first 48 bits of the SHA-256 of the served policy's JSON, as a number (0: none yet): "
+            "replicas serving the same policy show the same value.",
             registry=self.registry,
         )
         self.cert_reloads = Counter(
@@ -149,7 +171,8 @@ class Metrics:
         )
         self.cache_lists = Counter(
             "kgov_cache_lists_total",
-            "Full lists of a cluster cache (--watch-cluster), by cache (namespaces, nodes) and reason "
+            "Full lists of a cluster cache, by cache (namespaces and nodes: --watch-cluster; policy-configmap: "
+            "--policy-configmap) and reason "
             "(initial; expired: the watch's resourceVersion was gone, 410; error: a list or watch refused).",
             ["cache", "reason"],
             registry=self.registry,
@@ -168,11 +191,12 @@ class Metrics:
             self.refused.labels(reason)
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
-        for cache in ("namespaces", "nodes"):
+        for cache in CACHE_NAMES:
             for reason in ("initial", "expired", "error"):
                 self.cache_lists.labels(cache, reason)
         for result in ("seen", "unseen"):
             self.namespace_waits.labels(result)
         for result in ("ok", "error"):
-            self.policy_reloads.labels(result)
+            for source in POLICY_SOURCES:
+                self.policy_reloads.labels(source, result)
             self.cert_reloads.labels(result)

@@ -13,7 +13,8 @@ hold a connection without sending (header, body and idle deadlines, a connection
 or make a log line or an answer of megabytes (echoed values cut: :func:`webhook.core.admission.clip`).
 Every error answer is JSON.
 
-Certificates and the policy file are re-read when they change on disk (SPEC §5, §7). On SIGTERM
+Certificates and the policy file are re-read when they change on disk (SPEC §5, §7); a policy
+ConfigMap (``--policy-configmap``) is watched (:mod:`webhook.kube.policy_watch`). On SIGTERM
 the server reports not ready but keeps serving for ``shutdown_delay`` (so endpoints drop it
 first), then stops accepting, drains, and exits within ``shutdown_timeout``, whatever clients do.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -79,8 +81,10 @@ async def _watch_files(state: GovernorState, context: ssl.SSLContext) -> None:
     key not yet): OpenSSL drops the old key as soon as the new certificate is set.
     """
     config = state.config
+    policy_file = state.policy_source()  # None: the policy comes from a ConfigMap, watched
     state.changed(config.cert_file, config.key_file)
-    state.changed(state.policy_source())
+    if policy_file is not None:
+        state.changed(policy_file)
     while True:
         await asyncio.sleep(config.reload_interval)
         if state.changed(config.cert_file, config.key_file):
@@ -98,20 +102,45 @@ async def _watch_files(state: GovernorState, context: ssl.SSLContext) -> None:
                 context.sni_callback = serve_certificate_of(fresh)
                 state.metrics.cert_reloads.labels("ok").inc()
                 log.info("certificate reloaded", cert=str(config.cert_file))
-        if state.changed(state.policy_source()):
+        if policy_file is not None and state.changed(policy_file):
             state.load_policies()
 
 
-async def _start_caches(state: GovernorState) -> Any:
-    from webhook.kube.cache import connect, inventory_of, namespace_cache, namespace_labels, node_cache
+def _count_lists(state: GovernorState, cache: Any) -> None:
+    cache.on_list = lambda reason: state.metrics.cache_lists.labels(cache.name, reason).inc()
 
-    api = await connect(state.config.kubeconfig)
+
+async def _start_caches(state: GovernorState) -> Any:
+    """Connect to the API server and start the policy ConfigMap's watch (--policy-configmap) and the
+    namespace and node caches (--watch-cluster); returns the API client (None: neither is asked)."""
+    from webhook.kube.cache import connect, inventory_of, namespace_cache, namespace_labels, node_cache
+    from webhook.kube.policy_watch import PolicyConfigMapWatch
+
+    config = state.config
+    if not (config.watch_cluster or config.policy_configmap):
+        return None
+    api = await connect(config.kubeconfig)
+    if config.policy_configmap is not None:
+        namespace, name = config.policy_configmap
+        state.policy_watch = PolicyConfigMapWatch(
+            api,
+            namespace,
+            name,
+            functools.partial(state.take_policies, "configmap"),
+            lambda: state.teams is not None,
+            config.extra_excluded,
+        )
+        state.caches.append(state.policy_watch.cache)
+        _count_lists(state, state.policy_watch.cache)
+        state.policy_watch.start()
+    if not config.watch_cluster:
+        return api
     namespaces, nodes = namespace_cache(api), node_cache(api)
-    state.caches = [namespaces, nodes]
+    state.caches.extend([namespaces, nodes])
     state.namespace_lookup = namespace_labels(namespaces)
     state.namespace_wait = namespaces.wait_for_object
-    for cache in state.caches:
-        cache.on_list = lambda reason, name=cache.name: state.metrics.cache_lists.labels(name, reason).inc()
+    for cache in (namespaces, nodes):
+        _count_lists(state, cache)
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
 
@@ -128,8 +157,8 @@ async def _start_caches(state: GovernorState) -> Any:
             pending.append(loop.call_later(0.5, rebuild))
 
     nodes.on_change = nodes_changed
-    for cache in state.caches:
-        cache.start()
+    namespaces.start()
+    nodes.start()
     return api
 
 
@@ -167,20 +196,17 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     """
     metrics = Metrics()
     state = GovernorState(config, metrics)
-    state.load_policies()
+    if config.policy_configmap is None:
+        state.load_policies()
+        assert state.teams is not None
     state.load_static_inputs()
-    assert state.teams is not None
-    if state.teams.needs_namespace_labels and not (config.watch_cluster or config.namespaces_file):
-        raise ConfigurationError(
-            "some teams select namespaces by labels: give --watch-cluster (or --namespaces FILE) so the "
-            "server knows namespace labels; without them those namespaces would pass unmutated"
-        )
     context = make_ssl_context(config.cert_file, config.key_file)
     state.certificate_loaded = True
     try:
-        api = await _start_caches(state) if config.watch_cluster else None
+        api = await _start_caches(state)
     except (ClusterError, ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot reach the API server for --watch-cluster: {exc}") from None
+        which = "--watch-cluster" if config.watch_cluster else "--policy-configmap"
+        raise ConfigurationError(f"cannot reach the API server for {which}: {exc}") from None
     loop = asyncio.get_running_loop()
     handler_args = _handler_args(config)
     runner = web.AppRunner(make_app(state), shutdown_timeout=1.0, **handler_args)
@@ -206,7 +232,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         host=config.host,
         port=config.port,
         metrics_port=config.metrics_port,
-        policy=str(state.policy_source()),
+        policy=state.policy_source_name(),
         pid=os.getpid(),
     )
     if started is not None:
@@ -226,6 +252,9 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         for cache in state.caches:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(cache.stop(), 2.0)
+        if state.policy_watch is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.policy_watch.stop(), 2.0)
         if api is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(api.close(), 2.0)

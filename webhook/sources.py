@@ -32,6 +32,7 @@ __all__ = [
     "load_nodes",
     "load_objects",
     "load_policies",
+    "parse_policies",
     "read_document",
 ]
 
@@ -73,22 +74,36 @@ def load_policies(
     if platform is not None:
         return compile_policies(load_platform(platform), extra_excluded)
     assert policy is not None
-    data = read_document(policy)
+    return parse_policies(read_document(policy), str(policy), extra_excluded)
+
+
+def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = None) -> PolicySet:
+    """A PolicySet from a parsed document: the PolicySet JSON itself, or a ConfigMap (as
+    ``kgov generate`` writes ``policy-configmap.yaml``, or as the API server returns it) whose
+    ``data["policy.json"]`` holds it. ``extra_excluded`` namespaces are added to
+    ``excludedNamespaces``. ``where`` names the source in messages (a file, ``ConfigMap ns/name``).
+
+    Raises:
+        InputError: a ConfigMap without that key, a value that is not JSON, or a document that is
+            not a valid PolicySet (every problem with its path).
+    """
     if isinstance(data, dict) and data.get("kind") == "ConfigMap":
         text = (data.get("data") or {}).get(POLICY_KEY) if isinstance(data.get("data"), dict) else None
         if not isinstance(text, str):
-            raise InputError(f"{policy}: the ConfigMap has no data[{POLICY_KEY!r}]")
+            raise InputError(f"{where}: the ConfigMap has no data[{POLICY_KEY!r}]")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{policy}: data[{POLICY_KEY!r}] is not JSON: {exc}") from None
+            raise InputError(f"{where}: data[{POLICY_KEY!r}] is not JSON: {exc}") from None
+        except RecursionError:
+            raise InputError(f"{where}: data[{POLICY_KEY!r}] is nested too deeply") from None
     try:
         policies = PolicySet.model_validate(data)
     except ValidationError as exc:
         lines = "\n".join(
             f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
         )
-        raise InputError(f"{policy}: invalid policy file\n{lines}") from None
+        raise InputError(f"{where}: invalid policy file\n{lines}") from None
     if extra_excluded:
         merged = list(dict.fromkeys([*policies.excludedNamespaces, *extra_excluded]))
         policies = policies.model_copy(update={"excludedNamespaces": merged})
