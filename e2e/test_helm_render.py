@@ -48,7 +48,12 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
 
 def test_ci_values_files_exist() -> None:
     names = sorted(path.name for path in CI_VALUES)
-    assert names == ["cert-manager-values.yaml", "fail-open-values.yaml", "kueue-objects-values.yaml"]
+    assert names == [
+        "cert-manager-values.yaml",
+        "fail-open-values.yaml",
+        "kueue-objects-values.yaml",
+        "policy-file-values.yaml",
+    ]
 
 
 @pytest.mark.parametrize(("name", "files"), VALUES_SETS, ids=[name for name, _ in VALUES_SETS])
@@ -109,9 +114,45 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces", "nodes"], "verbs": ["get", "list", "watch"]}
     ]
-    assert by_kind(objects, "Role") == []
-
     config_map = one(objects, "ConfigMap")
+    policy_name = config_map["metadata"]["name"]
+    assert policy_name == "kgov-kueue-governor-policy"
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    mounts = {mount["name"] for mount in container["volumeMounts"]}
+    env = {variable["name"]: variable["valueFrom"]["fieldRef"]["fieldPath"] for variable in container["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+    if server["policySource"] == "configmap":
+        # Watched through the API: that one ConfigMap only, Events in the release namespace only.
+        assert f"--policy-configmap={NAMESPACE}/{policy_name}" in container["args"]
+        assert not any(arg.startswith("--policy=") for arg in container["args"])
+        assert "policy" not in volumes and "policy" not in mounts
+        namespaced = one(objects, "Role")
+        assert namespaced["metadata"]["namespace"] == NAMESPACE
+        assert namespaced["rules"] == [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [policy_name],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ]
+        binding = one(objects, "RoleBinding")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "kgov-kueue-governor",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": NAMESPACE}
+        ]
+    else:
+        assert server["policySource"] == "file"
+        assert "--policy=/etc/kueue-governor/policy/policy.json" in container["args"]
+        assert not any(arg.startswith("--policy-configmap") for arg in container["args"])
+        assert volumes["policy"]["configMap"] == {"name": policy_name} and "policy" in mounts
+        assert by_kind(objects, "Role") == [] and by_kind(objects, "RoleBinding") == []
+
     expected = platform_values(load_platform(str(PLATFORM_VALUES.parents[3] / "kueue-config" / "platform.yaml")))
     assert json.loads(config_map["data"]["policy.json"]) == json.loads(expected["platform"]["policy"])
 
