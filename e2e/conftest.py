@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -138,8 +139,9 @@ async def namespace(request: pytest.FixtureRequest, api: k8s.ApiClient, dynamic:
 
 
 @pytest.fixture
-def governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterator[Callable[[Path], str]]:
-    """Start ``kgov serve`` with a platform file and register ``kgov-governor``: ``governor(path)``.
+def governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterator[Callable[..., str]]:
+    """Start ``kgov serve`` with a platform file and register ``kgov-governor``: ``governor(path)``
+    (``governor(None, policy=[...], kubeconfig=...)``: options of :func:`devcluster.start_governor`).
 
     Returns the server URL. At the end of the test the webhook configuration is removed first
     (so admission does not fail closed) and the server stopped; if the session's
@@ -148,12 +150,12 @@ def governor(request: pytest.FixtureRequest, e2e_cluster: E2ECluster) -> Iterato
     """
     started = False
 
-    def start(platform: Path) -> str:
+    def start(platform: Path | None, **options: Any) -> str:
         nonlocal started
         if e2e_cluster.local is None:
             pytest.skip("starts kgov serve next to the local control plane")
         started = True
-        info = devcluster.start_governor(Path(e2e_cluster.local.state_dir), platform)
+        info = devcluster.start_governor(Path(e2e_cluster.local.state_dir), platform, **options)
         assert info.governor_url is not None
         return info.governor_url
 

@@ -957,11 +957,20 @@ def _governor_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 
-def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> ClusterInfo:
+def start_governor(
+    root: Path | None,
+    platform: Path | None,
+    timeout: float = 60.0,
+    *,
+    policy: Sequence[str] = (),
+    kubeconfig: Path | None = None,
+) -> ClusterInfo:
     """Start ``kgov serve`` on a free loopback port and register ``kgov-governor`` for it.
 
-    The server gets ``KUBECONFIG`` (its own static token) in its environment; it must answer
-    ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
+    The server gets ``KUBECONFIG`` (its own static token, or ``kubeconfig``) in its environment; it
+    must answer ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
+    Its policy is ``--platform platform``, or the options ``policy`` when ``platform`` is None (e.g.
+    ``["--policy-configmap", "ns/name"]``).
 
     Raises:
         DevClusterError: no running cluster in the state directory, or the server did not
@@ -974,15 +983,15 @@ def start_governor(root: Path | None, platform: Path, timeout: float = 60.0) -> 
     stop_process(paths, "governor")
     port, metrics_port = _free_ports(2)
     token = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-governor," in line)
-    governor_kubeconfig = paths.root / "governor.kubeconfig"
-    _write_kubeconfig(governor_kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
+    governor_kubeconfig = kubeconfig or paths.root / "governor.kubeconfig"
+    if kubeconfig is None:
+        _write_kubeconfig(governor_kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
     env = _child_env()
     env["KUBECONFIG"] = str(governor_kubeconfig)
     command = [
         *_governor_command(),
         "serve",
-        "--platform",
-        str(Path(platform).resolve()),
+        *(["--platform", str(Path(platform).resolve())] if platform is not None else policy),
         "--tls-cert-file",
         str(paths.governor_certs / "tls.crt"),
         "--tls-private-key-file",
