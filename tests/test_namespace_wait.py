@@ -94,7 +94,10 @@ async def governed(
     """A server of the platform above with a namespace lookup over a dict the test fills."""
     platform = tmp_path / "platform.yaml"
     platform.write_text(yaml.safe_dump(PLATFORM))
-    state = GovernorState(ServerConfig(cert_file=tmp_path / "c", key_file=tmp_path / "k", platform=platform), Metrics())
+    # A server that knows namespace labels (a team selects by labels: the policy needs them); the
+    # lookup and the wait are set by hand below, as the namespace cache would set them.
+    config = ServerConfig(cert_file=tmp_path / "c", key_file=tmp_path / "k", platform=platform, watch_cluster=True)
+    state = GovernorState(config, Metrics())
     state.load_policies()
     labels: dict[str, dict[str, str]] = {}
     state.namespace_lookup = labels.get

@@ -437,3 +437,23 @@ async def test_an_unreachable_api_server_for_the_configmap_is_a_configuration_er
 
 
 _ = aiohttp  # the client sessions come from test_server's helpers
+
+
+def test_a_policy_selecting_namespaces_by_labels_is_rejected_without_a_label_source(tmp_path: Path) -> None:
+    """Checked for every new version, not only at start-up: such a policy would let the namespaces
+    it selects through unmutated on a server that knows no namespace labels."""
+    state = governor_state(tmp_path)
+    listed = RECORDED["list"]["items"][0]
+    policy = json.loads(listed["data"]["policy.json"])
+    policy["teams"][0]["namespaceSelector"] = {"matchLabels": {"org/team": "research"}}
+    selecting = {**listed, "kind": "ConfigMap", "data": {"policy.json": json.dumps(policy)}}
+    error = state.take_policies("configmap", lambda: parse_policies(selecting, f"ConfigMap {NAMESPACE}/{NAME}"))
+    assert str(error) == (
+        f"ConfigMap {NAMESPACE}/{NAME}: some teams select namespaces by labels: give --watch-cluster (or "
+        "--namespaces FILE) so the server knows namespace labels; without them those namespaces would pass unmutated"
+    )
+    assert state.teams is None and sample(state, "kgov_policy_rejected") == 1.0
+    # The same policy is taken by a server that watches namespaces.
+    watching = GovernorState(ServerConfig(**{**vars(state.config), "watch_cluster": True}), Metrics())
+    assert watching.take_policies("configmap", lambda: parse_policies(selecting, "x")) is None
+    assert watching.teams is not None and watching.teams.needs_namespace_labels
