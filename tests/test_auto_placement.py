@@ -141,6 +141,7 @@ def test_a_group_larger_than_every_domain_is_not_made() -> None:
         "user group",  # the user's own group is left as it is
         "user level on the workers",  # the user placed one of them
         "two worker groups",  # Ray: which group would the head join?
+        "two worker groups, one placed by the user",  # still two: the head joins neither
     ],
 )
 def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change: str) -> None:
@@ -154,6 +155,9 @@ def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change
         specs["Worker"]["template"]["metadata"] = {"annotations": {PREFERRED: BLOCK}}
     else:
         obj = rayjob(("a", 1), ("b", 1), mode="HTTPMode")
+        if change.endswith("by the user"):
+            groups = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+            groups[0]["template"]["metadata"] = {"annotations": {REQUIRED: RACK}}
     found = annotations_by_podset(obj, run(obj, inventory=aws_nodes(hosts=4)).patch)
     added = [name for name, values in found.items() if values.get(GROUP) not in (None, "mine")]
     assert added == []

@@ -147,19 +147,21 @@ def choose(
     return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
 
 
-def _pair(units: Sequence[list[PodSet]], roles: CoPlacement, groups: set[str]) -> tuple[int, int] | None:
+def _pair(
+    units: Sequence[list[PodSet]], present: Sequence[PodSet], roles: CoPlacement, groups: set[str]
+) -> tuple[int, int] | None:
     """Indexes in ``units`` of the driver and the workers ``roles`` name, when they can be
     grouped: each alone and ungrouped, the driver of one pod, the workers of at least one, and
-    the group name free."""
+    the group name free. ``present``: every podset of the workload (placed by the user or not)."""
     alone = {i: u[0] for i, u in enumerate(units) if len(u) == 1 and u[0].group is None}
     drivers = [i for i, p in alone.items() if p.name == roles.driver and p.count == 1]
     if len(drivers) != 1:
         return None
     if roles.workers is not None:
         workers = [i for i, p in alone.items() if p.name == roles.workers]
-    else:
-        others = [i for i, u in enumerate(units) for p in u if p.name not in (roles.driver, *roles.besides)]
-        workers = others if len(others) == 1 and others[0] in alone else []
+    else:  # the workload's one other podset, whoever placed it
+        others = [p for p in present if p.name not in (roles.driver, *roles.besides)]
+        workers = [i for i, p in alone.items() if len(others) == 1 and p is others[0]]
     if len(workers) != 1 or alone[workers[0]].count < 1:
         return None
     if f"{roles.driver}-{alone[workers[0]].name}" in groups:
@@ -169,6 +171,7 @@ def _pair(units: Sequence[list[PodSet]], roles: CoPlacement, groups: set[str]) -
 
 def _coplaced(
     units: Sequence[list[PodSet]],
+    present: Sequence[PodSet],
     coplace: Sequence[CoPlacement],
     groups: set[str],
     placement: TopologyPlacement,
@@ -178,7 +181,7 @@ def _coplaced(
     """The first driver and workers pair of ``coplace`` found in ``units``, with the group's
     choice, or why they stay apart; None when there is no such pair."""
     for roles in coplace:
-        pair = _pair(units, roles, groups)
+        pair = _pair(units, present, roles, groups)
         if pair is None:
             continue
         driver, workers = units[pair[0]][0], units[pair[1]][0]
@@ -207,6 +210,7 @@ def _coplaced(
 
 def plan_auto(
     units: Sequence[list[PodSet]],
+    present: Sequence[PodSet],
     coplace: Sequence[CoPlacement],
     groups: set[str],
     placement: TopologyPlacement,
@@ -215,8 +219,8 @@ def plan_auto(
 ) -> list[tuple[list[PodSet], Choice]]:
     """The choice for each unit the user left unplaced (a podset, or a podset group), a driver
     and its workers grouped (see the module). ``coplace``: the kind's roles; ``groups``: the
-    group names the workload already uses."""
-    found = _coplaced(units, coplace, groups, placement, inventory, team)
+    group names the workload already uses; ``present``: all its podsets."""
+    found = _coplaced(units, present, coplace, groups, placement, inventory, team)
     out: list[tuple[list[PodSet], Choice]] = []
     for index, unit in enumerate(units):
         if found is not None and isinstance(found[1], Choice) and index in found[0]:

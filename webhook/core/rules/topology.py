@@ -191,7 +191,7 @@ def plan_topology(
     ]
     if placement.mode == "auto":
         groups = {p.group for p in present if p.group is not None}
-        chosen = plan_auto(units, () if forbidden else coplace, groups, placement, inventory, team)
+        chosen = plan_auto(units, present, () if forbidden else coplace, groups, placement, inventory, team)
         decided = [(members, choice.annotations) for members, choice in chosen]
         plan.notes.extend(f"topology auto: {choice.explanation}" for _, choice in chosen)
     else:
