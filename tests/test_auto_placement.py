@@ -122,6 +122,23 @@ def test_a_group_that_needs_a_broader_level_than_the_workers_is_not_made() -> No
     assert outcome.plan.notes[-1].endswith(f"; 'master' not grouped with 'worker': together they need {BLOCK}")
 
 
+def test_a_driver_that_takes_any_node_of_its_workers_is_grouped_whatever_it_selects() -> None:
+    # Both pinned to block 1: every node the workers may use takes the master too.
+    obj = pytorchjob(3)
+    for role in ("Master", "Worker"):
+        obj["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["nodeSelector"] = {BLOCK: "nn-block-1"}
+    found = annotations_by_podset(obj, run(obj, inventory=aws_nodes(hosts=4)).patch)
+    assert found["master"] == found["worker"] == {GROUP: "master-worker", REQUIRED: RACK}
+    # The master pinned to block 1, the workers anywhere: apart, and --explain says why.
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].pop("nodeSelector")
+    outcome = run(obj, inventory=aws_nodes(hosts=4))
+    assert GROUP not in annotations_by_podset(obj, outcome.patch)["master"]
+    assert outcome.plan.notes[0].endswith(
+        "; 'master' not grouped with 'worker': some nodes its workers may use refuse it (Kueue places a "
+        "group's driver on its workers' nodes)"
+    )
+
+
 def test_a_group_larger_than_every_domain_is_not_made() -> None:
     obj = pytorchjob(8)  # 9 pods of 8 GPUs on 8 hosts: the workers fill the spine, in blocks of 4
     outcome = run(obj, inventory=aws_nodes())
@@ -142,6 +159,8 @@ def test_a_group_larger_than_every_domain_is_not_made() -> None:
         "user level on the workers",  # the user placed one of them
         "two worker groups",  # Ray: which group would the head join?
         "two worker groups, one placed by the user",  # still two: the head joins neither
+        # Kueue places a group's driver on nodes chosen by the workers' constraints only.
+        "a driver pinned to one block",
     ],
 )
 def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change: str) -> None:
@@ -151,6 +170,8 @@ def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change
         specs["Master"]["replicas"] = 2
     elif change == "user group":
         specs["Worker"]["template"]["metadata"] = {"annotations": {GROUP: "mine"}}
+    elif change == "a driver pinned to one block":
+        specs["Master"]["template"]["spec"]["nodeSelector"] = {BLOCK: "nn-block-1"}
     elif change == "user level on the workers":
         specs["Worker"]["template"]["metadata"] = {"annotations": {PREFERRED: BLOCK}}
     else:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from webhook.core.inventory import NodeInventory
 from webhook.core.kind_model import CoPlacement
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
-from webhook.core.rules.capacity import UnitCapacity, requests_text, unit_capacity
+from webhook.core.rules.capacity import UnitCapacity, leader_fits_workers_nodes, requests_text, unit_capacity
 from webhook.core.view import GROUP_NAME, PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet
 
 __all__ = ["Choice", "choose", "plan_auto", "slice_rule"]
@@ -185,8 +185,11 @@ def _coplaced(
         if pair is None:
             continue
         driver, workers = units[pair[0]][0], units[pair[1]][0]
-        if _unsized([driver, workers], inventory):
+        if _unsized([driver, workers], inventory) or inventory is None:
             return None
+        if not leader_fits_workers_nodes(driver, workers, placement, inventory, team):
+            why = "some nodes its workers may use refuse it (Kueue places a group's driver on its workers' nodes)"
+            return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
         members = [p for u in units for p in u if p is driver or p is workers]  # the workload's order
         together, apart = choose(members, placement, inventory, team), choose([workers], placement, inventory, team)
         if together.depth is None or together.depth != apart.depth:

@@ -20,7 +20,7 @@ from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.quantity import format_quantity
 from webhook.core.view import PodSet
 
-__all__ = ["UnitCapacity", "constraints", "requests_text", "unit_capacity"]
+__all__ = ["UnitCapacity", "constraints", "leader_fits_workers_nodes", "requests_text", "unit_capacity"]
 
 
 def requests_text(requests: Mapping[str, Decimal] | None) -> str:
@@ -114,3 +114,16 @@ def unit_capacity(
             sizing[resource] = max(sizing.get(resource, Decimal(0)), amount)
     domains = inventory.domain_pods(*args, sizing, placement.tolerations)
     return UnitCapacity(count, list(placement.levels), domains, sizing)
+
+
+def leader_fits_workers_nodes(
+    leader: PodSet, workers: PodSet, placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
+) -> bool:
+    """Every node the workers may use also takes the leader's pod (its node selector, required
+    affinity, tolerations). Kueue v0.19.2 places a group's leader on nodes chosen by the workers'
+    constraints only (``findTopologyAssignment`` reads the workers' podset), so a leader that
+    some of those nodes refuse could be assigned a node the scheduler then never binds it to."""
+    tolerations = placement.tolerations
+    mine, theirs = constraints(leader, team), constraints(workers, team)
+    nodes = inventory.select(placement.nodeLabels, placement.levels)
+    return all(n.admits(mine, tolerations) for n in nodes if n.admits(theirs, tolerations))
