@@ -122,6 +122,20 @@ def test_a_group_that_needs_a_broader_level_than_the_workers_is_not_made() -> No
     assert outcome.plan.notes[-1].endswith(f"; 'master' not grouped with 'worker': together they need {BLOCK}")
 
 
+def test_user_multi_layer_slices_get_nothing_added() -> None:
+    """Defect: a podset with only podset-slice-required-topology-constraints was taken as unplaced,
+    so auto added podset-slice-required-topology and -size next to it, which Kueue refuses."""
+    obj = job(4)
+    constraints = json.dumps([{"topology": RACK, "size": 2}])
+    obj["spec"]["template"]["metadata"] = {
+        "annotations": {"kueue.x-k8s.io/podset-slice-required-topology-constraints": constraints}
+    }
+    assert run(obj, inventory=aws_nodes()).patch == [
+        {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        {"op": "add", "path": "/spec/suspend", "value": True},
+    ]
+
+
 def test_a_driver_that_takes_any_node_of_its_workers_is_grouped_whatever_it_selects() -> None:
     # Both pinned to block 1: every node the workers may use takes the master too.
     obj = pytorchjob(3)
@@ -161,6 +175,8 @@ def test_a_group_larger_than_every_domain_is_not_made() -> None:
         "two worker groups, one placed by the user",  # still two: the head joins neither
         # Kueue places a group's driver on nodes chosen by the workers' constraints only.
         "a driver pinned to one block",
+        # Kueue refuses podset-group-name (and the two-level slice annotations) next to it.
+        "multi-layer slices on the workers",
     ],
 )
 def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change: str) -> None:
@@ -170,6 +186,11 @@ def test_no_group_where_kueue_would_refuse_it_or_the_user_placed_the_pods(change
         specs["Master"]["replicas"] = 2
     elif change == "user group":
         specs["Worker"]["template"]["metadata"] = {"annotations": {GROUP: "mine"}}
+    elif change == "multi-layer slices on the workers":
+        constraints = json.dumps([{"topology": RACK, "size": 3}])
+        specs["Worker"]["template"]["metadata"] = {
+            "annotations": {"kueue.x-k8s.io/podset-slice-required-topology-constraints": constraints}
+        }
     elif change == "a driver pinned to one block":
         specs["Master"]["template"]["spec"]["nodeSelector"] = {BLOCK: "nn-block-1"}
     elif change == "user level on the workers":

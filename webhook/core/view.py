@@ -39,6 +39,7 @@ __all__ = [
     "PRIORITY_LABEL",
     "QUEUE_LABEL",
     "REQUIRED",
+    "SLICE_CONSTRAINTS",
     "SLICE_REQUIRED",
     "SLICE_SIZE",
     "UNCONSTRAINED",
@@ -57,6 +58,10 @@ UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 #: Pods per slice of a podset's sliced topology request (Kueue's TAS annotation: a count).
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+#: Up to 3 slice layers as JSON ``[{"topology": level, "size": pods}]``, broadest first (Kueue's
+#: ``TASMultiLayerTopology``, on by default since v0.19); Kueue refuses it next to the two above
+#: and next to ``podset-group-name``.
+SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 #: Kueue's labels of a workload: the LocalQueue it is submitted to, its WorkloadPriorityClass.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

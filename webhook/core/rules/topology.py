@@ -29,6 +29,7 @@ from webhook.core.view import (
     GROUP_NAME,
     PREFERRED,
     REQUIRED,
+    SLICE_CONSTRAINTS,
     SLICE_REQUIRED,
     SLICE_SIZE,
     UNCONSTRAINED,
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 #: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
-TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
+TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE, SLICE_CONSTRAINTS)
 _LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
 _STRENGTH = {REQUIRED: 2, PREFERRED: 1}
 #: Kueue's workload-slicing annotation (``workloadslicing.EnabledAnnotationKey``, value "true").
