@@ -231,3 +231,15 @@ async def test_kueue_refuses_a_group_of_three_podsets(dynamic: DynamicClient, na
     with pytest.raises(Refused) as refused:
         await create_with_warnings(dynamic, body, dry_run=True)
     assert "can only define groups of exactly 2 pod sets, got: 3 pod set(s)" in str(refused.value.status)
+
+
+@pytest.mark.usefixtures("uncapped_auto")
+async def test_random_workloads_under_uncapped_auto_are_admitted_or_said_never_to_fit(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    """The seeded random Jobs, JobSets and PyTorchJobs of ``test_kueue_view`` (node selectors,
+    taints, sidecars), with research's auto free to require any level, so with slices and
+    co-placed masters: each is admitted within the bound or refused/warned as never fitting."""
+    from e2e.test_kueue_view import random_workloads_admitted_or_said_never_to_fit
+
+    await random_workloads_admitted_or_said_never_to_fit(dynamic, seed=20261202, total=100)
