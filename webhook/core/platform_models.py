@@ -322,7 +322,9 @@ class TopologyRule(_Model):
 
     ``mode``: ``required``/``preferred``/``unconstrained`` write the matching
     ``kueue.x-k8s.io/podset-<mode>-topology`` annotation; ``auto`` picks the level from the podset
-    size and the node inventory; ``none`` writes nothing.
+    size and the node inventory, groups a driver of one pod with its workers and slices a podset
+    larger than the domains of the level below (:mod:`webhook.core.rules.auto`); ``none`` writes
+    nothing.
 
     ``level`` must be a level of the Topology (checked by :func:`check_platform`). With
     ``required``/``preferred`` it is the level written. With ``auto`` it is optional and is the
