@@ -549,14 +549,20 @@ async def test_random_workloads_are_admitted_or_said_never_to_fit(dynamic: Dynam
     """≥200 seeded random workloads through the live governor into an empty cluster: each is
     admitted by Kueue within a bound, or refused/warned by us as never fitting. Silent strands: 0.
     A warned workload is still created: Kueue must leave it pending (false warnings: 0)."""
-    rng = random.Random(SEED)
+    await random_workloads_admitted_or_said_never_to_fit(dynamic, SEED, RANDOM_WORKLOADS)
+
+
+async def random_workloads_admitted_or_said_never_to_fit(dynamic: DynamicClient, seed: int, total: int) -> None:
+    """``total`` workloads of ``random.Random(seed)``, one at a time, through whatever governor
+    runs (see :func:`test_random_workloads_are_admitted_or_said_never_to_fit`)."""
+    rng = random.Random(seed)
     nodes = [n for n in await list_objects(dynamic, "v1", "Node") if "nvidia.com/gpu" in n["status"]["allocatable"]]
     counts = {"admitted": 0, "refused": 0, "warned": 0, "false warnings": 0, "strands": 0, "mismatches": 0}
     strands: list[str] = []
     unconfirmed: list[str] = []
     mismatches: list[str] = []
     try:
-        for number in range(RANDOM_WORKLOADS):
+        for number in range(total):
             if number % 25 == 0:
                 tainted = {n["metadata"]["name"] for n in nodes if rng.random() < 0.25}
                 await set_taints(dynamic, nodes, tainted)
@@ -606,7 +612,7 @@ async def test_random_workloads_are_admitted_or_said_never_to_fit(dynamic: Dynam
             await tracker.run()
     finally:
         await set_taints(dynamic, nodes, set())
-    print(f"\nrandom workloads (seed {SEED}): {RANDOM_WORKLOADS} created; {counts}")
+    print(f"\nrandom workloads (seed {seed}): {total} created; {counts}")
     for line in strands + mismatches:
         print(f"  {line}")
     for line in unconfirmed:
@@ -614,7 +620,7 @@ async def test_random_workloads_are_admitted_or_said_never_to_fit(dynamic: Dynam
     assert counts["strands"] == 0, strands
     assert counts["false warnings"] == 0, strands
     assert counts["mismatches"] == 0, mismatches
-    assert sum(counts[k] for k in ("admitted", "refused", "warned")) == RANDOM_WORKLOADS
+    assert sum(counts[k] for k in ("admitted", "refused", "warned")) == total
 
 
 # ------------------------------------------------------------------ podsets Kueue can give no flavor

@@ -93,14 +93,25 @@ def test_mutate_bundled_example_with_nodes() -> None:
     )
     assert result.exit_code == 0, result.stderr
     out = yaml.safe_load(result.stdout)
-    worker = out["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    # 3 workers of 8 GPUs: one rack (layer 3) of 4 p5 hosts holds them.
-    assert worker["metadata"]["annotations"] == {
-        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3"
-    }
+    # 3 workers of 8 GPUs and their master: one rack (layer 3) of 4 p5 hosts holds them all, the
+    # level the workers alone get, so the master is grouped with them.
+    for role in ("Master", "Worker"):
+        assert out["spec"]["pytorchReplicaSpecs"][role]["template"]["metadata"]["annotations"] == {
+            "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3",
+            "kueue.x-k8s.io/podset-group-name": "master-worker",
+        }
     assert out["spec"]["runPolicy"] == {"suspend": True}
     assert "# document 1: PyTorchJob llama-finetune" in result.stderr
     assert "topology: add spec/pytorchReplicaSpecs/Worker/template/metadata" in result.stderr
+    # The reasoning: pods, per-pod request, the largest domain of each level, the choice.
+    assert (
+        "#   topology auto: 'master' (1 pod of {nvidia.com/gpu: 8, vpc.amazonaws.com/efa: 32}) + 'worker' "
+        "(3 pods of {nvidia.com/gpu: 8, vpc.amazonaws.com/efa: 32}): 4 pods; the largest domain holds "
+        "topology.k8s.aws/network-node-layer-1 16, topology.k8s.aws/network-node-layer-2 8, "
+        "topology.k8s.aws/network-node-layer-3 4, kubernetes.io/hostname 1; all eligible nodes 16 → required "
+        "topology.k8s.aws/network-node-layer-3, the narrowest level one domain of which holds them; grouped as "
+        "'master-worker': together they need no broader level than 'worker' alone\n"
+    ) in result.stderr
 
 
 def test_mutate_denied_example_exits_1_with_both_reasons() -> None:

@@ -885,13 +885,26 @@ def test_an_update_adding_a_podset_is_sized_with_the_node_inventory() -> None:
     grown["spec"]["workerGroupSpecs"] = [{"groupName": "b", "replicas": 4, "template": {"spec": workers}}]
     policy = {"queue": {}, "topology": {"mode": "auto"}}
     plan = _review(grown, policy, operation="UPDATE", old=cluster, inventory=aws_nodes()).plan
+    # Only the added podset changes: its head is never grouped with it on UPDATE (half a group).
+    sliced = (
+        "podset 'b' added by this update: podset 'b': auto: 4 pods in 2 slices of 2, each in one "
+        "topology.k8s.aws/network-node-layer-3 domain (the largest topology.k8s.aws/network-node-layer-2 "
+        "domain holds 2 such slices)"
+    )
+    annotations = ("spec", "workerGroupSpecs", 0, "template", "metadata", "annotations")
     assert [(c.path, c.value, c.reason) for c in plan.changes] == [
         (
             ("spec", "workerGroupSpecs", 0, "template", "metadata"),
             {"annotations": {"kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"}},
             "podset 'b' added by this update: podset 'b': auto: 4 pods fit in one "
             "topology.k8s.aws/network-node-layer-2 domain (the largest holds 4)",
-        )
+        ),
+        (
+            (*annotations, "kueue.x-k8s.io/podset-slice-required-topology"),
+            "topology.k8s.aws/network-node-layer-3",
+            sliced,
+        ),
+        ((*annotations, "kueue.x-k8s.io/podset-slice-size"), "2", sliced),
     ]
 
 

@@ -81,7 +81,12 @@ def test_lws_without_leader_template_is_one_podset_of_size_pods() -> None:
     # only with 4-host racks, so use 2-host racks: 4 pods need a block, not a rack.
     outcome = run(lws(False), AUTO, inventory=aws_nodes(blocks=2, racks=2, hosts=2))
     patched = apply_patch(lws(False), outcome.patch)
-    assert annotations(patched, "spec", "leaderWorkerTemplate", "workerTemplate") == {REQUIRED: BLOCK}
+    # (A block, in 2 slices of a rack each: one block holds both.)
+    assert annotations(patched, "spec", "leaderWorkerTemplate", "workerTemplate") == {
+        REQUIRED: BLOCK,
+        "kueue.x-k8s.io/podset-slice-required-topology": "topology.k8s.aws/network-node-layer-3",
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
 
 
 def test_a_job_without_parallelism_runs_one_pod_at_a_time() -> None:

@@ -433,24 +433,36 @@ def test_v1beta1_review_is_answered_in_v1beta1() -> None:
 AUTO = {"queue": {}, "topology": {"mode": "auto"}}
 
 
+def _sliced(level: str, size: int) -> dict[str, str]:
+    return {"kueue.x-k8s.io/podset-slice-required-topology": level, "kueue.x-k8s.io/podset-slice-size": str(size)}
+
+
 @pytest.mark.parametrize(
-    ("pods", "key", "level"),
+    ("pods", "key", "level", "slices"),
     [
-        (1, "required", "kubernetes.io/hostname"),
-        (2, "required", "topology.k8s.aws/network-node-layer-3"),
-        (3, "required", "topology.k8s.aws/network-node-layer-2"),
-        (4, "required", "topology.k8s.aws/network-node-layer-2"),
-        (8, "required", "topology.k8s.aws/network-node-layer-1"),
-        (9, "preferred", "topology.k8s.aws/network-node-layer-1"),
+        (1, "required", "kubernetes.io/hostname", {}),
+        (2, "required", "topology.k8s.aws/network-node-layer-3", {}),
+        # 3 pods: no slice size divides them into racks (1 rack holds 2).
+        (3, "required", "topology.k8s.aws/network-node-layer-2", {}),
+        # Larger than a rack: a block, in racks of 2 (a block holds 2 such slices).
+        (4, "required", "topology.k8s.aws/network-node-layer-2", _sliced("topology.k8s.aws/network-node-layer-3", 2)),
+        (8, "required", "topology.k8s.aws/network-node-layer-1", _sliced("topology.k8s.aws/network-node-layer-2", 4)),
+        (9, "preferred", "topology.k8s.aws/network-node-layer-1", {}),
     ],
 )
-def test_auto_picks_the_lowest_level_whose_domain_holds_the_podset(pods: int, key: str, level: str) -> None:
+def test_auto_picks_the_lowest_level_whose_domain_holds_the_podset(
+    pods: int, key: str, level: str, slices: dict[str, str]
+) -> None:
     obj = job()
     obj["spec"]["parallelism"] = pods
     # 9 pods × 8 GPUs exceed the team's 64-GPU quota: warned (queue under warn), still placed.
     outcome = run(obj, {**AUTO, "queue": {"enforcement": "warn"}}, inventory=aws_nodes())
     annotations = apply_patch(obj, outcome.patch)["spec"]["template"]["metadata"]["annotations"]
-    assert annotations == {f"kueue.x-k8s.io/podset-{key}-topology": level}
+    assert annotations == {f"kueue.x-k8s.io/podset-{key}-topology": level, **slices}
+    # The same choice at preferred strength, and never slices, under autoConstraint: preferred.
+    policy = {"queue": {"enforcement": "warn"}, "topology": {"mode": "auto", "autoConstraint": "preferred"}}
+    annotations = apply_patch(obj, run(obj, policy, inventory=aws_nodes()).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {"kueue.x-k8s.io/podset-preferred-topology": level}
 
 
 def test_auto_without_inventory_prefers_and_never_requires() -> None:
@@ -465,8 +477,9 @@ def test_auto_ignores_nodes_that_are_not_ready_or_of_another_flavor() -> None:
     obj = job()
     obj["spec"]["parallelism"] = 4
     annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
-    assert annotations["annotations"] == {
-        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2"
+    assert annotations["annotations"] == {  # block 2 holds 2 racks of 2; block 1 one rack
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2",
+        **_sliced("topology.k8s.aws/network-node-layer-3", 2),
     }
     obj["spec"]["parallelism"] = 7  # 6 usable nodes in the spine: no longer fits
     annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
@@ -548,8 +561,17 @@ def test_lws_counts_one_group_and_a_podset_group_gets_one_level() -> None:
     row = find_kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     assert row is not None
     assert [(r.name, r.count) for r in kueue_view(_lws(False), row).podsets] == [("leader", 1), ("worker", 3)]
-    # Separately: leader (1 pod) fits a host, workers (3) a rack.
-    apart = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=4)).patch)
+    # Co-placed by auto: the leader (1 pod) and the workers (3) fit one rack of 4 hosts, the
+    # level the workers alone get, so they are grouped there.
+    coplaced = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=4)).patch)
+    lwt = coplaced["spec"]["leaderWorkerTemplate"]
+    for name in ("leaderTemplate", "workerTemplate"):
+        assert lwt[name]["metadata"]["annotations"] == {
+            "kueue.x-k8s.io/podset-group-name": "leader-worker",
+            "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3",
+        }
+    # 3 hosts a rack: the workers fill one, the group needs a block; placed apart.
+    apart = apply_patch(_lws(False), run(_lws(False), AUTO, inventory=aws_nodes(hosts=3)).patch)
     lwt = apart["spec"]["leaderWorkerTemplate"]
     assert lwt["leaderTemplate"]["metadata"]["annotations"] == {
         "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"

@@ -53,6 +53,8 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
     topology: dict[str, Any] = {"mode": mode, "enforcement": draw(ENFORCEMENT)}
     if mode in ("required", "preferred") or (mode == "auto" and draw(st.booleans())):
         topology["level"] = draw(st.sampled_from(LEVELS))
+    if mode == "auto" and draw(st.booleans()):
+        topology["autoConstraint"] = draw(st.sampled_from(["required", "preferred"]))
     if mode == "required" and draw(st.booleans()):
         topology["level"] = LEVELS[1]
         topology.update(sliceLevel=LEVELS[2], sliceSize=draw(st.integers(1, 4)))
@@ -150,6 +152,22 @@ def test_invariants(obj: dict[str, Any], policy: dict[str, Any], with_nodes: boo
         before = lookup(original, (*ref.path, "metadata", "annotations")) or {}
         if sum(key in before for key in TAS_MODES) <= 1:
             assert sum(key in annotations for key in TAS_MODES) <= 1, annotations
+
+    # A podset group topology mode auto makes is one Kueue v0.19.2 accepts (exactly 2 podsets, one
+    # of 1 pod, the same level on both, no slices); a level it requires is never stranded.
+    podsets = kueue_view(patched, row).podsets
+    before = {p.group for p in kueue_view(original, row).podsets}
+    for name in {p.group for p in podsets} - before:
+        members = [p for p in podsets if p.group == name]
+        assert len(members) == 2 and min(p.count for p in members) == 1, name
+        assert members[0].annotations.get(TAS_MODES[0]) == members[1].annotations.get(TAS_MODES[0])
+        assert members[0].annotations.get(TAS_MODES[1]) == members[1].annotations.get(TAS_MODES[1])
+        assert not any("kueue.x-k8s.io/podset-slice-size" in p.annotations for p in members)
+    if policy["topology"]["mode"] == "auto":
+        reports = [*outcome.plan.denials, *outcome.plan.warnings]
+        placed = [p for p in kueue_view(original, row).podsets if any(k in p.annotations for k in TAS_MODES)]
+        if not placed:
+            assert not [r for r in reports if "must fit in one" in r], reports
 
     again = review(review_body(patched, "ml"), teams, inventory=inventory)
     assert again.plan.allowed

@@ -168,6 +168,8 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
     for change in outcome.plan.changes:
         path = "/".join(str(p) for p in change.path)
         click.echo(f"#   {change.rule}: {change.op} {path} = {json.dumps(change.value)}  ({change.reason})", err=True)
+    for note in outcome.plan.notes:
+        click.echo(f"#   {note}", err=True)
     for warning in outcome.plan.warnings:
         click.echo(f"#   warning: {warning}", err=True)
     for denial in outcome.plan.denials:
@@ -187,7 +189,11 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
     help="Manifest file (YAML or JSON, multi-document and kind: List allowed); - for stdin.",
 )
 @click.option("--patch", "show_patch", is_flag=True, help="Print the JSON Patch of each document instead.")
-@click.option("--explain", is_flag=True, help="Say on stderr which rule made which change.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Say on stderr which rule made which change, and how topology mode auto chose each level.",
+)
 @namespaces_option
 @nodes_option
 def mutate_command(

@@ -51,6 +51,8 @@ class Plan:
     #: The rule of each denial and warning, in order (bounded values, for metrics).
     denied_rules: list[str] = field(default_factory=list)
     warned_rules: list[str] = field(default_factory=list)
+    #: How choices were made (topology mode auto's sizes and levels), for ``kgov mutate --explain``.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:

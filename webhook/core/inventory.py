@@ -175,13 +175,15 @@ class Node:
         terms = pod.affinity_terms
         return terms is None or any(term_matches(t, self.name, self.labels) for t in terms)
 
-    def pods_fitting(self, requests: Mapping[str, Decimal]) -> int:
-        """How many pods with these requests fit on this empty node (capped by its pod limit)."""
-        limit = int(self.allocatable.get("pods", Decimal(DEFAULT_MAX_PODS)))
+    def pods_fitting(self, requests: Mapping[str, Decimal], reserved: Mapping[str, Decimal] | None = None) -> int:
+        """How many pods with these requests fit on this empty node (capped by its pod limit);
+        ``reserved``: one other pod's requests already placed here (a group's leader)."""
+        taken = reserved or {}
+        limit = int(self.allocatable.get("pods", Decimal(DEFAULT_MAX_PODS))) - (1 if reserved is not None else 0)
         for resource, amount in requests.items():
             if amount <= 0:
                 continue
-            available = self.allocatable.get(resource, Decimal(0))
+            available = self.allocatable.get(resource, Decimal(0)) - taken.get(resource, Decimal(0))
             # Compare before dividing: a tiny request (1e-30) makes the quotient overflow Decimal.
             if available >= amount * limit:
                 continue
@@ -254,6 +256,49 @@ class NodeInventory:
             out.append(max((sum(n.pods_fitting(sizing) for n in members) for members in groups.values()), default=0))
         # The whole flavor: what a podset without a required level can spread over.
         out.append(sum(n.pods_fitting(sizing) for n in nodes))
+        return out
+
+    def domain_pods(
+        self,
+        levels: list[str],
+        node_labels: Mapping[str, str],
+        shapes: Sequence[PodConstraints],
+        requests: Mapping[str, Decimal],
+        flavor_tolerations: Sequence[Mapping[str, Any]] = (),
+        leader: Mapping[str, Decimal] | None = None,
+    ) -> list[dict[tuple[str, ...], int]]:
+        """For each level (broadest first), every domain (its label values down to that level) →
+        the pods with ``requests`` its eligible nodes hold on an empty cluster (nodes Kueue's TAS
+        would consider for every one of ``shapes``); then ``{(): pods}`` for all of them together.
+
+        With ``leader`` (one pod's requests), the pods of a leader-and-workers group the domain
+        holds, as Kueue v0.19.2's TAS counts them (``tas_flavor_snapshot.fillLeafCounts``,
+        ``fillInCountsHelper``): the leader on the node where it costs the fewest workers, plus
+        the workers of every node with what is left; 0 when no node holds the leader.
+        """
+        nodes = [
+            n for n in self.select(node_labels, levels) if all(n.admits(shape, flavor_tolerations) for shape in shapes)
+        ]
+        workers = {id(n): n.pods_fitting(requests) for n in nodes}
+        cost: dict[int, int] = {}  # workers a node loses by holding the leader (only nodes that can)
+        if leader is not None:
+            for n in nodes:
+                if n.pods_fitting(leader) > 0:
+                    cost[id(n)] = workers[id(n)] - n.pods_fitting(requests, reserved=leader)
+        out = []
+        layers: list[dict[tuple[str, ...], list[Node]]] = [
+            self.domains(levels, depth, nodes) for depth in range(len(levels))
+        ]
+        every: dict[tuple[str, ...], list[Node]] = {(): nodes}
+        for layer in [*layers, every]:
+            counts: dict[tuple[str, ...], int] = {}
+            for key, members in layer.items():
+                total = sum(workers[id(n)] for n in members)
+                if leader is not None:
+                    costs = [cost[id(n)] for n in members if id(n) in cost]
+                    total = total + 1 - min(costs) if costs else 0
+                counts[key] = total
+            out.append(counts)
         return out
 
 

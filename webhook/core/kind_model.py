@@ -11,7 +11,17 @@ from typing import Any
 
 from webhook.core.paths import PathPattern
 
-__all__ = ["SPARK_ROLE", "TEMPLATE", "Factor", "Leader", "PodLayout", "PodSetRule", "Requirement", "WorkloadKind"]
+__all__ = [
+    "SPARK_ROLE",
+    "TEMPLATE",
+    "CoPlacement",
+    "Factor",
+    "Leader",
+    "PodLayout",
+    "PodSetRule",
+    "Requirement",
+    "WorkloadKind",
+]
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,26 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class CoPlacement:
+    """A driver podset and its workers, which topology mode ``auto`` places in one domain as a
+    Kueue podset group (annotation ``kueue.x-k8s.io/podset-group-name`` on both).
+
+    ``driver``: Kueue's name of the driver podset (a PyTorchJob's ``master``, an MPIJob's
+    ``launcher``, a Ray ``head``, an LWS ``leader``); grouped only when it has exactly 1 pod.
+    ``workers``: Kueue's name of the workers podset; None: the workload's one podset that is
+    neither the driver nor in ``besides`` (a Ray cluster's single worker group, whatever its
+    ``groupName``; with two worker groups nothing is grouped). Kueue v0.19.2 takes a group of
+    exactly 2 podsets, at least one of 1 pod, both with the same required or preferred level and
+    no slice annotation (``jobframework.ValidatePodSetGroupingTopology``, ``ValidateTASPodSetRequest``),
+    and places the smaller as the leader of the larger (``tas_flavor_snapshot.findLeaderAndWorkers``).
+    """
+
+    driver: str
+    workers: str | None = None
+    besides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class WorkloadKind:
     """One workload kind (at one or more API versions) Kueue manages.
 
@@ -166,6 +196,7 @@ class WorkloadKind:
     counts: tuple[Factor, ...] = ()
     elastic_forbids: tuple[str, ...] = ()
     workloads_below: bool = False
+    coplace: tuple[CoPlacement, ...] = ()
     notes: str = field(default="", compare=False)
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 
 from webhook.core.kind_model import (
     SPARK_ROLE,
+    CoPlacement,
     Factor,
     Leader,
     PodLayout,
@@ -29,6 +30,7 @@ from webhook.core.paths import PathPattern
 
 __all__ = [
     "KINDS",
+    "CoPlacement",
     "Factor",
     "Leader",
     "PodLayout",
@@ -48,7 +50,12 @@ def _job_pods(spec: PathPattern) -> Factor:
 
 
 def _kubeflow(
-    kind: str, group: str, version: str, replica_specs: str, extra_counts: tuple[Factor, ...] = ()
+    kind: str,
+    group: str,
+    version: str,
+    replica_specs: str,
+    extra_counts: tuple[Factor, ...] = (),
+    coplace: tuple[CoPlacement, ...] = (),
 ) -> WorkloadKind:
     base = ("spec", replica_specs, "*")
     return WorkloadKind(
@@ -61,6 +68,7 @@ def _kubeflow(
         ),
         suspend=("spec", "runPolicy", "suspend"),
         counts=(Factor(("spec", "runPolicy", "schedulingPolicy", "minAvailable")), *extra_counts),
+        coplace=coplace,
     )
 
 
@@ -107,6 +115,8 @@ def _ray(
         counts=tuple(Factor((*cluster, "workerGroupSpecs", "*", field)) for field in ("minReplicas", "maxReplicas")),
         skip_if=skip_if,
         requires=requires,
+        # The head with the one worker group (a RayJob's submitter stays on its own).
+        coplace=(CoPlacement("head", besides=("submitter",)),),
     )
 
 
@@ -175,14 +185,22 @@ KINDS: tuple[WorkloadKind, ...] = (
         ),
         suspend=("spec", "suspend"),
     ),
-    _kubeflow("PyTorchJob", "kubeflow.org", "v1", "pytorchReplicaSpecs"),
-    _kubeflow("TFJob", "kubeflow.org", "v1", "tfReplicaSpecs"),
-    _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs"),
-    _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs"),
+    # The rank-0 replica (Master, Chief) or the launcher is placed with the workers.
+    _kubeflow("PyTorchJob", "kubeflow.org", "v1", "pytorchReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),
+    _kubeflow("TFJob", "kubeflow.org", "v1", "tfReplicaSpecs", coplace=(CoPlacement("chief", "worker"),)),
+    _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),
+    _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),
     _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
     # Kueue's MPIJob is mpi-operator's v2beta1; training-operator's kubeflow.org/v1 MPIJob is not
     # one Kueue manages, so it has no row and passes untouched.
-    _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs", (Factor(("spec", "slotsPerWorker")),)),
+    _kubeflow(
+        "MPIJob",
+        "kubeflow.org",
+        "v2beta1",
+        "mpiReplicaSpecs",
+        (Factor(("spec", "slotsPerWorker")),),
+        coplace=(CoPlacement("launcher", "worker"),),
+    ),
     WorkloadKind(
         group="trainer.kubeflow.org",
         kind="TrainJob",
@@ -235,6 +253,7 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
         ),
         counts=(Factor(("spec", "replicas")),),
+        coplace=(CoPlacement("leader", "worker"),),
     ),
     WorkloadKind(
         group="",

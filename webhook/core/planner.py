@@ -122,9 +122,15 @@ def _say_opaque(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> Non
 
 
 def plan_object(
-    obj: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, inventory: NodeInventory | None = None
+    obj: Mapping[str, Any],
+    row: WorkloadKind,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None = None,
+    coplace: bool = True,
 ) -> Plan:
-    """Plan every rule of ``team`` for a new object of kind ``row``.
+    """Plan every rule of ``team`` for a new object of kind ``row``; ``coplace`` False: topology
+    mode ``auto`` groups no driver with its workers (an UPDATE keeps only some podsets' changes,
+    and half a group is one Kueue refuses).
 
     Returns a :class:`Plan`; a field of the wrong JSON type on a path we must read or write
     (``labels`` as a list, a pod template that is a string …), or a count or quantity Kueue could
@@ -158,7 +164,9 @@ def plan_object(
             plan_pod_priority(draft, podset, view, team, kueue_priority)
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
-            plan_topology(draft, view.podsets, team.topology, inventory, team, plan, forbidden)
+            plan_topology(
+                draft, view.podsets, team.topology, inventory, team, plan, forbidden, row.coplace if coplace else ()
+            )
         planned = kueue_view(draft.doc, row)  # what Kueue will see
         check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:

@@ -322,7 +322,9 @@ class TopologyRule(_Model):
 
     ``mode``: ``required``/``preferred``/``unconstrained`` write the matching
     ``kueue.x-k8s.io/podset-<mode>-topology`` annotation; ``auto`` picks the level from the podset
-    size and the node inventory; ``none`` writes nothing.
+    size and the node inventory, groups a driver of one pod with its workers and slices a podset
+    larger than the domains of the level below (:mod:`webhook.core.rules.auto`); ``none`` writes
+    nothing.
 
     ``level`` must be a level of the Topology (checked by :func:`check_platform`). With
     ``required``/``preferred`` it is the level written. With ``auto`` it is optional and is the
@@ -330,7 +332,9 @@ class TopologyRule(_Model):
     level where one domain of the node inventory holds the whole podset, never a level broader than
     ``level`` (unset: the Topology's broadest level). A podset larger than every ``level`` domain
     gets ``preferred`` at ``level`` instead, and so does every podset when there is no inventory
-    (unset: at the narrowest level); ``preferred`` never blocks admission.
+    (unset: at the narrowest level); ``preferred`` never blocks admission. ``autoConstraint``
+    (``auto`` only): ``required`` (the default) or ``preferred`` at the level ``auto`` chooses;
+    with ``preferred`` no slices are added.
     """
 
     mode: TopologyMode = "preferred"
@@ -343,12 +347,20 @@ class TopologyRule(_Model):
     topologyName: str | None = Field(None, description="default: the Topology of the team's flavors")
     sliceLevel: str | None = None
     sliceSize: int | None = Field(None, ge=1)
+    autoConstraint: Literal["required", "preferred"] | None = Field(
+        None,
+        description="mode auto only: the constraint written at the level auto chooses for a podset that fits "
+        "one of its domains, required (default: placed there or not admitted; with slices of the next level "
+        "for a podset larger than its domains) or preferred (Kueue tries that level, else spreads)",
+    )
     enforcement: Enforcement = "default"
 
     @model_validator(mode="after")
     def _check_shape(self) -> TopologyRule:
         if self.mode in ("required", "preferred") and self.level is None:
             raise ValueError(f"mode {self.mode!r} needs a level")
+        if self.autoConstraint is not None and self.mode != "auto":
+            raise ValueError(f"autoConstraint applies to mode 'auto' only, not {self.mode!r}")
         if (self.sliceLevel is None) != (self.sliceSize is None):
             raise ValueError("sliceLevel and sliceSize go together")
         if self.sliceLevel is not None and self.mode != "required":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from webhook.core.naming import (
     SYSTEM_NAMESPACES,
@@ -73,6 +73,9 @@ class TopologyPlacement(_Frozen):
     level: str | None = None
     sliceLevel: str | None = None
     sliceSize: int | None = None
+    autoConstraint: Literal["required", "preferred"] = Field(
+        "required", description="mode auto: the constraint written at the level it chooses"
+    )
     enforcement: Enforcement = "default"
     nodeLabels: dict[str, str] = Field(
         default_factory=dict, description="labels selecting the team's TAS nodes (auto mode)"
@@ -80,6 +83,14 @@ class TopologyPlacement(_Frozen):
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list, description="the flavor's tolerations: node taints Kueue's TAS lets its pods pass"
     )
+
+    @model_serializer(mode="wrap")
+    def _without_default_constraint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The default is left out: a policy ConfigMap reads the same as before the option existed.
+        out: dict[str, Any] = handler(self)
+        if out.get("autoConstraint") == "required":
+            del out["autoConstraint"]
+        return out
 
 
 class TeamPolicyCompiled(_Frozen):
@@ -158,6 +169,7 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
         level=rule.level,
         sliceLevel=rule.sliceLevel,
         sliceSize=rule.sliceSize,
+        autoConstraint=rule.autoConstraint or "required",
         enforcement=rule.enforcement,
         nodeLabels=node_labels,
         tolerations=tolerations,

@@ -45,7 +45,7 @@ from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
-from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
+from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
 __all__ = ["plan_update"]
@@ -176,9 +176,10 @@ def _podset(
         _restore(draft, plan, priority_path, old_priority, "podPriority", dotted(priority_path))
     elif new_priority != old_priority:
         check_pod_priority(new, team, plan)
-    old_tas = {k: v for k, v in old.annotations.items() if k in TAS_ANNOTATIONS}
-    new_tas = {k: v for k, v in new.annotations.items() if k in TAS_ANNOTATIONS}
-    if not new_tas and old_tas:
+    # A podset group goes with its TAS annotations (topology mode auto groups a driver with its workers).
+    old_tas = {k: v for k, v in old.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
+    new_tas = {k: v for k, v in new.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
+    if not new_tas and any(key in old_tas for key in TAS_ANNOTATIONS):
         for key, value in old_tas.items():
             _restore(draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
     elif new_tas != old_tas and team.topology is not None:
@@ -244,7 +245,7 @@ def _added(
     """A podset the update adds: checked and filled in as on CREATE, unless the pod templates are
     immutable (then what CREATE would add is reported: it could never be added later)."""
     validate_podset(podset, team, plan, elastic_forbidden(new, row))
-    created = plan_object(new, row, team, inventory)
+    created = plan_object(new, row, team, inventory, coplace=False)
     governs_podsets = team.podPriority is not None or team.topology is not None or bool(team.nodeAffinity)
     if created.invalid and governs_podsets:  # malformed values the stored object had: nothing planned
         found = "; ".join(d.removeprefix("malformed object: ") for d in created.denials)

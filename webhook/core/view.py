@@ -33,12 +33,35 @@ from webhook.core.wellformed import (
     string_values,
 )
 
-__all__ = ["GROUP_NAME", "PRIORITY_LABEL", "QUEUE_LABEL", "SLICE_SIZE", "PodSet", "WorkloadView", "kueue_view"]
+__all__ = [
+    "GROUP_NAME",
+    "PREFERRED",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
+    "REQUIRED",
+    "SLICE_CONSTRAINTS",
+    "SLICE_REQUIRED",
+    "SLICE_SIZE",
+    "UNCONSTRAINED",
+    "PodSet",
+    "WorkloadView",
+    "kueue_view",
+]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
 GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
+#: Kueue's TAS annotations on a pod template (KEP-2724): the level a podset's pods must (or
+#: should) share one domain of, none at all, and the level and pods of its slices.
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 #: Pods per slice of a podset's sliced topology request (Kueue's TAS annotation: a count).
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+#: Up to 3 slice layers as JSON ``[{"topology": level, "size": pods}]``, broadest first (Kueue's
+#: ``TASMultiLayerTopology``, on by default since v0.19); Kueue refuses it next to the two above
+#: and next to ``podset-group-name``.
+SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 #: Kueue's labels of a workload: the LocalQueue it is submitted to, its WorkloadPriorityClass.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

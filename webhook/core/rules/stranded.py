@@ -39,14 +39,8 @@ from webhook.core.inventory import NodeInventory, first_fit
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.quantity import format_quantity, parse_quantity
-from webhook.core.rules.topology import (
-    REQUIRED,
-    SLICE_REQUIRED,
-    SLICE_SIZE,
-    constraints,
-    group_capacity,
-    podset_groups,
-)
+from webhook.core.rules.capacity import constraints, requests_text, unit_capacity
+from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, podset_groups
 from webhook.core.view import PodSet, WorkloadView
 
 __all__ = ["check_admissible", "check_covered", "check_fits_together", "check_quota", "check_topology_fits"]
@@ -56,9 +50,7 @@ def _loud(enforcement: Enforcement) -> Enforcement:
     return "enforce" if enforcement == "enforce" else "warn"
 
 
-def _shape(requests: Mapping[str, Decimal] | None) -> str:
-    items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((requests or {}).items()) if amount]
-    return "{" + ", ".join(items) + "}" if items else "no resource requests"
+_shape = requests_text
 
 
 def _pods(count: int, requests: Mapping[str, Decimal] | None) -> str:
@@ -67,10 +59,20 @@ def _pods(count: int, requests: Mapping[str, Decimal] | None) -> str:
     return f"{count} {'pod' if count == 1 else 'pods'} {'of' if shape.startswith('{') else 'with'} {shape}"
 
 
+def _slice_request(annotations: Mapping[str, object], levels: list[str]) -> tuple[str, int] | None:
+    level, size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
+    if isinstance(level, str) and level in levels and isinstance(size, str) and size.isdigit() and int(size) > 0:
+        return level, int(size)
+    return None
+
+
 def check_topology_fits(
     view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
 ) -> None:
-    """Report each podset (group) that no domain of its required level (or slice level) can hold."""
+    """Report each podset (group) that no domain of its required level can hold, whose slice level
+    has no domain that holds one slice, or whose slices do not all fit in one domain of its
+    required level (all eligible nodes without one), each slice in one slice-level domain, as
+    Kueue's TAS counts them (whole slices per slice-level domain)."""
     placement = team.topology
     if placement is None or inventory is None or not len(inventory):
         return
@@ -79,37 +81,43 @@ def check_topology_fits(
         if any(p.partial or p.requests is None for p in members):
             continue
         annotations = members[0].annotations
-        count = sum(p.count for p in members)
-        wanted: list[tuple[str, int, str]] = []
-        level = annotations.get(REQUIRED)
-        if isinstance(level, str) and level in levels:
-            wanted.append((level, count, "all its pods"))
-        slice_level, slice_size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
-        if (
-            isinstance(slice_level, str)
-            and slice_level in levels
-            and isinstance(slice_size, str)
-            and slice_size.isdigit()
-        ):
-            wanted.append((slice_level, int(slice_size), "one slice"))
-        capacity = group_capacity(members, placement, inventory, team)
+        capacity = unit_capacity(members, placement, inventory, team)
+        count = capacity.count
         names = ", ".join(repr(p.name) for p in members)
-        requests = members[0].requests
-        for level, pods, what in wanted:
-            largest = capacity[levels.index(level)]
-            if largest < pods:
-                message = (
-                    f"podset {names} can never be admitted: {what} ({_pods(pods, requests)}) must fit in one "
-                    f"{level} domain, and the largest holds {largest} such pods on an empty cluster"
-                )
-                plan.report(_loud(placement.enforcement), "topology", message)
-        if not wanted and capacity[-1] < count:
-            fit = "fits" if count == 1 else "fit"
-            message = (
-                f"podset {names} can never be admitted: its {_pods(count, requests)} {fit} on no set of the "
-                f"team's nodes (they hold {capacity[-1]} such pods on an empty cluster)"
+        requests = capacity.requests if len(members) == 1 or capacity.leader is not None else members[0].requests
+        level = annotations.get(REQUIRED)
+        required = levels.index(level) if isinstance(level, str) and level in levels else None
+        problems = []
+        if required is not None and capacity.largest(required) < count:
+            problems.append(
+                f"all its pods ({_pods(count, requests)}) must fit in one {level} domain, and the largest "
+                f"holds {capacity.largest(required)} such pods on an empty cluster"
             )
-            plan.report(_loud(placement.enforcement), "topology", message)
+        sliced = _slice_request(annotations, levels)
+        if sliced is not None and not problems:
+            slice_level, size = sliced
+            depth = levels.index(slice_level)
+            if capacity.largest(depth) < size:
+                problems.append(
+                    f"one slice ({_pods(size, requests)}) must fit in one {slice_level} domain, and the largest "
+                    f"holds {capacity.largest(depth)} such pods on an empty cluster"
+                )
+            elif count % size == 0 and (required is None or required <= depth):
+                held = capacity.slices(-1 if required is None else required, depth, size)
+                if held < count // size:
+                    where = f"one {level} domain" if required is not None else "the team's nodes"
+                    problems.append(
+                        f"its {count // size} slices of {_pods(size, requests)}, each in one {slice_level} "
+                        f"domain, must fit in {where}, which hold at most {held} such slices on an empty cluster"
+                    )
+        if required is None and sliced is None and capacity.whole() < count:
+            fit = "fits" if count == 1 else "fit"
+            problems.append(
+                f"its {_pods(count, requests)} {fit} on no set of the team's nodes (they hold "
+                f"{capacity.whole()} such pods on an empty cluster)"
+            )
+        for problem in problems:
+            plan.report(_loud(placement.enforcement), "topology", f"podset {names} can never be admitted: {problem}")
 
 
 def check_fits_together(

@@ -16,18 +16,29 @@ for less locality than a mode Kueue refuses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 from webhook.core.draft import Draft, Plan
-from webhook.core.inventory import NodeInventory, PodConstraints
-from webhook.core.kind_model import WorkloadKind
+from webhook.core.inventory import NodeInventory
+from webhook.core.kind_model import CoPlacement, WorkloadKind
 from webhook.core.paths import lookup
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
-from webhook.core.view import SLICE_SIZE, PodSet
+from webhook.core.rules.auto import plan_auto, slice_rule
+from webhook.core.rules.capacity import constraints
+from webhook.core.view import (
+    GROUP_NAME,
+    PREFERRED,
+    REQUIRED,
+    SLICE_CONSTRAINTS,
+    SLICE_REQUIRED,
+    SLICE_SIZE,
+    UNCONSTRAINED,
+    PodSet,
+)
 
 __all__ = [
     "ELASTIC_JOB",
+    "GROUP_NAME",
     "PREFERRED",
     "REQUIRED",
     "SLICE_REQUIRED",
@@ -41,12 +52,8 @@ __all__ = [
     "podset_groups",
 ]
 
-REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
-SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 #: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
-TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE)
+TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE, SLICE_CONSTRAINTS)
 _LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
 _STRENGTH = {REQUIRED: 2, PREFERRED: 1}
 #: Kueue's workload-slicing annotation (``workloadslicing.EnabledAnnotationKey``, value "true").
@@ -158,28 +165,6 @@ def podset_groups(podsets: Sequence[PodSet]) -> list[list[PodSet]]:
     return list(groups.values())
 
 
-def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
-    """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
-    extra = [e.model_dump(exclude_none=True) for e in team.nodeAffinity]
-    terms: list[Any] | None = podset.affinity_terms
-    if extra:
-        if terms is None:
-            terms = [{"matchExpressions": extra}]
-        else:
-            terms = [
-                {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *extra]}
-                if isinstance(term, Mapping) and (term.get("matchExpressions") or term.get("matchFields"))
-                else term
-                for term in terms
-            ]
-    return PodConstraints(
-        requests=podset.requests or {},
-        tolerations=podset.tolerations,
-        node_selector=podset.node_selector,
-        affinity_terms=terms,
-    )
-
-
 def plan_topology(
     draft: Draft,
     podsets: Sequence[PodSet],
@@ -188,17 +173,31 @@ def plan_topology(
     team: TeamPolicyCompiled,
     plan: Plan,
     forbidden: Sequence[str] = (),
+    coplace: Sequence[CoPlacement] = (),
 ) -> None:
     """One TAS annotation set per podset; podsets sharing ``podset-group-name`` are planned as one
     (Kueue requires the members of a group to ask for the same topology). ``forbidden``: the TAS
     annotations Kueue refuses on this workload (:func:`elastic_forbidden`), never set: the
-    policy's choice is weakened to what Kueue allows, else left out, with a warning."""
-    for members in podset_groups([p for p in podsets if p.present]):
-        if any(key in p.annotations for p in members for key in TAS_ANNOTATIONS):
-            continue  # the user placed this podset (or a member of its group): never add one
-        if placement.mode == "unconstrained" and members[0].group is not None:
-            continue  # Kueue refuses podset-group-name without a required or preferred topology
-        wanted = topology_annotations(members, placement, inventory, team)
+    policy's choice is weakened to what Kueue allows, else left out, with a warning.
+    ``coplace``: the kind's driver and workers podsets, grouped by mode ``auto``
+    (:mod:`webhook.core.rules.auto`); its reasoning goes to ``plan.notes``."""
+    present = [p for p in podsets if p.present]
+    units = [
+        members
+        for members in podset_groups(present)
+        # the user placed this podset (or a member of its group): never add one
+        if not any(key in p.annotations for p in members for key in TAS_ANNOTATIONS)
+        # Kueue refuses podset-group-name without a required or preferred topology
+        and not (placement.mode == "unconstrained" and members[0].group is not None)
+    ]
+    if placement.mode == "auto":
+        groups = {p.group for p in present if p.group is not None}
+        chosen = plan_auto(units, present, () if forbidden else coplace, groups, placement, inventory, team)
+        decided = [(members, choice.annotations) for members, choice in chosen]
+        plan.notes.extend(f"topology auto: {choice.explanation}" for _, choice in chosen)
+    else:
+        decided = [(members, topology_annotations(members, placement)) for members in units]
+    for members, wanted in decided:
         if any(key in forbidden for key in wanted):
             wanted = _elastic(members, wanted, forbidden, plan)
         for podset in members:
@@ -228,87 +227,16 @@ def _elastic(
     return {}
 
 
-def topology_annotations(
-    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory | None, team: TeamPolicyCompiled
-) -> dict[str, tuple[str, str]]:
-    """The TAS annotations for one podset or podset group (key → (value, reason))."""
+def topology_annotations(members: list[PodSet], placement: TopologyPlacement) -> dict[str, tuple[str, str]]:
+    """The TAS annotations of a fixed mode (``required``, ``preferred``, ``unconstrained``) for
+    one podset or podset group (key → (value, reason)); mode ``auto`` is :func:`plan_auto`'s."""
     mode = placement.mode
     if mode == "unconstrained":
         return {UNCONSTRAINED: ("true", "team policy: unconstrained")}
-    if mode == "auto":
-        return _auto(members, placement, inventory, team)
     assert placement.level is not None
     out = {
         REQUIRED if mode == "required" else PREFERRED: (placement.level, f"team policy: {mode} at {placement.level}")
     }
     if len(members) == 1:
-        out.update(_slice(members[0].count, placement))
+        out.update(slice_rule(members[0].count, placement))
     return out
-
-
-def _slice(count: int, placement: TopologyPlacement) -> dict[str, tuple[str, str]]:
-    """Slice annotations when the podset divides into whole slices (Kueue rejects partial slices)."""
-    size = placement.sliceSize
-    if placement.sliceLevel is None or size is None or count < size or count % size:
-        return {}
-    reason = f"{count} pods in slices of {size} at {placement.sliceLevel}"
-    return {SLICE_REQUIRED: (placement.sliceLevel, reason), SLICE_SIZE: (str(size), reason)}
-
-
-def group_capacity(
-    members: Sequence[PodSet], placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
-) -> list[int]:
-    """Pods of the group's largest member shape that fit in the largest domain of each level."""
-    shapes = [constraints(p, team) for p in members]
-    requests: dict[str, Decimal] = {}
-    for shape in shapes:  # a group is sized by its largest pod: never too optimistic
-        for resource, amount in shape.requests.items():
-            requests[resource] = max(requests.get(resource, Decimal(0)), amount)
-    return inventory.largest_domain(placement.levels, placement.nodeLabels, shapes, placement.tolerations, requests)
-
-
-def _auto(
-    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory | None, team: TeamPolicyCompiled
-) -> dict[str, tuple[str, str]]:
-    """Topology mode ``auto`` (SPEC §3): the narrowest level at which one domain holds the whole
-    podset (or group) gets ``required``, never broader than ``placement.level`` when set; too large
-    for that, a slice rule if one fits, else ``preferred`` at that broadest level. Without an
-    inventory, or for a podset whose size is unknown (one Pod of a pod group, or pods an operator
-    builds from its own fields, a Spark role), ``preferred``."""
-    levels = placement.levels
-    top = levels.index(placement.level) if placement.level in levels else 0
-    if inventory is None or not len(inventory):
-        level = placement.level or levels[-1]
-        return {PREFERRED: (level, "auto: no node inventory, so preferred (never blocks admission)")}
-    if any(p.partial for p in members):
-        level = placement.level or levels[-1]
-        return {PREFERRED: (level, "auto: one member of a pod group, its size unknown, so preferred")}
-    if any(p.requests is None for p in members):
-        level = placement.level or levels[-1]
-        reason = (
-            "auto: the operator builds these pods from the object's own fields (such as Spark's cores and "
-            "instances), so their size is not judged; preferred"
-        )
-        return {PREFERRED: (level, reason)}
-    count = sum(p.count for p in members)
-    capacity = group_capacity(members, placement, inventory, team)
-    pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
-    for depth in range(len(levels) - 1, top - 1, -1):
-        if capacity[depth] >= count:
-            return {
-                REQUIRED: (
-                    levels[depth],
-                    f"auto: {count} {pods} {fit} in one {levels[depth]} domain (the largest holds {capacity[depth]})",
-                )
-            }
-    if len(members) == 1:
-        sliced = _slice(count, placement)
-        if sliced:
-            return sliced
-    return {
-        PREFERRED: (
-            levels[top],
-            f"auto: {count} {pods} {'exceeds' if count == 1 else 'exceed'} the largest {levels[top]} domain "
-            f"({capacity[top]}), so preferred",
-        )
-    }

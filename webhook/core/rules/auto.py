@@ -1,0 +1,238 @@
+"""Topology mode ``auto`` (SPEC §3): the level of each podset from its size and the node inventory.
+
+For each podset, or podset group (:func:`choose`):
+
+- the narrowest level at which one domain holds all its pods gets the policy's
+  ``autoConstraint`` (``required`` by default, or ``preferred``), never a level broader than the
+  rule's ``level``; counted on an empty cluster (:mod:`webhook.core.rules.capacity`), so a
+  required level never makes the podset unadmittable;
+- a single podset that needs a level broader than the narrowest (it is larger than any domain of
+  the next level down) also gets **slices** of that next level when it is required: the largest
+  slice size that divides its pods such that one domain of the chosen level holds all the slices,
+  each slice in one domain of the next level (Kueue v0.19.2's ``podset-slice-required-topology``
+  and ``podset-slice-size``; any slice a narrower level could hold, this level holds too);
+- too large for every domain it may require: ``preferred`` at the broadest level it may require.
+
+**Co-placement** (:func:`plan_auto`): a driver podset of one pod (the kind's
+:class:`~webhook.core.kind_model.CoPlacement` roles: PyTorchJob ``master``, MPIJob ``launcher``,
+Ray ``head``, LWS ``leader``…) is grouped with its workers by ``kueue.x-k8s.io/podset-group-name``,
+both getting the level chosen for the group's total size, when neither has a group or a TAS
+annotation of the user's, and the group needs no broader level than the workers alone (Kueue
+takes no slices on a group, ``jobframework.ValidateTASPodSetRequest``). The group is what Kueue
+v0.19.2 accepts: exactly these two podsets, one of one pod, the same level on both, no slices,
+a name that is no number (``ValidatePodSetGroupingTopology``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from webhook.core.inventory import NodeInventory
+from webhook.core.kind_model import CoPlacement
+from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
+from webhook.core.rules.capacity import UnitCapacity, leader_fits_workers_nodes, requests_text, unit_capacity
+from webhook.core.view import GROUP_NAME, PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet
+
+__all__ = ["Choice", "choose", "plan_auto", "slice_rule"]
+
+Annotations = dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """``annotations``: TAS annotation → (value, reason) for every member. ``depth``: index of the
+    level a domain of which holds all the pods (None: none may be required). ``explanation``: the
+    reasoning, one line (``kgov mutate --explain``)."""
+
+    annotations: Annotations
+    depth: int | None
+    explanation: str
+
+
+def slice_rule(count: int, placement: TopologyPlacement) -> Annotations:
+    """The rule's configured slice annotations when the podset divides into whole slices (Kueue
+    rejects partial slices)."""
+    size = placement.sliceSize
+    if placement.sliceLevel is None or size is None or count < size or count % size:
+        return {}
+    reason = f"{count} pods in slices of {size} at {placement.sliceLevel}"
+    return {SLICE_REQUIRED: (placement.sliceLevel, reason), SLICE_SIZE: (str(size), reason)}
+
+
+def _pods(count: int) -> str:
+    return "1 pod" if count == 1 else f"{count} pods"
+
+
+def _who(members: Sequence[PodSet]) -> str:
+    return " + ".join(f"{p.name!r} ({_pods(p.count)} of {requests_text(p.requests)})" for p in members)
+
+
+def _unsized(members: Sequence[PodSet], inventory: NodeInventory | None) -> str:
+    """Why the members cannot be sized ("" when they can)."""
+    if inventory is None or not len(inventory):
+        return "auto: no node inventory, so preferred (never blocks admission)"
+    if any(p.partial for p in members):
+        return "auto: one member of a pod group, its size unknown, so preferred"
+    if any(p.requests is None for p in members):
+        return (
+            "auto: the operator builds these pods from the object's own fields (such as Spark's cores and "
+            "instances), so their size is not judged; preferred"
+        )
+    return ""
+
+
+def _slices(capacity: UnitCapacity, depth: int) -> tuple[int, int] | None:
+    """(slice size, slices the largest ``depth`` domain holds) of the largest slice size that
+    divides the pods into at least two slices of the next level, all held by one domain of
+    ``levels[depth]``; None when there is none."""
+    count, slice_depth = capacity.count, depth + 1
+    for size in range(count // 2, 1, -1):
+        if count % size == 0:
+            held = capacity.slices(depth, slice_depth, size)
+            if held >= count // size:
+                return size, held
+    return None
+
+
+def choose(
+    members: Sequence[PodSet], placement: TopologyPlacement, inventory: NodeInventory | None, team: TeamPolicyCompiled
+) -> Choice:
+    """The TAS annotations of one podset or podset group in mode ``auto`` (see the module)."""
+    levels = placement.levels
+    top = levels.index(placement.level) if placement.level in levels else 0
+    unsized = _unsized(members, inventory)
+    if unsized or inventory is None:
+        level = placement.level or levels[-1]
+        return Choice({PREFERRED: (level, unsized)}, None, f"{_who(members)}: {unsized} at {level}")
+    capacity = unit_capacity(members, placement, inventory, team)
+    count = capacity.count
+    held = capacity.held()
+    table = ", ".join(f"{level} {held[depth]}" for depth, level in enumerate(levels))
+    facts = f"{_who(members)}: {_pods(count)}; the largest domain holds {table}; all eligible nodes {held[-1]}"
+    pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
+    for depth in range(len(levels) - 1, top - 1, -1):
+        if held[depth] < count:
+            continue
+        level = levels[depth]
+        reason = f"auto: {count} {pods} {fit} in one {level} domain (the largest holds {held[depth]})"
+        if placement.autoConstraint == "preferred":
+            reason += "; preferred there (autoConstraint)"
+            return Choice({PREFERRED: (level, reason)}, depth, f"{facts} → preferred {level}")
+        out: Annotations = {REQUIRED: (level, reason)}
+        why = f"{facts} → required {level}, the narrowest level one domain of which holds them"
+        if len(members) == 1 and depth + 1 < len(levels):
+            sliced = _slices(capacity, depth)
+            narrow = levels[depth + 1]
+            if sliced is not None:
+                size, slices = sliced
+                text = (
+                    f"auto: {count} {pods} in {count // size} slices of {size}, each in one {narrow} domain "
+                    f"(the largest {level} domain holds {slices} such slices)"
+                )
+                out.update({SLICE_REQUIRED: (narrow, text), SLICE_SIZE: (str(size), text)})
+                why += (
+                    f"; slices of {size} pods at {narrow} ({count // size} slices, "
+                    f"the largest {level} domain holds {slices})"
+                )
+            elif depth + 1 < len(levels) and held[depth + 1] < count:
+                why += f"; no slices (no slice size dividing {count} has all its slices in one {level} domain)"
+        return Choice(out, depth, why)
+    if len(members) == 1:
+        sliced_rule = slice_rule(count, placement)
+        if sliced_rule:
+            return Choice(sliced_rule, None, f"{facts} → the rule's slices")
+    verb = "exceeds" if count == 1 else "exceed"
+    reason = f"auto: {count} {pods} {verb} the largest {levels[top]} domain ({held[top]}), so preferred"
+    return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
+
+
+def _pair(
+    units: Sequence[list[PodSet]], present: Sequence[PodSet], roles: CoPlacement, groups: set[str]
+) -> tuple[int, int] | None:
+    """Indexes in ``units`` of the driver and the workers ``roles`` name, when they can be
+    grouped: each alone and ungrouped, the driver of one pod, the workers of at least one, and
+    the group name free. ``present``: every podset of the workload (placed by the user or not)."""
+    alone = {i: u[0] for i, u in enumerate(units) if len(u) == 1 and u[0].group is None}
+    drivers = [i for i, p in alone.items() if p.name == roles.driver and p.count == 1]
+    if len(drivers) != 1:
+        return None
+    if roles.workers is not None:
+        workers = [i for i, p in alone.items() if p.name == roles.workers]
+    else:  # the workload's one other podset, whoever placed it
+        others = [p for p in present if p.name not in (roles.driver, *roles.besides)]
+        workers = [i for i, p in alone.items() if len(others) == 1 and p is others[0]]
+    if len(workers) != 1 or alone[workers[0]].count < 1:
+        return None
+    if f"{roles.driver}-{alone[workers[0]].name}" in groups:
+        return None
+    return drivers[0], workers[0]
+
+
+def _coplaced(
+    units: Sequence[list[PodSet]],
+    present: Sequence[PodSet],
+    coplace: Sequence[CoPlacement],
+    groups: set[str],
+    placement: TopologyPlacement,
+    inventory: NodeInventory | None,
+    team: TeamPolicyCompiled,
+) -> tuple[tuple[int, int], Choice | str] | None:
+    """The first driver and workers pair of ``coplace`` found in ``units``, with the group's
+    choice, or why they stay apart; None when there is no such pair."""
+    for roles in coplace:
+        pair = _pair(units, present, roles, groups)
+        if pair is None:
+            continue
+        driver, workers = units[pair[0]][0], units[pair[1]][0]
+        if _unsized([driver, workers], inventory) or inventory is None:
+            return None
+        if not leader_fits_workers_nodes(driver, workers, placement, inventory, team):
+            why = "some nodes its workers may use refuse it (Kueue places a group's driver on its workers' nodes)"
+            return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
+        members = [p for u in units for p in u if p is driver or p is workers]  # the workload's order
+        together, apart = choose(members, placement, inventory, team), choose([workers], placement, inventory, team)
+        if together.depth is None or together.depth != apart.depth:
+            why = (
+                "no domain it may require holds them together"
+                if together.depth is None
+                else f"together they need {placement.levels[together.depth]}"
+            )
+            return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
+        name = f"{driver.name}-{workers.name}"
+        reason = f"auto: the driver {driver.name!r} placed with {workers.name!r} (podset group {name!r})"
+        explanation = (
+            f"{together.explanation}; grouped as {name!r}: together they need no broader level than "
+            f"{workers.name!r} alone"
+        )
+        if apart.depth is not None and SLICE_REQUIRED in apart.annotations:
+            explanation += " (so no slices: Kueue takes none on a group)"
+        return pair, Choice({**together.annotations, GROUP_NAME: (name, reason)}, together.depth, explanation)
+    return None
+
+
+def plan_auto(
+    units: Sequence[list[PodSet]],
+    present: Sequence[PodSet],
+    coplace: Sequence[CoPlacement],
+    groups: set[str],
+    placement: TopologyPlacement,
+    inventory: NodeInventory | None,
+    team: TeamPolicyCompiled,
+) -> list[tuple[list[PodSet], Choice]]:
+    """The choice for each unit the user left unplaced (a podset, or a podset group), a driver
+    and its workers grouped (see the module). ``coplace``: the kind's roles; ``groups``: the
+    group names the workload already uses; ``present``: all its podsets."""
+    found = _coplaced(units, present, coplace, groups, placement, inventory, team)
+    out: list[tuple[list[PodSet], Choice]] = []
+    for index, unit in enumerate(units):
+        if found is not None and isinstance(found[1], Choice) and index in found[0]:
+            if index == found[0][1]:  # the group once, at the workers' place
+                driver, workers = units[found[0][0]][0], unit[0]
+                out.append(([p for u in units for p in u if p is driver or p is workers], found[1]))
+            continue
+        choice = choose(unit, placement, inventory, team)
+        if found is not None and isinstance(found[1], str) and index in found[0]:
+            choice = Choice(choice.annotations, choice.depth, f"{choice.explanation}; {found[1]}")
+        out.append((unit, choice))
+    return out
