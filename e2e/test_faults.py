@@ -12,9 +12,9 @@ Job in research's namespace is labelled while the server runs; the server is the
   ValidatingAdmissionPolicy refuses the Job for want of research's queue label, with its message.
 
 Either way no unlabelled Job is stored in the namespace. (Just applied, the policies take a few
-seconds to be in force: dry-run creates, which store nothing, are retried until one is refused.) ``benchmarks/bench_faults.py`` runs the
-same under a stream of creates with more faults (restarts, certificate rotation, policy change,
-expired watches).
+seconds to be in force: dry-run creates, which store nothing, are retried until one is refused.)
+``benchmarks/bench_faults.py`` runs the same under a stream of creates with more faults
+(restarts, certificate rotation, policy change, expired watches).
 """
 
 from __future__ import annotations
