@@ -193,17 +193,25 @@ def job(name: str, namespace: str, run: str, queue: str | None = None) -> dict[s
 async def delete_jobs(api: Api, namespaces: list[str], run: str, timeout: float = 120.0) -> None:
     """Delete the run's Jobs (their Workloads go with them) and wait until none is left."""
     selector = {"labelSelector": f"{BENCH_LABEL}={run}"}
-    for namespace in namespaces:
-        await api.delete(JOBS.format(namespace=namespace), {**selector, "propagationPolicy": "Background"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        for namespace in namespaces:
+            # A collection of hundreds can take the API server longer than one request's timeout
+            # on a loaded machine: whatever it has not deleted yet, the next round asks again.
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                await api.request(
+                    "DELETE",
+                    JOBS.format(namespace=namespace),
+                    params={**selector, "propagationPolicy": "Background"},
+                    timeout=120,
+                )
         left = 0
         for namespace in namespaces:
             left += len(await api.items(JOBS.format(namespace=namespace), selector))
             left += len(await api.items(WORKLOADS.format(namespace=namespace)))
         if left == 0:
             return
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1)
     raise BenchError(f"Jobs or Workloads of run {run} still there after {timeout:.0f}s")
 
 
@@ -286,6 +294,13 @@ class Server:
                     return time.monotonic() - started
             time.sleep(0.1)
         raise BenchError(f"{self.name} not ready in {timeout:.0f}s: {self.tail()}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far (``/proc/<pid>/stat``; 0 when not running)."""
+        if self.process is None or self.process.poll() is not None:
+            return 0.0
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

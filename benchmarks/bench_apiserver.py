@@ -20,7 +20,9 @@ three configurations alike (a Workload each; every ClusterQueue is held, so none
 no pod runs); our webhook still plans every rule and adds the priority, placement and suspension.
 The run's Jobs are deleted after each round. Latency is the client's: request sent to answer
 read. Beside it, the API server's own time in the call to our webhook (the mean of its histogram
-``apiserver_admission_webhook_admission_duration_seconds``), for the no-op and for ``kgov``.
+``apiserver_admission_webhook_admission_duration_seconds``), and the webhook server's CPU time per
+call, for the no-op and for ``kgov``: on a machine other work shares, CPU time is what the wall
+time would be on an idle one.
 
     python benchmarks/bench_apiserver.py                 # about 6 minutes with the cluster start
     python benchmarks/bench_apiserver.py --sequential 10 --concurrent 64 --rounds 2
@@ -81,6 +83,10 @@ class Figures:
     round_p50s: list[float] = field(default_factory=list)  # sequential p50 of each round
     webhook_seconds: float = 0.0  # the API server's own time in calls to our webhook
     webhook_calls: int = 0
+    server_cpu_seconds: float = 0.0  # CPU time of the configuration's webhook server process
+
+    def cpu_ms_per_call(self) -> float:
+        return 1000 * self.server_cpu_seconds / self.webhook_calls if self.webhook_calls else 0.0
 
     def webhook_mean_ms(self) -> float:
         return 1000 * self.webhook_seconds / self.webhook_calls if self.webhook_calls else 0.0
@@ -151,6 +157,7 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
         "kgov": webhook_configuration(chart, kgov_port, "Fail"),
     }
     servers = [kgov_server(bench.root, bench.platform, kgov_port, metrics_port), noop_server(bench.root, noop_port)]
+    servers_by_name = {"kgov": servers[0], "no-op": servers[1]}
     figures = {name: Figures() for name in CONFIGURATIONS}
     webhook = str(webhook_configuration(chart, kgov_port, "Fail")["webhooks"][0]["name"])
     queue = expected_labels(bench.policies(), args.namespace)["kueue.x-k8s.io/queue-name"]
@@ -166,6 +173,8 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                 for name in order:
                     took = await switch(api, bench, configurations[name], name, noop_port, args.namespace, run)
                     calls_before = await webhook_call_totals(api, webhook)
+                    serving = servers_by_name.get(name)
+                    cpu_before = serving.cpu_seconds() if serving else 0.0
                     prefix = f"b{run}-{round_number}-{name.replace('-', '')}"
                     sequential = await create_sequential(
                         api, args.namespace, queue, run, prefix, max(1, args.sequential // scale)
@@ -174,6 +183,7 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                         api, args.namespace, queue, run, prefix, max(1, args.concurrent // scale), args.clients
                     )
                     calls_after = await webhook_call_totals(api, webhook)
+                    cpu = (serving.cpu_seconds() - cpu_before) if serving else 0.0
                     label = f"round {round_number}" if round_number else "warm-up"
                     print(
                         f"   {label:8} {name:6} switched in {took:4.1f} s; sequential p50 "
@@ -188,7 +198,8 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                         figures[name].round_p50s.append(percentile(sequential, 0.5))
                         figures[name].webhook_seconds += calls_after[0] - calls_before[0]
                         figures[name].webhook_calls += calls_after[1] - calls_before[1]
-                await delete_jobs(api, [args.namespace], run)
+                        figures[name].server_cpu_seconds += cpu
+                await delete_jobs(api, [args.namespace], run, timeout=300)
             await register(api, None)
         for server in servers:
             if not server.alive():
@@ -244,6 +255,12 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
         f"   the API server's own time in the webhook call (apiserver_admission_webhook_admission_duration_seconds, "
         f"mean): {calls}; kgov {call - call_floor:+.2f} ms ({call / call_floor if call_floor else float('nan'):.2f}x)"
     )
+    cpu, cpu_floor = figures["kgov"].cpu_ms_per_call(), figures["no-op"].cpu_ms_per_call()
+    print(
+        f"   the webhook server's CPU time per call (/proc/<pid>/stat over its turns, background work included): "
+        f"no-op {cpu_floor:.2f} ms, kgov {cpu:.2f} ms; kgov {cpu - cpu_floor:+.2f} ms "
+        f"({cpu / cpu_floor if cpu_floor else float('nan'):.2f}x)"
+    )
     spread = statistics.pstdev(figures["none"].round_p50s) if len(figures["none"].round_p50s) > 1 else 0.0
     print(f"   spread of the baseline's sequential p50 across rounds: {spread:.2f} ms (standard deviation)")
 
@@ -255,7 +272,7 @@ def main() -> int:
     parser.add_argument("--sequential", type=int, default=30, help="sequential creates per configuration per round")
     parser.add_argument("--concurrent", type=int, default=96, help="concurrent creates per configuration per round")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
-    parser.add_argument("--rounds", type=int, default=6, help="measured rounds (after one warm-up round)")
+    parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
     args = parser.parse_args()
     for name, value, limit in (
         ("sequential", args.sequential, 2000),
