@@ -198,7 +198,7 @@ async def delete_jobs(api: Api, namespaces: list[str], run: str, timeout: float 
         for namespace in namespaces:
             # A collection of hundreds can take the API server longer than one request's timeout
             # on a loaded machine: whatever it has not deleted yet, the next round asks again.
-            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, ApiError):
                 await api.request(
                     "DELETE",
                     JOBS.format(namespace=namespace),

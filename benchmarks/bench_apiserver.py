@@ -15,16 +15,19 @@ take turns, a round at a time:
 After each switch a server-side dry-run create proves the configuration is the one the API
 server calls. In each configuration: ``--sequential`` Jobs created one after the other, then
 ``--concurrent`` Jobs by ``--clients`` clients at once (aiohttp on keep-alive connections, the
-admin's token). Every Job carries its team's queue label, so that Kueue treats the Jobs of the
-three configurations alike (a Workload each; every ClusterQueue is held, so none is admitted and
-no pod runs); our webhook still plans every rule and adds the priority, placement and suspension.
-The run's Jobs are deleted after each round. Latency is the client's: request sent to answer
-read. Beside it, the API server's own time in the call to our webhook (the mean of its histogram
-``apiserver_admission_webhook_admission_duration_seconds``), and the webhook server's CPU time per
-call, for the no-op and for ``kgov``: on a machine other work shares, CPU time is what the wall
-time would be on an idle one.
+admin's token). The creates are server-side dry runs (``dryRun=All``): the whole admission chain
+runs, our webhook and Kueue's included (``sideEffects: None``), the object is validated, and
+nothing is stored, so no Workload has to be made and deleted after each round. With ``--store``
+the Jobs are stored and deleted after each round (Kueue then makes, and must finalize, a Workload
+per Job: on 2 shared CPUs that clean-up takes longer than the measurement). Every Job carries
+its team's queue label, so that Kueue treats the Jobs of the three configurations alike; our
+webhook still plans every rule and adds the priority, placement and suspension. Latency is the
+client's: request sent to answer read. Beside it, the API server's own time in the call to our
+webhook (the mean of its histogram ``apiserver_admission_webhook_admission_duration_seconds``),
+and the webhook server's CPU time per call, for the no-op and for ``kgov``: on a machine other
+work shares, CPU time is what the wall time would be on an idle one.
 
-    python benchmarks/bench_apiserver.py                 # about 6 minutes with the cluster start
+    python benchmarks/bench_apiserver.py                 # about 8 minutes on 2 loaded CPUs, cluster start included
     python benchmarks/bench_apiserver.py --sequential 10 --concurrent 64 --rounds 2
 """
 
@@ -116,19 +119,21 @@ async def switch(
     raise BenchError(f"the API server did not switch to the configuration {name!r} in {SWITCH_TIMEOUT_S:.0f}s")
 
 
-async def create_sequential(api: Api, namespace: str, queue: str, run: str, prefix: str, count: int) -> list[float]:
+async def create_sequential(
+    api: Api, namespace: str, queue: str, run: str, prefix: str, count: int, params: dict[str, str]
+) -> list[float]:
     latencies = []
     path = JOBS.format(namespace=namespace)
     for index in range(count):
         body = job(f"{prefix}-s{index:04d}", namespace, run, queue)
         started = time.perf_counter()
-        await api.request("POST", path, body)
+        await api.request("POST", path, body, params)
         latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
 
 async def create_concurrent(
-    api: Api, namespace: str, queue: str, run: str, prefix: str, count: int, clients: int
+    api: Api, namespace: str, queue: str, run: str, prefix: str, count: int, clients: int, params: dict[str, str]
 ) -> tuple[list[float], float]:
     latencies: list[float] = []
     path = JOBS.format(namespace=namespace)
@@ -138,7 +143,7 @@ async def create_concurrent(
         while bodies:
             body = bodies.pop()
             started = time.perf_counter()
-            await api.request("POST", path, body)
+            await api.request("POST", path, body, params)
             latencies.append((time.perf_counter() - started) * 1000)
 
     started = time.perf_counter()
@@ -161,6 +166,7 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
     figures = {name: Figures() for name in CONFIGURATIONS}
     webhook = str(webhook_configuration(chart, kgov_port, "Fail")["webhooks"][0]["name"])
     queue = expected_labels(bench.policies(), args.namespace)["kueue.x-k8s.io/queue-name"]
+    params = {} if args.store else {"dryRun": "All"}
     try:
         for server in servers:
             await asyncio.to_thread(server.start, bench.context)
@@ -177,10 +183,17 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                     cpu_before = serving.cpu_seconds() if serving else 0.0
                     prefix = f"b{run}-{round_number}-{name.replace('-', '')}"
                     sequential = await create_sequential(
-                        api, args.namespace, queue, run, prefix, max(1, args.sequential // scale)
+                        api, args.namespace, queue, run, prefix, max(1, args.sequential // scale), params
                     )
                     concurrent, seconds = await create_concurrent(
-                        api, args.namespace, queue, run, prefix, max(1, args.concurrent // scale), args.clients
+                        api,
+                        args.namespace,
+                        queue,
+                        run,
+                        prefix,
+                        max(1, args.concurrent // scale),
+                        args.clients,
+                        params,
                     )
                     calls_after = await webhook_call_totals(api, webhook)
                     cpu = (serving.cpu_seconds() - cpu_before) if serving else 0.0
@@ -199,7 +212,8 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                         figures[name].webhook_seconds += calls_after[0] - calls_before[0]
                         figures[name].webhook_calls += calls_after[1] - calls_before[1]
                         figures[name].server_cpu_seconds += cpu
-                await delete_jobs(api, [args.namespace], run, timeout=300)
+                if args.store:
+                    await delete_jobs(api, [args.namespace], run, timeout=600)
             await register(api, None)
         for server in servers:
             if not server.alive():
@@ -273,6 +287,11 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=96, help="concurrent creates per configuration per round")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
     parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="store the Jobs (and delete them after each round) instead of server-side dry-run creates",
+    )
     args = parser.parse_args()
     for name, value, limit in (
         ("sequential", args.sequential, 2000),
@@ -285,7 +304,8 @@ def main() -> int:
     print(machine_at_start("creates through kube-apiserver"))
     print(
         f"   parameters: shape {args.shape}, namespace {args.namespace}, sequential {args.sequential}, "
-        f"concurrent {args.concurrent}, clients {args.clients}, rounds {args.rounds}"
+        f"concurrent {args.concurrent}, clients {args.clients}, rounds {args.rounds}, "
+        f"{'stored creates' if args.store else 'server-side dry-run creates'}"
     )
     with tempfile.TemporaryDirectory(prefix="kgov-bench-") as state:
         started = time.monotonic()

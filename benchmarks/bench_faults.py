@@ -28,7 +28,7 @@ While the webhook is down, a create must be refused: by the API server's webhook
 ``Fail``, by the ValidatingAdmissionPolicy under ``Ignore``. The run exits 1 when any Job is lost,
 unlabelled or carries a wrong priority, or a create went through while the webhook was down.
 
-    python benchmarks/bench_faults.py                     # about 6 minutes with the cluster start
+    python benchmarks/bench_faults.py                     # about 12 minutes on 2 loaded CPUs, cluster start included
     python benchmarks/bench_faults.py --failure-policy Ignore --steady 3
 """
 
@@ -346,6 +346,7 @@ class Verdict:
     counts: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
     samples: dict[str, str] = field(default_factory=dict)
+    steady_refusals: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     by_phase: dict[str, Counter[str]] = field(default_factory=dict)
     latency_p50: dict[str, float] = field(default_factory=dict)
@@ -384,6 +385,8 @@ async def verify(api: Api, bench: Bench, run: Run) -> Verdict:
             verdict.counts["refused"] += 1
             verdict.refused[attempt.reason] += 1
             verdict.samples.setdefault(attempt.reason, attempt.message)
+            if attempt.phase == STEADY:  # no fault going on: say why
+                verdict.steady_refusals.append(f"{attempt.namespace}/{attempt.name}: {attempt.message}")
             verdict.by_phase[attempt.phase]["refused: " + attempt.reason] += 1
             if found is not None:
                 verdict.counts["refused yet stored"] += 1
@@ -457,6 +460,8 @@ def report(run: Run, verdict: Verdict, seconds: float) -> None:
     for reason, message in verdict.samples.items():
         if reason.startswith("unanswered"):
             print(f"   {reason}: e.g. {message[:200]}")
+    for refusal in verdict.steady_refusals[:5]:
+        print(f"   refused with no fault going on: {refusal[:300]}")
     for problem in verdict.problems[:20]:
         print(f"   PROBLEM {problem}")
 
