@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -121,6 +122,30 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (found,) = by_kind(objects, kind)
     return found
+
+
+#: The kinds of the chart's admission registration: the webhook and the fail-safe (SPEC §8b).
+REGISTRATION_KINDS = ("MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def chart_registration(webhook_url: str, failure_policy: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """The chart's MutatingWebhookConfiguration and its ValidatingAdmissionPolicies with their
+    bindings, as ``helm template`` renders them for the bundled platform
+    (``ci/platform-values.yaml``), calling ``webhook_url`` with ``failure_policy`` and trusting
+    ``ca_pem`` (PEM; the caBundle the chart would make is replaced). Labels are left out (they name
+    a Helm release that is not installed)."""
+    helm = Helm()
+    try:
+        settings = {"webhook.url": json.dumps(webhook_url), "webhook.failurePolicy": json.dumps(failure_policy)}
+        objects = helm.template([PLATFORM_VALUES], settings)
+    finally:
+        helm.close()
+    registration = [obj for obj in objects if obj["kind"] in REGISTRATION_KINDS]
+    for obj in registration:
+        obj["metadata"].pop("labels", None)
+        for hook in obj.get("webhooks") or []:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(ca_pem).decode()
+    return registration
 
 
 # --------------------------------------------------------------------------- the kubelet's part

@@ -1,0 +1,467 @@
+"""What the benchmarks through the real kube-apiserver share: the simulated cluster with the
+bundled platform applied, our webhook registered as the chart registers it, ``kgov serve`` and a
+no-op webhook as processes of their own, and a plain aiohttp client of the API server.
+
+Imported by ``bench_apiserver.py`` and ``bench_faults.py`` as a plain module (a script's own
+directory is on ``sys.path`` when it runs as ``python benchmarks/bench_x.py``). Only 127.0.0.1 is
+used; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from e2e import devcluster  # noqa: E402  (the repository root is put on sys.path just above)
+from e2e.manifests import TopologyShape  # noqa: E402
+from e2e.support import read_metrics  # noqa: E402
+from webhook.certs import issue_serving_certificate, write_private  # noqa: E402
+from webhook.core.policy import PolicySet  # noqa: E402
+from webhook.sources import load_policies  # noqa: E402
+
+PLATFORM = REPO / "kueue-config" / "platform.yaml"
+LOOPBACK = "127.0.0.1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: Every Job a benchmark creates carries this label (value: the run's id), to list and delete them.
+BENCH_LABEL = "kueue-governor.io/bench"
+WEBHOOK_CONFIGURATION = "kgov-governor"  # the chart's default name: sorts before Kueue's
+FIELD_MANAGER = "kgov-bench"
+JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
+MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+VALIDATING_POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VALIDATING_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+CLUSTER_QUEUES = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
+START_TIMEOUT_S = 60.0
+
+
+class BenchError(RuntimeError):
+    """A step of the benchmark did not happen within its bound (the message says which)."""
+
+
+# --------------------------------------------------------------------------- the API server client
+
+
+class ApiError(Exception):
+    """The API server answered with an error ``Status`` (``code``, ``reason``, ``message``)."""
+
+    def __init__(self, code: int, status: dict[str, Any]) -> None:
+        self.code = code
+        self.status = status
+        super().__init__(f"HTTP {code}: {status.get('message', status)}")
+
+
+@dataclass
+class Api:
+    """An aiohttp session on the API server with the admin's static token."""
+
+    url: str
+    session: aiohttp.ClientSession
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if data is not None else {}
+        async with self.session.request(
+            method,
+            f"{self.url}{path}",
+            data=data,
+            params=params,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            text = await response.read()
+            try:
+                answer = json.loads(text) if text else {}
+            except ValueError:  # e.g. a plain-text answer of a server shutting down
+                answer = {"message": text.decode(errors="replace")}
+            if not isinstance(answer, dict):
+                answer = {"message": str(answer)}
+            if response.status >= 400:
+                raise ApiError(response.status, answer)
+            return answer
+
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of ``body`` at ``path`` (the object's own URL)."""
+        return await self.request(
+            "PATCH",
+            path,
+            body,
+            {"fieldManager": FIELD_MANAGER, "force": "true"},
+            "application/apply-patch+yaml",
+        )
+
+    async def delete(self, path: str, params: dict[str, str] | None = None) -> None:
+        with contextlib.suppress(ApiError):
+            await self.request("DELETE", path, params=params)
+
+    async def items(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = (await self.request("GET", path, params=params)).get("items") or []
+        return found
+
+
+@contextlib.asynccontextmanager
+async def api_session(info: devcluster.ClusterInfo, token: str, connections: int = 64) -> Any:
+    context = ssl.create_default_context(cafile=info.ca_file)
+    connector = aiohttp.TCPConnector(ssl=context, limit=connections)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        yield Api(info.apiserver_url, session)
+
+
+async def webhook_call_totals(api: Api, webhook: str) -> tuple[float, int]:
+    """The API server's own account of its calls to ``webhook`` (a webhook's ``name``): seconds
+    spent in them and how many, from ``apiserver_admission_webhook_admission_duration_seconds``
+    (summed over operations and results) on its ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with api.session.get(f"{api.url}/metrics", timeout=aiohttp.ClientTimeout(total=30)) as response:
+        text = await response.text()
+    seconds, calls = 0.0, 0
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_admission_webhook_admission_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("name") != webhook:
+                continue
+            if sample.name.endswith("_sum"):
+                seconds += sample.value
+            elif sample.name.endswith("_count"):
+                calls += int(sample.value)
+    return seconds, calls
+
+
+def admin_token(root: Path) -> str:
+    tokens = devcluster.Paths(root).tokens.read_text().splitlines()
+    return next(line.split(",")[0] for line in tokens if ",kgov-admin," in line)
+
+
+# --------------------------------------------------------------------------- Jobs
+
+
+def job(name: str, namespace: str, run: str, queue: str | None = None) -> dict[str, Any]:
+    """A one-pod Job (1 CPU, 1 GPU), created suspended; with ``queue`` it carries that queue label."""
+    labels = {BENCH_LABEL: run}
+    if queue is not None:
+        labels[QUEUE_LABEL] = queue
+    container = {
+        "name": "main",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "suspend": True,
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]}
+            },
+        },
+    }
+
+
+async def delete_jobs(api: Api, namespaces: list[str], run: str, timeout: float = 120.0) -> None:
+    """Delete the run's Jobs (their Workloads go with them) and wait until none is left."""
+    selector = {"labelSelector": f"{BENCH_LABEL}={run}"}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for namespace in namespaces:
+            # A collection of hundreds can take the API server longer than one request's timeout
+            # on a loaded machine: whatever it has not deleted yet, the next round asks again.
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, ApiError):
+                await api.request(
+                    "DELETE",
+                    JOBS.format(namespace=namespace),
+                    params={**selector, "propagationPolicy": "Background"},
+                    timeout=120,
+                )
+        left = 0
+        for namespace in namespaces:
+            left += len(await api.items(JOBS.format(namespace=namespace), selector))
+            left += len(await api.items(WORKLOADS.format(namespace=namespace)))
+        if left == 0:
+            return
+        await asyncio.sleep(1)
+    raise BenchError(f"Jobs or Workloads of run {run} still there after {timeout:.0f}s")
+
+
+async def hold_cluster_queues(api: Api) -> list[str]:
+    """``stopPolicy: Hold`` on every ClusterQueue: Kueue still makes a Workload per Job but admits
+    none, so no pod runs and the cluster stays steady during a run."""
+    names = [queue["metadata"]["name"] for queue in await api.items(CLUSTER_QUEUES)]
+    for name in names:
+        await api.request(
+            "PATCH", f"{CLUSTER_QUEUES}/{name}", {"spec": {"stopPolicy": "Hold"}}, None, "application/merge-patch+json"
+        )
+    return names
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def webhook_configuration(chart: list[dict[str, Any]], port: int, failure_policy: str) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration calling ``https://127.0.0.1:port/mutate``."""
+    (configuration,) = (obj for obj in chart if obj["kind"] == "MutatingWebhookConfiguration")
+    body = json.loads(json.dumps(configuration))
+    for hook in body["webhooks"]:
+        hook["clientConfig"]["url"] = f"https://{LOOPBACK}:{port}/mutate"
+        hook["failurePolicy"] = failure_policy
+    return dict(body)
+
+
+async def register(api: Api, configuration: dict[str, Any] | None) -> None:
+    """Apply the MutatingWebhookConfiguration, or delete it (None)."""
+    if configuration is None:
+        await api.delete(f"{MUTATING}/{WEBHOOK_CONFIGURATION}")
+    else:
+        await api.apply(f"{MUTATING}/{configuration['metadata']['name']}", configuration)
+
+
+async def apply_admission_policies(api: Api, chart: list[dict[str, Any]]) -> int:
+    """Apply the chart's ValidatingAdmissionPolicies and their bindings; returns how many objects."""
+    path = {"ValidatingAdmissionPolicy": VALIDATING_POLICIES, "ValidatingAdmissionPolicyBinding": VALIDATING_BINDINGS}
+    count = 0
+    for obj in chart:
+        if obj["kind"] in path:
+            await api.apply(f"{path[obj['kind']]}/{obj['metadata']['name']}", obj)
+            count += 1
+    return count
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    """A webhook server run as its own process on a fixed loopback port."""
+
+    name: str
+    command: list[str]
+    port: int
+    log: Path
+    ready_path: str
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, context: ssl.SSLContext, timeout: float = START_TIMEOUT_S) -> float:
+        """Start the process and wait until ``ready_path`` answers 200; returns the seconds taken."""
+        started = time.monotonic()
+        with self.log.open("ab") as sink:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                cwd=REPO,
+                env={**os.environ, **self.env},
+            )
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(f"{self.name} exited {self.process.returncode}: {self.tail()}")
+            with contextlib.suppress(OSError, ssl.SSLError):
+                if devcluster._http_ok(f"https://{LOOPBACK}:{self.port}{self.ready_path}", context):
+                    return time.monotonic() - started
+            time.sleep(0.1)
+        raise BenchError(f"{self.name} not ready in {timeout:.0f}s: {self.tail()}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far (``/proc/<pid>/stat``; 0 when not running)."""
+        if self.process is None or self.process.poll() is not None:
+            return 0.0
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a node failure would: no drain, connections cut."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, characters: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-characters:] if self.log.exists() else ""
+
+
+def kgov_server(root: Path, platform: Path, port: int, metrics_port: int) -> Server:
+    """``kgov serve`` as ``start_governor`` runs it (the e2e serving certificate, its own token,
+    ``--watch-cluster``), on a fixed port so that a restart keeps the registration."""
+    paths = devcluster.Paths(root)
+    info = devcluster.load_info(root)
+    assert info is not None
+    tokens = paths.tokens.read_text().splitlines()
+    token = next(line.split(",")[0] for line in tokens if ",kgov-governor," in line)
+    kubeconfig = root / "governor.kubeconfig"
+    devcluster._write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
+    kgov = (
+        [str(Path(sys.executable).parent / "kgov")]
+        if (Path(sys.executable).parent / "kgov").is_file()
+        else [sys.executable, "-m", "webhook.cli"]
+    )
+    command = [
+        *kgov,
+        "serve",
+        "--platform",
+        str(platform),
+        "--tls-cert-file",
+        str(paths.governor_certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(paths.governor_certs / "tls.key"),
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics_port),
+        "--shutdown-delay",
+        "0",
+        "--watch-cluster",
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    return Server("kgov serve", command, port, root / "kgov-serve.log", "/readyz", {"KUBECONFIG": str(kubeconfig)})
+
+
+def noop_server(root: Path, port: int) -> Server:
+    """The no-op webhook (``noop_webhook.py``) on the same serving certificate as ``kgov serve``."""
+    paths = devcluster.Paths(root)
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "noop_webhook.py"),
+        str(port),
+        str(paths.governor_certs / "tls.crt"),
+        str(paths.governor_certs / "tls.key"),
+    ]
+    return Server("no-op webhook", command, port, root / "noop-webhook.log", "/healthz")
+
+
+def noop_count(port: int, context: ssl.SSLContext) -> int:
+    """How many AdmissionReviews the no-op webhook has answered."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), urllib.request.ProxyHandler({}))
+    with opener.open(f"https://{LOOPBACK}:{port}/count", timeout=5) as response:
+        return int(response.read())
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """One sample of ``kgov serve``'s ``/metrics``, summed over the labels not given."""
+    total = 0.0
+    for (sample, found), value in read_metrics(url).items():
+        if sample == name and all(dict(found).get(k) == v for k, v in labels.items()):
+            total += value
+    return total
+
+
+def rotate_serving_certificate(root: Path) -> None:
+    """A new serving certificate (new key) from the cluster's CA, written over the files the
+    server reads, key then certificate, each atomically (as ``kgov certs renew`` writes them)."""
+    paths = devcluster.Paths(root)
+    cert, key = issue_serving_certificate(
+        paths.ca_crt.read_bytes(), paths.ca_key.read_bytes(), ["localhost"], [LOOPBACK], days=30
+    )
+    write_private(paths.governor_certs / "tls.key", key)
+    write_private(paths.governor_certs / "tls.crt", cert)
+
+
+def served_serial(port: int, ca_file: Path) -> int:
+    """The serial number of the certificate a fresh TLS handshake on ``port`` presents."""
+    import socket
+
+    from cryptography import x509
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with (
+        socket.create_connection((LOOPBACK, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=LOOPBACK) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+# --------------------------------------------------------------------------- the cluster
+
+
+@dataclass
+class Bench:
+    """The running cluster with the bundled platform, and where its files are."""
+
+    root: Path
+    info: devcluster.ClusterInfo
+    platform: Path  # the copy ``kgov serve`` reads (a policy change rewrites it)
+    token: str
+    context: ssl.SSLContext  # trusts the cluster's CA (the webhooks' certificates too)
+
+    def policies(self) -> PolicySet:
+        return load_policies(self.platform)
+
+
+@contextlib.contextmanager
+def bench_cluster(root: Path, shape: str) -> Iterator[Bench]:
+    """``up`` the e2e cluster in ``root``, apply the bundled platform (team namespaces included);
+    ``down`` on exit."""
+    platform = root / "platform.yaml"
+    with devcluster.running_cluster(root, shape=TopologyShape.parse(shape)) as info:
+        shutil.copyfile(PLATFORM, platform)
+        devcluster.apply_platform(root, platform)
+        context = ssl.create_default_context(cafile=info.ca_file)
+        yield Bench(root, info, platform, admin_token(root), context)
+
+
+def team_namespaces(policies: PolicySet) -> dict[str, str]:
+    """namespace → team, for the teams that list their namespaces."""
+    return {namespace: team.team for team in policies.teams for namespace in team.namespaces or []}
+
+
+def expected_labels(policies: PolicySet, namespace: str) -> dict[str, str]:
+    """The queue and Kueue priority labels ``kgov serve`` gives a Job without either in ``namespace``."""
+    (team,) = (team for team in policies.teams if namespace in (team.namespaces or []))
+    labels = {QUEUE_LABEL: str(team.queue.default)}
+    if team.kueuePriority is not None and team.kueuePriority.default is not None:
+        labels[PRIORITY_LABEL] = str(team.kueuePriority.default)
+    return labels
+
+
+def load_average() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
