@@ -120,7 +120,10 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
     assert [p["metadata"]["name"] for p in policies] == [f"kgov-governor-queue-{t['name']}" for t in teams]
     for team, policy, binding in zip(teams, policies, bindings, strict=True):
-        (validation,) = policy["spec"]["validations"]
+        (child, validation) = policy["spec"]["validations"]
+        # A workload a user makes a child of a Kueue-managed owner (a forged ownerReference) is refused.
+        assert child["expression"] == kinds["cel"]["childOfAController"]
+        assert f'team "{team["name"]}" only a controller makes' in child["message"]
         assert f'team "{team["name"]}"' in validation["message"]
         assert binding["spec"]["policyName"] == policy["metadata"]["name"]
         assert binding["spec"]["validationActions"] == ["Deny"]
