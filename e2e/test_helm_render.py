@@ -120,7 +120,10 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
     assert [p["metadata"]["name"] for p in policies] == [f"kgov-governor-queue-{t['name']}" for t in teams]
     for team, policy, binding in zip(teams, policies, bindings, strict=True):
-        (child, validation) = policy["spec"]["validations"]
+        (child, version, validation) = policy["spec"]["validations"]
+        # A version of a kind that Kueue does not manage (kubeflow.org/v1 MPIJob) is refused.
+        assert version["expression"] == kinds["cel"]["managedVersion"]
+        assert "request.kind.version == 'v1'" in version["expression"]
         # A workload a user makes a child of a Kueue-managed owner (a forged ownerReference) is refused.
         assert child["expression"] == kinds["cel"]["childOfAController"]
         assert f'team "{team["name"]}" only a controller makes' in child["message"]

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from support import bundled_teams, review_body
 
+from webhook.core.kinds import webhook_rules
 from webhook.core.planner import made_by_a_controller
 from webhook.core.review import review
+from webhook.generate.chart import kinds_document
 
 DATA = Path(__file__).resolve().parent / "data" / "admission"
 RESEARCH = "hyperpod-ns-research"
@@ -156,3 +158,96 @@ def test_user_info_of_the_wrong_type_is_a_malformed_review() -> None:
     body["request"]["userInfo"]["username"] = 7
     with pytest.raises(ValueError, match=r"request.userInfo.username must be a string, got number"):
         review(body, bundled_teams())
+
+
+def _pytorchjob(scheduling: dict[str, Any]) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "main", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt"},
+        "spec": {
+            "runPolicy": {"schedulingPolicy": scheduling},
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}},
+        },
+    }
+
+
+@pytest.mark.parametrize("priority_class", ["system-cluster-critical", "inference-priority"])
+def test_a_kubeflow_scheduling_policy_priority_class_is_checked(priority_class: str) -> None:
+    """Regression: Kueue takes runPolicy.schedulingPolicy.priorityClass as a Kubeflow job's priority
+    when the priority-class label is absent (KubeflowJob.PriorityClass, before the pods'
+    priorityClassName); the governor did not check it."""
+    body = _as(review_body(_pytorchjob({"priorityClass": priority_class}), RESEARCH), ADMIN)
+    response = review(body, bundled_teams()).response["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        f"kueue-governor: podPriority: PriorityClass {priority_class!r} "
+        "(spec.runPolicy.schedulingPolicy.priorityClass) is not allowed for team 'research'; allowed: "
+        "training-priority, experimentation-priority"
+    )
+
+
+def test_a_scheduling_policy_priority_class_the_team_may_use_or_kept_on_update_passes() -> None:
+    allowed = _pytorchjob({"priorityClass": "experimentation-priority", "queue": "hyperpod-ns-inference-localqueue"})
+    outcome = review(_as(review_body(allowed, RESEARCH), ADMIN), bundled_teams())
+    assert outcome.response["response"]["allowed"] is True
+    # schedulingPolicy.queue is the gang scheduler's queue (Volcano): Kueue never reads it.
+    assert outcome.patch[0]["value"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-research-localqueue"
+    stored = _pytorchjob({"priorityClass": "system-cluster-critical"})
+    stored["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "hyperpod-ns-research-localqueue"}
+    touched = copy.deepcopy(stored)
+    touched["metadata"]["labels"]["team"] = "x"
+    kept = review(_as(review_body(touched, RESEARCH, "UPDATE", stored), ADMIN), bundled_teams())
+    assert kept.response["response"]["allowed"] is True  # from before the policy: an UPDATE keeps it
+    raised = copy.deepcopy(stored)
+    raised["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "inference-priority"
+    refused = review(_as(review_body(raised, RESEARCH, "UPDATE", stored), ADMIN), bundled_teams())
+    assert (
+        "PriorityClass 'inference-priority' (spec.runPolicy.schedulingPolicy.priorityClass)"
+        in (refused.response["response"]["status"]["message"])
+    )
+
+
+def _mpijob(version: str) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "main", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]}}
+    return {
+        "apiVersion": f"kubeflow.org/{version}",
+        "kind": "MPIJob",
+        "metadata": {"name": "mpi"},
+        "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": template}}},
+    }
+
+
+def test_the_training_operators_mpijob_is_refused_in_a_team_namespace() -> None:
+    """Regression: a kubeflow.org/v1 MPIJob (the training-operator's; Kueue manages mpi-operator's
+    v2beta1 only) was passed untouched, and the training-operator runs it outside Kueue."""
+    response = review(_as(review_body(_mpijob("v1"), RESEARCH), ADMIN), bundled_teams()).response["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        "kueue-governor: queue: kubeflow.org/v1 MPIJob is not a version Kueue manages (kubeflow.org/v2beta1): the "
+        "Kubeflow training-operator runs a kubeflow.org/v1 MPIJob by itself, so it would run at once, outside the "
+        "team's queue and quota; create it as kubeflow.org/v2beta1"
+    )
+    # Kueue's version is governed; an UPDATE of a v1 MPIJob made before (its operator's finalizers) passes;
+    # outside the teams' namespaces nothing is refused.
+    governed = review(_as(review_body(_mpijob("v2beta1"), RESEARCH), ADMIN), bundled_teams())
+    assert governed.response["response"]["allowed"] is True and governed.patch
+    update = review(_as(review_body(_mpijob("v1"), RESEARCH, "UPDATE", _mpijob("v1")), ADMIN), bundled_teams())
+    assert update.response["response"]["allowed"] is True
+    elsewhere = review(_as(review_body(_mpijob("v1"), "default"), ADMIN), bundled_teams())
+    assert elsewhere.response["response"]["allowed"] is True
+
+
+def test_the_webhook_and_the_chart_are_registered_for_the_refused_version() -> None:
+    rules = [(rule["apiGroups"], rule["apiVersions"], rule["resources"]) for rule in webhook_rules()]
+    assert (["kubeflow.org"], ["v1"], ["jaxjobs", "mpijobs", "paddlejobs", "pytorchjobs", "tfjobs", "xgboostjobs"]) in (
+        rules
+    )
+    cel = kinds_document()["cel"]
+    assert cel["managedVersion"] == (
+        "!(request.operation == 'CREATE' && (((request.kind.group == 'kubeflow.org' && request.kind.kind == "
+        "'MPIJob') && request.kind.version == 'v1')))"
+    )
+    assert "request.userInfo.username.startsWith('system:')" in cel["notAManagedChild"]
+    assert "request.userInfo.username.startsWith('system:')" in cel["childOfAController"]

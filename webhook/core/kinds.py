@@ -48,7 +48,12 @@ def _job_pods(spec: PathPattern) -> Factor:
 
 
 def _kubeflow(
-    kind: str, group: str, version: str, replica_specs: str, extra_counts: tuple[Factor, ...] = ()
+    kind: str,
+    group: str,
+    version: str,
+    replica_specs: str,
+    extra_counts: tuple[Factor, ...] = (),
+    unmanaged: tuple[tuple[str, str], ...] = (),
 ) -> WorkloadKind:
     base = ("spec", replica_specs, "*")
     return WorkloadKind(
@@ -61,6 +66,9 @@ def _kubeflow(
         ),
         suspend=("spec", "runPolicy", "suspend"),
         counts=(Factor(("spec", "runPolicy", "schedulingPolicy", "minAvailable")), *extra_counts),
+        # Kueue's priority when no priority-class label is set (KubeflowJob/MPIJob.PriorityClass).
+        priority_classes=(("spec", "runPolicy", "schedulingPolicy", "priorityClass"),),
+        unmanaged_versions=unmanaged,
     )
 
 
@@ -180,9 +188,22 @@ KINDS: tuple[WorkloadKind, ...] = (
     _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs"),
     _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs"),
     _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
-    # Kueue's MPIJob is mpi-operator's v2beta1; training-operator's kubeflow.org/v1 MPIJob is not
-    # one Kueue manages, so it has no row and passes untouched.
-    _kubeflow("MPIJob", "kubeflow.org", "v2beta1", "mpiReplicaSpecs", (Factor(("spec", "slotsPerWorker")),)),
+    # Kueue's MPIJob is mpi-operator's v2beta1; the training-operator's kubeflow.org/v1 MPIJob (a CRD
+    # of its own: a cluster serves one or the other) is not one Kueue manages: it would run at once.
+    _kubeflow(
+        "MPIJob",
+        "kubeflow.org",
+        "v2beta1",
+        "mpiReplicaSpecs",
+        (Factor(("spec", "slotsPerWorker")),),
+        unmanaged=(
+            (
+                "v1",
+                "the Kubeflow training-operator runs a kubeflow.org/v1 MPIJob by itself, so it would run at once, "
+                "outside the team's queue and quota",
+            ),
+        ),
+    ),
     WorkloadKind(
         group="trainer.kubeflow.org",
         kind="TrainJob",
@@ -330,11 +351,12 @@ def webhook_rules(operations: tuple[str, ...] = ("CREATE", "UPDATE")) -> list[di
     """MutatingWebhookConfiguration ``rules`` covering exactly the kinds of :data:`KINDS`.
 
     One rule per API group and version, its resources sorted; namespaced scope. Versions are
-    listed explicitly (SPEC §4): another version of a group is not sent to the webhook.
+    listed explicitly (SPEC §4): another version of a group is not sent to the webhook, except a
+    row's ``unmanaged_versions``, which are sent to be refused.
     """
     by_group: dict[tuple[str, str], set[str]] = {}
     for row in KINDS:
-        for version in row.versions:
+        for version in (*row.versions, *(unmanaged for unmanaged, _ in row.unmanaged_versions)):
             by_group.setdefault((row.group, version), set()).add(row.resource)
     return [
         {

@@ -36,7 +36,7 @@ from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import normalize, plan_node_affinity
-from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
+from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
@@ -73,7 +73,13 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
         other = kind_of_group(request.api_version, request.kind)
         if other is not None:
             versions = ", ".join(f"{other.group}/{v}" for v in other.versions)
-            return Plan(skipped=f"{request.api_version} {request.kind} is not a version Kueue manages ({versions})")
+            why = dict(other.unmanaged_versions).get(request.version)
+            message = f"{request.api_version} {request.kind} is not a version Kueue manages ({versions})"
+            if why is not None and request.operation == "CREATE":  # an UPDATE (finalizers) of one made before: allowed
+                plan = Plan()
+                plan.report("enforce", "queue", f"{message}: {why}; create it as {versions}")
+                return plan
+            return Plan(skipped=message)
         return Plan(skipped=f"kind {request.api_version} {request.kind} is not a workload kind")
     forged = user_made_child(request, team) if request.operation in ("CREATE", "UPDATE") else ""
     if forged:
@@ -212,6 +218,7 @@ def plan_object(
         affinity = [normalize(e.model_dump()) for e in team.nodeAffinity]
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
+        check_priority_fields(obj, row, team, plan, None)
         forbidden = elastic_forbidden(obj, row)
         for podset in view.podsets:
             validate_podset(podset, team, plan, forbidden)

@@ -42,7 +42,7 @@ from webhook.core.planner import managed_child, plan_object, skip_reason, valida
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.quantity import format_quantity
-from webhook.core.rules.pod_priority import check_pod_priority
+from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
@@ -70,6 +70,7 @@ def plan_update(
     draft = Draft(new)
     try:
         _labels(draft, old, row, team, plan)
+        check_priority_fields(new, row, team, plan, old)
         if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
             _restore(draft, plan, row.suspend, True, "suspend", dotted(row.suspend), "Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}

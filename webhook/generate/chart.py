@@ -79,6 +79,17 @@ def not_a_child_expression() -> str:
     )
 
 
+def managed_version_expression() -> str:
+    """CEL (true = allowed): not the CREATE of a version Kueue does not manage that a controller runs
+    by itself (the kinds table's ``unmanaged_versions``, e.g. ``kubeflow.org/v1`` MPIJob)."""
+    clauses = [
+        f"({_is_kind(row)} && request.kind.version == {_cel_string(version)})"
+        for row in KINDS
+        for version, _ in row.unmanaged_versions
+    ]
+    return f"!(request.operation == 'CREATE' && ({' || '.join(clauses)}))" if clauses else "true"
+
+
 def _path_expression(variable: str, path: tuple[str, ...]) -> str:
     """``has()`` chain for a plain (wildcard-free) path."""
     steps = []
@@ -128,6 +139,7 @@ def kinds_document() -> dict[str, Any]:
             "notAManagedChild": not_a_child_expression(),
             # The ValidatingAdmissionPolicy: what matchConditions let through as a child was made one by a user.
             "childOfAController": f"!({managed_child_expression('object')}) || ({controller_expression()})",
+            "managedVersion": managed_version_expression(),
             "notLeftAlone": left_alone_expression(),
             "queue": queue_label_expression("object"),
             "oldQueue": (
