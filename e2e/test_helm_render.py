@@ -79,6 +79,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert conditions == {
         "not-a-kueue-managed-child": kinds["cel"]["notAManagedChild"],
         "not-left-alone": kinds["cel"]["notLeftAlone"],
+        "status-changes-metadata": kinds["cel"]["statusChangesMetadata"],
     }
 
     deployment = one(objects, "Deployment")

@@ -302,6 +302,50 @@ async def test_the_queue_and_priority_labels_on_update(
     assert workloads[0]["spec"]["priority"] == 500
 
 
+async def test_the_labels_through_the_status_subresource(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """Regression: the API server keeps metadata changes made through a Job's or a Pod's ``status``
+    subresource, and Kueue follows the priority label there (a Workload went to priority 1000). The
+    governor is now registered for the built-in kinds' ``status`` (only for writes that change labels
+    or owners: the registration's matchCondition, evaluated by the API server) and checks them."""
+    name = unique("status")
+    created = (await create_with_warnings(dynamic, cleanup.add(job(RESEARCH, name=name)))).obj
+    bare = (await create_with_warnings(dynamic, cleanup.add(pod(RESEARCH, unique("status-pod"))))).obj
+    raised = json.dumps({"metadata": {"labels": {PRIORITY_LABEL: "inference-priority"}}})
+    refusal = (
+        DENIED + "kueuePriority: WorkloadPriorityClass 'inference-priority' (metadata.labels.kueue.x-k8s.io/"
+        f"priority-class) is not allowed for team 'research'; {RESEARCH_ALLOWED}"
+    )
+    for kind, obj in (("job", created), ("pod", bare)):
+        result = await asyncio.to_thread(
+            run_kubectl,
+            e2e_cluster.kubeconfig,
+            tmp_path,
+            *("patch", kind, obj["metadata"]["name"], "-n", RESEARCH, "--subresource=status", "--type=merge"),
+            *("-p", raised),
+        )
+        assert result.returncode == 1, (kind, result.stdout)
+        assert refusal in result.stderr, (kind, result.stderr)
+    dropped = json.dumps({"metadata": {"labels": {QUEUE_LABEL: None}}})
+    result = await asyncio.to_thread(
+        run_kubectl,
+        e2e_cluster.kubeconfig,
+        tmp_path,
+        *("patch", "job", name, "-n", RESEARCH, "--subresource=status", "--type=merge", "-p", dropped),
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"this update removes metadata.labels.{QUEUE_LABEL}; kept {RESEARCH_QUEUE!r}" in result.stderr
+    workload = await admitted_workload(dynamic, RESEARCH, created["metadata"]["uid"])
+    stored = await get(dynamic, "batch/v1", "Job", name, RESEARCH)
+    assert stored is not None
+    assert {k: v for k, v in stored["metadata"]["labels"].items() if k.startswith("kueue.x-k8s.io/")} == {
+        QUEUE_LABEL: RESEARCH_QUEUE,
+        PRIORITY_LABEL: "training-priority",
+    }
+    assert (workload["spec"]["queueName"], workload["spec"]["priority"]) == (RESEARCH_QUEUE, 500)
+
+
 # --------------------------------------------------------------------------- children
 
 
@@ -473,7 +517,10 @@ async def test_the_charts_cel_refuses_a_users_child_and_passes_a_controllers(
             "validations": [
                 {"expression": cel["childOfAController"], "message": "a child made by a user"},
                 {"expression": cel["managedVersion"], "message": "a version Kueue does not manage"},
-                {"expression": "object.kind != 'Job'", "message": "a Job reached the policy"},
+                {
+                    "expression": "request.operation != 'CREATE' || object.kind != 'Job'",
+                    "message": "a Job reached the policy",
+                },
             ],
         },
     }

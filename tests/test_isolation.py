@@ -22,6 +22,8 @@ from webhook.generate.chart import kinds_document
 
 DATA = Path(__file__).resolve().parent / "data" / "admission"
 RESEARCH = "hyperpod-ns-research"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 ADMIN = "kgov-admin"  # the user of the recorded kubectl requests (v1-job-create.json)
 
 
@@ -251,3 +253,55 @@ def test_the_webhook_and_the_chart_are_registered_for_the_refused_version() -> N
     )
     assert "request.userInfo.username.startsWith('system:')" in cel["notAManagedChild"]
     assert "request.userInfo.username.startsWith('system:')" in cel["childOfAController"]
+
+
+def _status_update(labels: dict[str, str] | None, user: str = ADMIN) -> dict[str, Any]:
+    """The recorded UPDATE of a Job of research, sent to its ``status`` subresource by ``user`` with
+    the Job's labels replaced by ``labels`` (None: removed)."""
+    body = recorded("v1-job-update-kueue-start.json")
+    request = body["request"]
+    request["subResource"] = "status"
+    request["userInfo"]["username"] = user
+    request["object"] = copy.deepcopy(request["oldObject"])
+    if labels is None:
+        del request["object"]["metadata"]["labels"]
+    else:
+        request["object"]["metadata"]["labels"] = labels
+    return body
+
+
+def test_labels_changed_through_the_status_subresource_are_checked() -> None:
+    """Regression: the API server keeps metadata changes made through a Job's or a Pod's ``status``
+    subresource (``kubectl patch --subresource=status``), and the governor skipped subresources: a
+    priority-class label raised there was taken by Kueue (the Workload's priority went to 1000)."""
+    stored = recorded("v1-job-update-kueue-start.json")["request"]["oldObject"]["metadata"]["labels"]
+    raised = review(_status_update({**stored, PRIORITY_LABEL: "inference-priority"}), bundled_teams())
+    assert raised.response["response"]["status"]["message"] == (
+        "kueue-governor: kueuePriority: WorkloadPriorityClass 'inference-priority' (metadata.labels."
+        "kueue.x-k8s.io/priority-class) is not allowed for team 'research'; allowed: training-priority, "
+        "experimentation-priority"
+    )
+    moved = review(_status_update({**stored, QUEUE_LABEL: "hyperpod-ns-inference-localqueue"}), bundled_teams())
+    assert "LocalQueue 'hyperpod-ns-inference-localqueue'" in moved.response["response"]["status"]["message"]
+    dropped = review(_status_update(None), bundled_teams())
+    assert dropped.response["response"]["allowed"] is True
+    assert dropped.patch == [
+        {"op": "add", "path": "/metadata/labels", "value": {QUEUE_LABEL: stored[QUEUE_LABEL]}},
+        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1priority-class", "value": stored[PRIORITY_LABEL]},
+    ]
+    assert len(dropped.response["response"]["warnings"]) == 2
+    same = review(_status_update(dict(stored), user="system:kube-controller-manager"), bundled_teams())
+    assert same.plan.skipped == "status UPDATE: no governed label introduced, changed or dropped"
+
+
+def test_the_status_of_a_custom_resource_is_not_reviewed() -> None:
+    """A CRD's status subresource drops metadata changes (the API server's custom resource status
+    strategy), so only built-in kinds are registered and reviewed there."""
+    body = review_body(_pytorchjob({}), RESEARCH, "UPDATE", _pytorchjob({}))
+    body["request"]["subResource"] = "status"
+    assert review(_as(body, ADMIN), bundled_teams()).plan.skipped == "subresource 'status'"
+    rules = {resource for rule in webhook_rules() for resource in rule["resources"]}
+    assert {"jobs/status", "pods/status", "statefulsets/status", "cronjobs/status"} <= rules
+    assert not [resource for resource in rules if resource.endswith("/status") and "pytorch" in resource]
+    status = kinds_document()["cel"]["statusChangesMetadata"]
+    assert status.startswith("!has(request.subResource) || request.subResource != 'status' || ")

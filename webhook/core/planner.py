@@ -61,14 +61,23 @@ __all__ = [
 def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
-    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.update.plan_update`; other
-    operations and subresources → nothing.
+    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.update.plan_update`; an UPDATE
+    through the ``status`` subresource of a built-in kind → its labels only
+    (:func:`webhook.core.update.plan_status_update`); other operations and subresources → nothing.
     """
-    from webhook.core.update import plan_update  # the UPDATE planner builds on this module
+    from webhook.core.update import plan_status_update, plan_update  # the UPDATE planner builds on this module
 
-    if request.sub_resource:
-        return Plan(skipped=f"subresource {request.sub_resource!r}")
     row = find_kind(request.api_version, request.kind)
+    status = (
+        request.sub_resource == "status"
+        and request.operation == "UPDATE"
+        and row is not None
+        and row.built_in
+        and request.object is not None
+        and request.old_object is not None
+    )
+    if request.sub_resource and not status:
+        return Plan(skipped=f"subresource {request.sub_resource!r}")
     if row is None:
         other = kind_of_group(request.api_version, request.kind)
         if other is not None:
@@ -86,6 +95,8 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
         plan = Plan()
         plan.report("enforce", "queue", forged)
         return plan
+    if status and request.object is not None and request.old_object is not None:
+        return plan_status_update(request.object, request.old_object, row, team)
     if request.operation == "CREATE" and request.object is not None:
         return plan_object(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:

@@ -48,7 +48,7 @@ from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
-__all__ = ["plan_update"]
+__all__ = ["plan_status_update", "plan_update"]
 
 _AFFINITY = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 
@@ -96,6 +96,30 @@ def plan_update(
     plan.changes = draft.changes
     if not plan.changes and not plan.denials and not plan.warnings:
         plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
+    return plan
+
+
+def plan_status_update(
+    new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled
+) -> Plan:
+    """Plan an UPDATE through the ``status`` subresource of a built-in kind.
+
+    The API server's status strategies of Job, Pod, StatefulSet and ReplicaSet reset ``spec`` but
+    keep the object's ``metadata`` changes, so ``kubectl patch --subresource=status`` can change,
+    add or drop the queue and priority labels (Kueue then follows the new priority). They are
+    planned as on any UPDATE: a value introduced or changed is checked, one dropped is put back.
+    """
+    if managed_child(new) and managed_child(old):
+        return Plan(skipped=managed_child(new))
+    plan = Plan()
+    draft = Draft(new)
+    try:
+        _labels(draft, old, row, team, plan)
+    except Shape as shape:
+        return malformed(shape)
+    plan.changes = draft.changes
+    if not plan.changes and not plan.denials and not plan.warnings:
+        plan.skipped = "status UPDATE: no governed label introduced, changed or dropped"
     return plan
 
 

@@ -25,7 +25,7 @@ from webhook.core.platform import Platform
 from webhook.core.policy import compile_policies
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
-__all__ = ["kinds_document", "managed_child_expression", "platform_values"]
+__all__ = ["kinds_document", "managed_child_expression", "platform_values", "status_expression"]
 
 
 def _cel_string(value: str) -> str:
@@ -90,6 +90,18 @@ def managed_version_expression() -> str:
     return f"!(request.operation == 'CREATE' && ({' || '.join(clauses)}))" if clauses else "true"
 
 
+def status_expression() -> str:
+    """CEL (true = the request goes on): not an update through the ``status`` subresource, or one
+    that changes the labels or owner references (which the built-in kinds' status strategies keep),
+    so the frequent status writes of controllers and kubelets are never sent to the webhook."""
+    changed = " || ".join(
+        f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) != "
+        f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})"
+        for field, empty in (("labels", "{}"), ("ownerReferences", "[]"))
+    )
+    return f"!has(request.subResource) || request.subResource != 'status' || (oldObject != null && ({changed}))"
+
+
 def _path_expression(variable: str, path: tuple[str, ...]) -> str:
     """``has()`` chain for a plain (wildcard-free) path."""
     steps = []
@@ -141,6 +153,7 @@ def kinds_document() -> dict[str, Any]:
             "childOfAController": f"!({managed_child_expression('object')}) || ({controller_expression()})",
             "managedVersion": managed_version_expression(),
             "notLeftAlone": left_alone_expression(),
+            "statusChangesMetadata": status_expression(),
             "queue": queue_label_expression("object"),
             "oldQueue": (
                 f"request.operation == 'UPDATE' && oldObject != null ? ({queue_label_expression('oldObject')}) : ''"
