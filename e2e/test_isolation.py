@@ -175,6 +175,41 @@ async def test_another_teams_queue_in_a_warn_team_is_never_admitted(dynamic: Dyn
     assert not is_true(workload, "Admitted")
 
 
+async def test_a_local_queue_of_its_own_on_another_teams_cluster_queue_is_never_admitted(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    """A team that may create LocalQueues points one at research's ClusterQueue: the generated
+    ClusterQueue selects research's namespaces only, so Kueue never admits a workload of
+    data-science through it (and data-science is warned that the queue is not its own)."""
+    name = unique("borrowed")
+    local_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": DATA_SCIENCE},
+        "spec": {"clusterQueue": "hyperpod-ns-research-clusterqueue"},
+    }
+    await create_with_warnings(dynamic, local_queue)
+    resource = await dynamic.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="LocalQueue")
+    try:
+        created = await create_with_warnings(dynamic, job(DATA_SCIENCE, {QUEUE_LABEL: name}))
+        cleanup.add(created.obj)
+        assert created.warnings and f"LocalQueue '{name}'" in created.warnings[0]
+
+        async def pending() -> dict[str, Any] | None:
+            workload = await workload_for(dynamic, DATA_SCIENCE, created.obj["metadata"]["uid"])
+            reserved = condition(workload, "QuotaReserved") if workload else None
+            return reserved if reserved is not None and reserved["status"] == "False" else None
+
+        reserved = await wait_for(pending, "Kueue to leave the Workload pending", timeout=60)
+        assert "doesn't match ClusterQueue selector" in reserved["message"], reserved
+        workload = await workload_for(dynamic, DATA_SCIENCE, created.obj["metadata"]["uid"])
+        assert workload is not None and not is_true(workload, "Admitted")
+    finally:
+        await cleanup.run()
+        with contextlib.suppress(NotFoundError):
+            await dynamic.delete(resource, name=name, namespace=DATA_SCIENCE)
+
+
 # --------------------------------------------------------------------------- the labels on UPDATE
 
 
