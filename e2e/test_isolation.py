@@ -748,6 +748,52 @@ async def test_another_teams_queue_in_kind_specific_places(dynamic: DynamicClien
         )
 
 
+async def test_a_pod_template_label_changed_on_update_is_refused(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """Regression: an UPDATE that changed a StatefulSet's or Deployment's pod-template queue or
+    priority label was not checked (CREATE checks them). Nothing ran outside the allowance: the
+    governor refuses each new Pod of a Deployment that carries them (seen only as the ReplicaSet's
+    FailedCreate events), and Kueue v0.19.2 takes a StatefulSet's pod group priority from the
+    StatefulSet's own label. ``kubectl patch`` of either is now refused, as a CREATE would be."""
+    for kind in ("StatefulSet", "Deployment"):
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": {"name": unique(kind.lower()), "namespace": RESEARCH},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "x"}},
+                "template": template(1, {"app": "x"}),
+                **({"serviceName": "x"} if kind == "StatefulSet" else {}),
+            },
+        }
+        body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+        created = (await create_with_warnings(dynamic, cleanup.add(body))).obj
+        assert created["spec"]["template"]["metadata"]["labels"][PRIORITY_LABEL] == "training-priority"
+        raised = {"spec": {"template": {"metadata": {"labels": {PRIORITY_LABEL: "inference-priority"}}}}}
+        result = await asyncio.to_thread(
+            run_kubectl,
+            e2e_cluster.kubeconfig,
+            tmp_path,
+            *(
+                "patch",
+                kind.lower(),
+                body["metadata"]["name"],
+                "-n",
+                RESEARCH,
+                "--type=merge",
+                "-p",
+                json.dumps(raised),
+            ),
+        )
+        assert result.returncode == 1, (kind, result.stdout)
+        assert (
+            DENIED + "kueuePriority: WorkloadPriorityClass 'inference-priority' (spec.template.metadata.labels."
+            f"kueue.x-k8s.io/priority-class) is not allowed for team 'research'; {RESEARCH_ALLOWED}"
+        ) in result.stderr, (kind, result.stderr)
+
+
 async def test_fields_kueue_does_not_read_for_the_queue_change_nothing(
     dynamic: DynamicClient, cleanup: Cleanup
 ) -> None:

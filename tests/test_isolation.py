@@ -305,3 +305,45 @@ def test_the_status_of_a_custom_resource_is_not_reviewed() -> None:
     assert not [resource for resource in rules if resource.endswith("/status") and "pytorch" in resource]
     status = kinds_document()["cel"]["statusChangesMetadata"]
     assert status.startswith("!has(request.subResource) || request.subResource != 'status' || ")
+
+
+def _pods_of(kind: str, labels: dict[str, str]) -> dict[str, Any]:
+    governed = {QUEUE_LABEL: "hyperpod-ns-research-localqueue", PRIORITY_LABEL: "training-priority"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "web", "labels": dict(governed)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web", **governed, **labels}},
+                "spec": {"priorityClassName": "training-priority", "containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
+def test_a_pod_template_label_changed_on_update_is_checked(kind: str) -> None:
+    """Regression: an UPDATE that changed the queue or priority label of a Deployment's or
+    StatefulSet's pod template was not checked as CREATE checks it (only a dropped one was put
+    back); a Deployment's new pods were then refused one by one, seen only in its events."""
+    stored = _pods_of(kind, {})
+    raised = _pods_of(kind, {PRIORITY_LABEL: "inference-priority"})
+    response = review(_as(review_body(raised, RESEARCH, "UPDATE", stored), ADMIN), bundled_teams()).response
+    assert response["response"]["status"]["message"] == (
+        "kueue-governor: kueuePriority: WorkloadPriorityClass 'inference-priority' (spec.template.metadata.labels."
+        "kueue.x-k8s.io/priority-class) is not allowed for team 'research'; allowed: training-priority, "
+        "experimentation-priority"
+    )
+    moved = _pods_of(kind, {QUEUE_LABEL: "hyperpod-ns-inference-localqueue"})
+    response = review(_as(review_body(moved, RESEARCH, "UPDATE", stored), ADMIN), bundled_teams()).response
+    assert (
+        "LocalQueue 'hyperpod-ns-inference-localqueue' (spec.template.metadata.labels."
+        in (response["response"]["status"]["message"])
+    )
+    allowed = _pods_of(kind, {PRIORITY_LABEL: "experimentation-priority"})
+    outcome = review(_as(review_body(allowed, RESEARCH, "UPDATE", stored), ADMIN), bundled_teams())
+    assert outcome.response["response"]["allowed"] is True
+    assert outcome.plan.denials == [] and outcome.patch == []

@@ -228,14 +228,21 @@ def _podset(
                     f"podset {new.name!r}: this update drops team {team.team!r}'s "
                     "node affinity from an affinity it changes; Kueue may place its pods outside the team's nodes",
                 )
-    if pod_labels:
-        for label in (QUEUE_LABEL, PRIORITY_LABEL):
+    if pod_labels:  # Kueue reads these pods' queue and priority from the template (a StatefulSet's pods: children)
+        rules: tuple[tuple[str, Rule, ValueRule | None, str], ...] = (
+            (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+            (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+        )
+        for label, rule_name, rule, what in rules:
             path = new.at(*layout.labels, label)
-            before = lookup(old.base, (*layout.labels, label))
+            before, now = lookup(old.base, (*layout.labels, label)), draft.get(path)
             if label == QUEUE_LABEL and _emptied_queue(draft, path, before, plan):
                 continue
-            if before is not None and draft.get(path) is None:
-                _restore(draft, plan, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
+            if before is not None and now is None:
+                _restore(draft, plan, path, before, rule_name, dotted(path))
+            elif now is not None and now != before and rule is not None:
+                consequence = unknown_queue(team) if label == QUEUE_LABEL else ""
+                check_value(plan, rule_name, rule, now, dotted(path), team, what, consequence)
 
 
 def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:
