@@ -381,6 +381,58 @@ async def test_the_labels_through_the_status_subresource(
     assert (workload["spec"]["queueName"], workload["spec"]["priority"]) == (RESEARCH_QUEUE, 500)
 
 
+async def test_starting_what_kueue_has_not_admitted_is_undone_by_kueue(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """The one way around the queue left to Kueue itself: a user unsuspends a Job, or removes a
+    Pod's scheduling gates, before Kueue admitted it (here never: data-science names research's
+    LocalQueue). The API server takes the update, and Kueue stops the workload again ("Not admitted
+    by cluster queue"): the Job is suspended and its pod deleted, the Pod is deleted."""
+    name = unique("unsuspend")
+    created = (
+        await create_with_warnings(dynamic, cleanup.add(job(DATA_SCIENCE, {QUEUE_LABEL: RESEARCH_QUEUE}, name)))
+    ).obj
+    bare = cleanup.add(pod(DATA_SCIENCE, unique("ungated"), labels={QUEUE_LABEL: RESEARCH_QUEUE}))
+    gated = (await create_with_warnings(dynamic, bare)).obj
+    assert created["spec"]["suspend"] is True
+    assert ADMISSION_GATE in [gate["name"] for gate in gated["spec"]["schedulingGates"]]
+    for args in (
+        ("patch", "job", name, "--type=merge", "-p", json.dumps({"spec": {"suspend": False}})),
+        (
+            "patch",
+            "pod",
+            gated["metadata"]["name"],
+            "--type=json",
+            "-p",
+            '[{"op":"remove","path":"/spec/schedulingGates"}]',
+        ),
+    ):
+        result = await asyncio.to_thread(run_kubectl, e2e_cluster.kubeconfig, tmp_path, *args, "-n", DATA_SCIENCE)
+        assert result.returncode == 0, result.stderr
+
+    async def stopped() -> bool:
+        stored = await get(dynamic, "batch/v1", "Job", name, DATA_SCIENCE)
+        pods = await list_objects(dynamic, "v1", "Pod", DATA_SCIENCE, label_selector=f"job-name={name}")
+        ungated = await get(dynamic, "v1", "Pod", gated["metadata"]["name"], DATA_SCIENCE)
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return (
+            stored is not None
+            and stored["spec"]["suspend"] is True
+            and not live
+            and (ungated is None or ungated["metadata"].get("deletionTimestamp") is not None)
+        )
+
+    await wait_for(stopped, "Kueue to suspend the Job again and delete the ungated Pod", timeout=60)
+    events = await list_objects(dynamic, "v1", "Event", DATA_SCIENCE)
+    reasons = {
+        (e["involvedObject"]["kind"], e["reason"], e.get("message"))
+        for e in events
+        if e["involvedObject"]["name"] in (name, gated["metadata"]["name"])
+    }
+    assert ("Job", "Stopped", "Not admitted by cluster queue") in reasons, reasons
+    assert ("Pod", "Stopped", "Not admitted by cluster queue") in reasons, reasons
+
+
 # --------------------------------------------------------------------------- children
 
 
