@@ -251,27 +251,19 @@ async def test_the_queue_and_priority_labels_on_update(
         return json.dumps(current)
 
     kept_labels = {k: v for k, v in created["metadata"]["labels"].items() if not k.startswith("kueue.x-k8s.io/")}
-    raising: dict[str, tuple[str, ...] | tuple[tuple[str, ...], str]] = {
-        "label --overwrite": ("label", "job", name, "-n", RESEARCH, "--overwrite", f"{QUEUE_LABEL}={INFERENCE_QUEUE}"),
-        "patch": (
-            "patch",
-            "job",
-            name,
-            "-n",
-            RESEARCH,
-            "--type=merge",
-            "-p",
-            json.dumps({"metadata": {"labels": {QUEUE_LABEL: INFERENCE_QUEUE}}}),
-        ),
+    job_args = ("job", name, "-n", RESEARCH)
+    other_labels = json.dumps({"metadata": {"labels": {QUEUE_LABEL: INFERENCE_QUEUE}}})
+    raising: dict[str, tuple[tuple[str, ...], str | None]] = {
+        "label --overwrite": (("label", *job_args, "--overwrite", f"{QUEUE_LABEL}={INFERENCE_QUEUE}"), None),
+        "patch": (("patch", *job_args, "--type=merge", "-p", other_labels), None),
         "apply --server-side": (
             ("apply", "--server-side", "--force-conflicts", "-f", "-"),
             manifest({QUEUE_LABEL: INFERENCE_QUEUE}),
         ),
         "replace": (("replace", "-f", "-"), await replaced({**kept_labels, QUEUE_LABEL: INFERENCE_QUEUE})),
     }
-    for how, command in raising.items():
-        args, stdin = (command[0], command[1]) if isinstance(command[0], tuple) else (command, None)
-        result = await asyncio.to_thread(kubectl, *args, stdin=stdin)  # type: ignore[arg-type]
+    for how, (args, stdin) in raising.items():
+        result = await asyncio.to_thread(kubectl, *args, stdin=stdin)
         assert result.returncode == 1, (how, result.stdout)
         assert DENIED + ANOTHER_QUEUE in result.stderr, (how, result.stderr)
     result = await asyncio.to_thread(
@@ -291,28 +283,18 @@ async def test_the_queue_and_priority_labels_on_update(
         f"Warning: kueue-governor: queue: an empty {QUEUE_LABEL} (metadata.labels.{QUEUE_LABEL}) means no queue to "
         f"Kueue; kept {RESEARCH_QUEUE!r}"
     )
-    dropping = {
-        "label key-": (("label", "job", name, "-n", RESEARCH, f"{QUEUE_LABEL}-"), None, kept),
+    dropping: dict[str, tuple[tuple[str, ...], dict[str, str] | None, str]] = {
+        "label key-": (("label", *job_args, f"{QUEUE_LABEL}-"), None, kept),
         "patch null": (
-            (
-                "patch",
-                "job",
-                name,
-                "-n",
-                RESEARCH,
-                "--type=merge",
-                "-p",
-                json.dumps({"metadata": {"labels": {QUEUE_LABEL: None}}}),
-            ),
+            ("patch", *job_args, "--type=merge", "-p", json.dumps({"metadata": {"labels": {QUEUE_LABEL: None}}})),
             None,
             kept,
         ),
-        'label ""': (("label", "job", name, "-n", RESEARCH, "--overwrite", f"{QUEUE_LABEL}="), None, emptied),
-        "replace without": (("replace", "-f", "-"), await replaced(kept_labels), kept),
+        'label ""': (("label", *job_args, "--overwrite", f"{QUEUE_LABEL}="), None, emptied),
+        "replace without": (("replace", "-f", "-"), kept_labels, kept),
     }
-    for how, (args, stdin, warning) in dropping.items():
-        if how == "replace without":
-            stdin = await replaced(kept_labels)
+    for how, (args, replacing, warning) in dropping.items():
+        stdin = await replaced(replacing) if replacing is not None else None
         result = await asyncio.to_thread(kubectl, *args, stdin=stdin)
         assert result.returncode == 0, (how, result.stderr)
         assert any(line.startswith(warning) for line in result.stderr.splitlines()), (how, result.stderr)
@@ -473,38 +455,32 @@ async def test_a_user_cannot_make_a_workload_a_child_of_a_kueue_managed_owner(
     """Regression (see test_a_forged_owner_is_what_kueue_leaves_alone for what happened): a Pod or
     Job whose controller ownerReference names a kind Kueue manages is refused when a user, not a
     controller, creates it, whichever owner it names."""
-    ghost = {"metadata": {"name": "ghost", "uid": "11111111-2222-4333-8444-555555555555"}}
+    ghost = owner_reference(owners["job"], name="ghost", uid="11111111-2222-4333-8444-555555555555")
+    forged_job = job(RESEARCH, name=unique("forged"))
+    forged_job["metadata"]["ownerReferences"] = [owner_reference(owners["jobset"])]
+    generated = pod(RESEARCH, "unused", 8, ownerReferences=[owner_reference(owners["job"])])
+    del generated["metadata"]["name"]
+    generated["metadata"]["generateName"] = "forged-"
+    job_name, other_name = owners["job"]["metadata"]["name"], owners["other-namespace-job"]["metadata"]["name"]
     cases: dict[str, tuple[dict[str, Any], str]] = {
         "Pod of the team's own Job": (
             pod(RESEARCH, unique("forged"), 8, ownerReferences=[owner_reference(owners["job"])]),
-            f"Pod {{name!r}} names Job {owners['job']['metadata']['name']!r}",
+            f"Pod {{name!r}} names Job {job_name!r}",
         ),
         "Pod of a Job that does not exist": (
-            pod(RESEARCH, unique("forged"), 8, ownerReferences=[owner_reference(owners["job"], **ghost["metadata"])]),
+            pod(RESEARCH, unique("forged"), 8, ownerReferences=[ghost]),
             "Pod {name!r} names Job 'ghost'",
         ),
         "Pod of a Job of another namespace": (
             pod(RESEARCH, unique("forged"), 8, ownerReferences=[owner_reference(owners["other-namespace-job"])]),
-            f"Pod {{name!r}} names Job {owners['other-namespace-job']['metadata']['name']!r}",
+            f"Pod {{name!r}} names Job {other_name!r}",
         ),
         "Job of the team's JobSet": (
-            {**job(RESEARCH, name=unique("forged")), "metadata": {}},
+            forged_job,
             f"Job {{name!r}} names JobSet {owners['jobset']['metadata']['name']!r}",
         ),
-        "generateName Pod of the team's Job": (
-            {**pod(RESEARCH, "unused", 8, ownerReferences=[owner_reference(owners["job"])])},
-            f"this Pod names Job {owners['job']['metadata']['name']!r}",
-        ),
+        "generateName Pod of the team's Job": (generated, f"this Pod names Job {job_name!r}"),
     }
-    forged_job = cases["Job of the team's JobSet"][0]
-    forged_job["metadata"] = {
-        "name": unique("forged"),
-        "namespace": RESEARCH,
-        "ownerReferences": [owner_reference(owners["jobset"])],
-    }
-    generated = cases["generateName Pod of the team's Job"][0]
-    del generated["metadata"]["name"]
-    generated["metadata"]["generateName"] = "forged-"
     for case, (body, expected) in cases.items():
         status = await refused(dynamic, body)
         message = expected.format(name=body["metadata"].get("name"))
@@ -512,7 +488,7 @@ async def test_a_user_cannot_make_a_workload_a_child_of_a_kueue_managed_owner(
         assert status["message"].startswith(DENIED + "queue: "), (case, status["message"])
         assert message in status["message"], (case, status["message"])
         assert (
-            "it would run outside team 'research''s queue. Only a controller makes such objects, not "
+            "it would run outside the queue of team 'research'. Only a controller makes such objects, not "
             in (status["message"])
         ), case
 

@@ -78,7 +78,7 @@ def test_a_child_made_by_a_user_is_refused(user: str) -> None:
     assert response["status"]["code"] == 403
     assert response["status"]["message"] == (
         "kueue-governor: queue: this Pod names Job 'resnet-train' as its controller owner, and Kueue leaves "
-        "such an object to its owner's Workload: it would run outside team 'research''s queue. Only a "
+        "such an object to its owner's Workload: it would run outside the queue of team 'research'. Only a "
         f"controller makes such objects, not {user!r}: create the Job itself, or leave out the ownerReference "
         "(the team's policy then applies)"
     )

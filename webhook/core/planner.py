@@ -159,7 +159,7 @@ def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled) -> str:
     made = "names" if request.operation == "CREATE" else "is given"
     return (
         f"{what} {made} {owner_kind} {owner.get('name')!r} as its controller owner, and Kueue leaves such an "
-        f"object to its owner's Workload: it would run outside team {team.team!r}'s queue. Only a controller "
+        f"object to its owner's Workload: it would run outside the queue of team {team.team!r}. Only a controller "
         f"makes such objects, not {request.user!r}: create the {owner_kind} itself, or leave out the "
         "ownerReference (the team's policy then applies)"
     )
