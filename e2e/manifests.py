@@ -17,6 +17,7 @@ import yaml
 
 from e2e import build
 from webhook.core.kinds import webhook_rules
+from webhook.generate.chart import status_expression
 
 KUEUE_NAMESPACE = "kueue-system"
 GOVERNOR_WEBHOOK_CONFIGURATION = "kgov-governor"
@@ -346,6 +347,8 @@ def governor_webhook_configuration_for(client_config: dict[str, Any], excluded: 
                 "name": GOVERNOR_WEBHOOK_NAME,
                 "clientConfig": client_config,
                 "rules": webhook_rules(),
+                # Status writes (every controller's, every kubelet's) only when they change metadata.
+                "matchConditions": [{"name": "status-changes-metadata", "expression": status_expression()}],
                 "namespaceSelector": {
                     "matchExpressions": [
                         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(excluded)}

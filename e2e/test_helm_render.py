@@ -84,6 +84,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert conditions == {
         "not-a-kueue-managed-child": kinds["cel"]["notAManagedChild"],
         "not-left-alone": kinds["cel"]["notLeftAlone"],
+        "status-changes-metadata": kinds["cel"]["statusChangesMetadata"],
     }
 
     deployment = one(objects, "Deployment")
@@ -161,7 +162,13 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     bindings = by_kind(objects, "ValidatingAdmissionPolicyBinding")
     assert [p["metadata"]["name"] for p in policies] == [f"kgov-governor-queue-{t['name']}" for t in teams]
     for team, policy, binding in zip(teams, policies, bindings, strict=True):
-        (validation,) = policy["spec"]["validations"]
+        (child, version, validation) = policy["spec"]["validations"]
+        # A version of a kind that Kueue does not manage (kubeflow.org/v1 MPIJob) is refused.
+        assert version["expression"] == kinds["cel"]["managedVersion"]
+        assert "request.kind.version == 'v1'" in version["expression"]
+        # A workload a user makes a child of a Kueue-managed owner (a forged ownerReference) is refused.
+        assert child["expression"] == kinds["cel"]["childOfAController"]
+        assert f'team "{team["name"]}" only a controller makes' in child["message"]
         assert f'team "{team["name"]}"' in validation["message"]
         assert binding["spec"]["policyName"] == policy["metadata"]["name"]
         assert binding["spec"]["validationActions"] == ["Deny"]

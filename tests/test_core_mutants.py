@@ -839,10 +839,10 @@ def test_a_second_podset_gets_the_team_labels_with_their_rule_and_reason() -> No
             {},
             "kind v1 ConfigMap is not a workload kind",
         ),
-        (
+        (  # its CREATE is refused (tests/test_isolation.py); an UPDATE of one made before passes
             {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": "m"}},
-            "CREATE",
-            {},
+            "UPDATE",
+            {"oldObject": {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": "m"}}},
             "kubeflow.org/v1 MPIJob is not a version Kueue manages (kubeflow.org/v2beta1)",
         ),
         (job(), "DELETE", {"oldObject": job()}, "operation DELETE is not mutated"),

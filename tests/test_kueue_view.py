@@ -249,7 +249,9 @@ def test_the_pods_node_selector_limits_the_domains() -> None:
 
 
 def test_training_operator_mpijob_v1_is_not_kueues_mpijob() -> None:
-    """Defect: rows matched on API group only, so a kubeflow.org/v1 MPIJob was suspended and queued."""
+    """Defect: rows matched on API group only, so a kubeflow.org/v1 MPIJob was suspended and queued.
+    It is not Kueue's: never planned as one, and its CREATE in a team namespace is refused
+    (tests/test_isolation.py)."""
     mpijob = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "MPIJob",
@@ -258,7 +260,7 @@ def test_training_operator_mpijob_v1_is_not_kueues_mpijob() -> None:
     }
     outcome = run(mpijob, {"queue": {}})
     assert outcome.patch == []
-    assert "not a version Kueue manages (kubeflow.org/v2beta1)" in outcome.plan.skipped
+    assert "not a version Kueue manages (kubeflow.org/v2beta1)" in outcome.plan.denials[0]
     v2 = {**mpijob, "apiVersion": "kubeflow.org/v2beta1"}
     assert {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}} in run(v2, {"queue": {}}).patch
 

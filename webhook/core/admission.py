@@ -66,6 +66,8 @@ class AdmissionRequest:
 
     ``group``/``version``/``kind``: the resource kind (``request.kind``; group ``""`` for core).
     ``object``/``old_object``: the decoded objects (None when absent, e.g. ``object`` on DELETE).
+    ``user``: ``request.userInfo.username``, who sends the request (None when the review carries no
+    ``userInfo``; the API server always sends one).
     """
 
     review_api_version: str
@@ -80,6 +82,7 @@ class AdmissionRequest:
     object: dict[str, Any] | None
     old_object: dict[str, Any] | None
     dry_run: bool
+    user: str | None = None
 
     @property
     def api_version(self) -> str:
@@ -174,6 +177,8 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
     version = _field(gvk, "version", str, "request.kind", required=True)
     obj = _field(request, "object", dict, "request", required=operation in ("CREATE", "UPDATE"))
     old = _field(request, "oldObject", dict, "request", required=operation == "UPDATE")
+    user_info = _field(request, "userInfo", dict, "request", required=False)
+    user = _field(user_info, "username", str, "request.userInfo", required=False) if user_info else None
     for name, value in (("object", obj), ("oldObject", old)):
         if value is not None:
             metadata = value.get("metadata")
@@ -192,6 +197,7 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
         object=obj,
         old_object=old,
         dry_run=bool(_field(request, "dryRun", bool, "request", required=False)),
+        user=user,
     )
 
 

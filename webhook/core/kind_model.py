@@ -173,6 +173,14 @@ class WorkloadKind:
     workload of this kind (annotation ``kueue.x-k8s.io/elastic-job: "true"``): a batch/v1 Job's
     required and preferred topology (Kueue v0.19.2 ``JobWebhook.validateTopologyRequest``: "only
     unconstrained is supported"); Ray's webhooks accept topology on elastic workloads.
+    ``priority_classes``: fields outside the pod templates that name a PriorityClass Kueue takes as
+    the workload's priority when the ``kueue.x-k8s.io/priority-class`` label is absent (a Kubeflow
+    job's ``runPolicy.schedulingPolicy.priorityClass``, Kueue v0.19.2 ``KubeflowJob.PriorityClass``;
+    also the gang scheduler's PodGroup priority), checked like a pod's ``priorityClassName``.
+    ``unmanaged_versions``: (version, why) of API versions of the same group and kind that Kueue
+    does not manage but a controller runs (the training-operator's ``kubeflow.org/v1`` MPIJob, a CRD
+    of its own, which cannot serve Kueue's ``v2beta1`` too): such an object would run outside Kueue,
+    so the webhook is registered for it and refuses its CREATE in a team namespace.
     ``workloads_below``: Kueue's Workloads of this kind belong to what it creates (a Deployment's
     or a ReplicaSet's pods one by one, a StatefulSet's or a LeaderWorkerSet group's pods as a pod
     group, a CronJob's Jobs), found through ``ownerReferences`` (``kgov why``).
@@ -197,6 +205,8 @@ class WorkloadKind:
     elastic_forbids: tuple[str, ...] = ()
     workloads_below: bool = False
     coplace: tuple[CoPlacement, ...] = ()
+    priority_classes: tuple[PathPattern, ...] = ()
+    unmanaged_versions: tuple[tuple[str, str], ...] = ()
     notes: str = field(default="", compare=False)
 
     @property

@@ -56,6 +56,7 @@ def _kubeflow(
     replica_specs: str,
     extra_counts: tuple[Factor, ...] = (),
     coplace: tuple[CoPlacement, ...] = (),
+    unmanaged: tuple[tuple[str, str], ...] = (),
 ) -> WorkloadKind:
     base = ("spec", replica_specs, "*")
     return WorkloadKind(
@@ -69,6 +70,9 @@ def _kubeflow(
         suspend=("spec", "runPolicy", "suspend"),
         counts=(Factor(("spec", "runPolicy", "schedulingPolicy", "minAvailable")), *extra_counts),
         coplace=coplace,
+        # Kueue's priority when no priority-class label is set (KubeflowJob/MPIJob.PriorityClass).
+        priority_classes=(("spec", "runPolicy", "schedulingPolicy", "priorityClass"),),
+        unmanaged_versions=unmanaged,
     )
 
 
@@ -191,8 +195,8 @@ KINDS: tuple[WorkloadKind, ...] = (
     _kubeflow("XGBoostJob", "kubeflow.org", "v1", "xgbReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),
     _kubeflow("PaddleJob", "kubeflow.org", "v1", "paddleReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),
     _kubeflow("JAXJob", "kubeflow.org", "v1", "jaxReplicaSpecs"),
-    # Kueue's MPIJob is mpi-operator's v2beta1; training-operator's kubeflow.org/v1 MPIJob is not
-    # one Kueue manages, so it has no row and passes untouched.
+    # Kueue's MPIJob is mpi-operator's v2beta1; the training-operator's kubeflow.org/v1 MPIJob (a CRD
+    # of its own: a cluster serves one or the other) is not one Kueue manages: it would run at once.
     _kubeflow(
         "MPIJob",
         "kubeflow.org",
@@ -200,6 +204,13 @@ KINDS: tuple[WorkloadKind, ...] = (
         "mpiReplicaSpecs",
         (Factor(("spec", "slotsPerWorker")),),
         coplace=(CoPlacement("launcher", "worker"),),
+        unmanaged=(
+            (
+                "v1",
+                "the Kubeflow training-operator runs a kubeflow.org/v1 MPIJob by itself, so it would run at once, "
+                "outside the team's queue and quota",
+            ),
+        ),
     ),
     WorkloadKind(
         group="trainer.kubeflow.org",
@@ -349,12 +360,16 @@ def webhook_rules(operations: tuple[str, ...] = ("CREATE", "UPDATE")) -> list[di
     """MutatingWebhookConfiguration ``rules`` covering exactly the kinds of :data:`KINDS`.
 
     One rule per API group and version, its resources sorted; namespaced scope. Versions are
-    listed explicitly (SPEC §4): another version of a group is not sent to the webhook.
+    listed explicitly (SPEC §4): another version of a group is not sent to the webhook, except a
+    row's ``unmanaged_versions``, which are sent to be refused. A built-in kind's ``status``
+    subresource is listed too: the API server keeps metadata changes made through it.
     """
     by_group: dict[tuple[str, str], set[str]] = {}
     for row in KINDS:
-        for version in row.versions:
+        for version in (*row.versions, *(unmanaged for unmanaged, _ in row.unmanaged_versions)):
             by_group.setdefault((row.group, version), set()).add(row.resource)
+            if row.built_in:  # their status strategies keep metadata changes: the labels can change there
+                by_group[(row.group, version)].add(f"{row.resource}/status")
     return [
         {
             "apiGroups": [group],

@@ -19,7 +19,8 @@ suspend     ``true`` when the queue label is added (Kueue's own     —
             webhook only suspends jobs already labelled)
 ========== ======================================================= ==============================
 
-UPDATE is handled by :mod:`webhook.core.update`. Children of a Kueue-managed owner get nothing.
+UPDATE is handled by :mod:`webhook.core.update`. Children of a Kueue-managed owner get nothing,
+but only a controller may make an object such a child (:func:`user_made_child`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import normalize, plan_node_affinity
-from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
+from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
@@ -47,9 +48,12 @@ __all__ = [
     "TAS_ANNOTATIONS",
     "Change",
     "Plan",
+    "made_by_a_controller",
     "managed_child",
+    "managed_owner",
     "plan_admission",
     "plan_object",
+    "user_made_child",
     "validate_podset",
 ]
 
@@ -57,20 +61,42 @@ __all__ = [
 def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
-    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.update.plan_update`; other
-    operations and subresources → nothing.
+    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.update.plan_update`; an UPDATE
+    through the ``status`` subresource of a built-in kind → its labels only
+    (:func:`webhook.core.update.plan_status_update`); other operations and subresources → nothing.
     """
-    from webhook.core.update import plan_update  # the UPDATE planner builds on this module
+    from webhook.core.update import plan_status_update, plan_update  # the UPDATE planner builds on this module
 
-    if request.sub_resource:
-        return Plan(skipped=f"subresource {request.sub_resource!r}")
     row = find_kind(request.api_version, request.kind)
+    status = (
+        request.sub_resource == "status"
+        and request.operation == "UPDATE"
+        and row is not None
+        and row.built_in
+        and request.object is not None
+        and request.old_object is not None
+    )
+    if request.sub_resource and not status:
+        return Plan(skipped=f"subresource {request.sub_resource!r}")
     if row is None:
         other = kind_of_group(request.api_version, request.kind)
         if other is not None:
             versions = ", ".join(f"{other.group}/{v}" for v in other.versions)
-            return Plan(skipped=f"{request.api_version} {request.kind} is not a version Kueue manages ({versions})")
+            why = dict(other.unmanaged_versions).get(request.version)
+            message = f"{request.api_version} {request.kind} is not a version Kueue manages ({versions})"
+            if why is not None and request.operation == "CREATE":  # an UPDATE (finalizers) of one made before: allowed
+                plan = Plan()
+                plan.report("enforce", "queue", f"{message}: {why}; create it as {versions}")
+                return plan
+            return Plan(skipped=message)
         return Plan(skipped=f"kind {request.api_version} {request.kind} is not a workload kind")
+    forged = user_made_child(request, team) if request.operation in ("CREATE", "UPDATE") else ""
+    if forged:
+        plan = Plan()
+        plan.report("enforce", "queue", forged)
+        return plan
+    if status and request.object is not None and request.old_object is not None:
+        return plan_status_update(request.object, request.old_object, row, team)
     if request.operation == "CREATE" and request.object is not None:
         return plan_object(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
@@ -78,14 +104,65 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
     return Plan(skipped=f"operation {request.operation} is not mutated")
 
 
-def managed_child(obj: Mapping[str, Any]) -> str:
-    """Why ``obj`` is a child of an owner Kueue manages ("" when it is not)."""
+def managed_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The controller ``ownerReference`` of ``obj`` that Kueue manages as the workload, or None."""
     metadata = obj.get("metadata")
     owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
     for owner in owners if isinstance(owners, list) else []:
         if isinstance(owner, Mapping) and owner.get("controller") is True and is_managed_owner(owner):
-            return f"controlled by {owner.get('kind')} {owner.get('name')!r}: Kueue manages the owner"
-    return ""
+            return owner
+    return None
+
+
+def managed_child(obj: Mapping[str, Any]) -> str:
+    """Why ``obj`` is a child of an owner Kueue manages ("" when it is not)."""
+    owner = managed_owner(obj)
+    if owner is None:
+        return ""
+    return f"controlled by {owner.get('kind')} {owner.get('name')!r}: Kueue manages the owner"
+
+
+def made_by_a_controller(user: str | None, namespace: str) -> bool:
+    """Whether ``user`` (``request.userInfo.username``) is a controller, which may make an object a
+    child of an owner Kueue manages: a Kubernetes component (``system:kube-controller-manager``)
+    or the service account of a controller running outside ``namespace``
+    (``system:serviceaccount:kube-system:job-controller``, ``…:jobset-system:…``). Not a person,
+    not ``system:anonymous``, not a service account of ``namespace`` itself (what runs there runs
+    for the team). None (a review without ``userInfo``: ``kgov mutate``) is not known, and trusted."""
+    if user is None:
+        return True
+    if user == "system:anonymous" or user.startswith(f"system:serviceaccount:{namespace}:"):
+        return False
+    return user.startswith("system:")
+
+
+def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled) -> str:
+    """Why ``request`` is refused for making its object a child of a Kueue-managed owner ("" when
+    it does not, or a controller sends it).
+
+    Kueue leaves such a child to its owner's Workload (v0.19.2 ``FindAncestorJobManagedByKueue``:
+    an owner of that name and uid in the namespace that carries a queue name), so the child is never
+    queued itself: a Pod or Job that a user creates with a forged controller ``ownerReference`` to
+    the team's own JobSet or Job would run at once, outside the team's quota. Only controllers make
+    such children; an UPDATE of an object that already was one is not this request's doing.
+    """
+    obj, old = request.object, request.old_object
+    if obj is None or made_by_a_controller(request.user, request.namespace):
+        return ""
+    owner = managed_owner(obj)
+    if owner is None or (request.operation == "UPDATE" and old is not None and managed_owner(old) is not None):
+        return ""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    what = f"{request.kind} {name!r}" if isinstance(name, str) and name else f"this {request.kind}"
+    owner_kind = str(owner.get("kind"))
+    made = "names" if request.operation == "CREATE" else "is given"
+    return (
+        f"{what} {made} {owner_kind} {owner.get('name')!r} as its controller owner, and Kueue leaves such an "
+        f"object to its owner's Workload: it would run outside the queue of team {team.team!r}. Only a controller "
+        f"makes such objects, not {request.user!r}: create the {owner_kind} itself, or leave out the "
+        "ownerReference (the team's policy then applies)"
+    )
 
 
 def skip_reason(obj: Mapping[str, Any], row: WorkloadKind) -> str:
@@ -158,6 +235,7 @@ def plan_object(
         affinity = [normalize(e.model_dump()) for e in team.nodeAffinity]
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
+        check_priority_fields(obj, row, team, plan, None)
         forbidden = elastic_forbidden(obj, row)
         for podset in view.podsets:
             validate_podset(podset, team, plan, forbidden)

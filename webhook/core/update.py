@@ -42,13 +42,13 @@ from webhook.core.planner import managed_child, plan_object, skip_reason, valida
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.quantity import format_quantity
-from webhook.core.rules.pod_priority import check_pod_priority
+from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
-__all__ = ["plan_update"]
+__all__ = ["plan_status_update", "plan_update"]
 
 _AFFINITY = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 
@@ -70,6 +70,7 @@ def plan_update(
     draft = Draft(new)
     try:
         _labels(draft, old, row, team, plan)
+        check_priority_fields(new, row, team, plan, old)
         if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
             _restore(draft, plan, row.suspend, True, "suspend", dotted(row.suspend), "Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
@@ -95,6 +96,30 @@ def plan_update(
     plan.changes = draft.changes
     if not plan.changes and not plan.denials and not plan.warnings:
         plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
+    return plan
+
+
+def plan_status_update(
+    new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled
+) -> Plan:
+    """Plan an UPDATE through the ``status`` subresource of a built-in kind.
+
+    The API server's status strategies of Job, Pod, StatefulSet and ReplicaSet reset ``spec`` but
+    keep the object's ``metadata`` changes, so ``kubectl patch --subresource=status`` can change,
+    add or drop the queue and priority labels (Kueue then follows the new priority). They are
+    planned as on any UPDATE: a value introduced or changed is checked, one dropped is put back.
+    """
+    if managed_child(new) and managed_child(old):
+        return Plan(skipped=managed_child(new))
+    plan = Plan()
+    draft = Draft(new)
+    try:
+        _labels(draft, old, row, team, plan)
+    except Shape as shape:
+        return malformed(shape)
+    plan.changes = draft.changes
+    if not plan.changes and not plan.denials and not plan.warnings:
+        plan.skipped = "status UPDATE: no governed label introduced, changed or dropped"
     return plan
 
 
@@ -204,14 +229,21 @@ def _podset(
                     f"podset {new.name!r}: this update drops team {team.team!r}'s "
                     "node affinity from an affinity it changes; Kueue may place its pods outside the team's nodes",
                 )
-    if pod_labels:
-        for label in (QUEUE_LABEL, PRIORITY_LABEL):
+    if pod_labels:  # Kueue reads these pods' queue and priority from the template (a StatefulSet's pods: children)
+        rules: tuple[tuple[str, Rule, ValueRule | None, str], ...] = (
+            (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+            (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+        )
+        for label, rule_name, rule, what in rules:
             path = new.at(*layout.labels, label)
-            before = lookup(old.base, (*layout.labels, label))
+            before, now = lookup(old.base, (*layout.labels, label)), draft.get(path)
             if label == QUEUE_LABEL and _emptied_queue(draft, path, before, plan):
                 continue
-            if before is not None and draft.get(path) is None:
-                _restore(draft, plan, path, before, "queue" if label == QUEUE_LABEL else "kueuePriority", dotted(path))
+            if before is not None and now is None:
+                _restore(draft, plan, path, before, rule_name, dotted(path))
+            elif now is not None and now != before and rule is not None:
+                consequence = unknown_queue(team) if label == QUEUE_LABEL else ""
+                check_value(plan, rule_name, rule, now, dotted(path), team, what, consequence)
 
 
 def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:

@@ -6,7 +6,8 @@ Helm templates cannot run the generator, so two documents are written for them:
   ``make generate-check``): the webhook ``rules`` of the kinds table
   (:func:`webhook.core.kinds.webhook_rules`) and the CEL expressions the chart puts into the
   MutatingWebhookConfiguration's ``matchConditions`` and the ValidatingAdmissionPolicy: which
-  objects are children of an owner Kueue manages (never sent to the webhook), which are left alone
+  objects are children of an owner Kueue manages that a controller made (never sent to the webhook;
+  one a user made is refused), which are left alone
   (a RayJob on an existing cluster), and where each kind carries its queue label.
 * :func:`platform_values` → a values file for ``helm upgrade -f`` (``platform:``): the compiled
   policy (the ``kgov-policy`` ConfigMap's ``policy.json``), each team's namespaces and queues (for
@@ -24,7 +25,7 @@ from webhook.core.platform import Platform
 from webhook.core.policy import compile_policies
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
-__all__ = ["kinds_document", "managed_child_expression", "platform_values"]
+__all__ = ["kinds_document", "managed_child_expression", "platform_values", "status_expression"]
 
 
 def _cel_string(value: str) -> str:
@@ -56,12 +57,49 @@ def managed_child_expression(variable: str) -> str:
     )
 
 
+def controller_expression() -> str:
+    """CEL: the request comes from a controller (``webhook.core.planner.made_by_a_controller``): a
+    ``system:`` user other than ``system:anonymous`` and the service accounts of the request's own
+    namespace."""
+    user = "request.userInfo.username"
+    return (
+        f"has({user}) && {user}.startsWith('system:') && {user} != 'system:anonymous' && "
+        f"!{user}.startsWith('system:serviceaccount:' + request.namespace + ':')"
+    )
+
+
 def not_a_child_expression() -> str:
-    """CEL (true = the request goes on): not a child of a Kueue-managed owner. On UPDATE both the old
-    and the new object must be children, so an update that adds such an owner is still reviewed
-    (``webhook.core.planner.validate_update``)."""
+    """CEL (true = the request goes on): not a child of a Kueue-managed owner that a controller
+    creates. On UPDATE the old object must be a child too, so an update that adds such an owner is
+    still reviewed (``webhook.core.planner.user_made_child``); a CREATE of such a child by a user goes
+    on, to be refused."""
     new, old = managed_child_expression("object"), managed_child_expression("oldObject")
-    return f"!(({new}) && (request.operation != 'UPDATE' || (oldObject != null && ({old}))))"
+    return (
+        f"!(({new}) && (request.operation == 'UPDATE' ? (oldObject != null && ({old})) : ({controller_expression()})))"
+    )
+
+
+def managed_version_expression() -> str:
+    """CEL (true = allowed): not the CREATE of a version Kueue does not manage that a controller runs
+    by itself (the kinds table's ``unmanaged_versions``, e.g. ``kubeflow.org/v1`` MPIJob)."""
+    clauses = [
+        f"({_is_kind(row)} && request.kind.version == {_cel_string(version)})"
+        for row in KINDS
+        for version, _ in row.unmanaged_versions
+    ]
+    return f"!(request.operation == 'CREATE' && ({' || '.join(clauses)}))" if clauses else "true"
+
+
+def status_expression() -> str:
+    """CEL (true = the request goes on): not an update through the ``status`` subresource, or one
+    that changes the labels or owner references (which the built-in kinds' status strategies keep),
+    so the frequent status writes of controllers and kubelets are never sent to the webhook."""
+    changed = " || ".join(
+        f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) != "
+        f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})"
+        for field, empty in (("labels", "{}"), ("ownerReferences", "[]"))
+    )
+    return f"!has(request.subResource) || request.subResource != 'status' || (oldObject != null && ({changed}))"
 
 
 def _path_expression(variable: str, path: tuple[str, ...]) -> str:
@@ -111,7 +149,11 @@ def kinds_document() -> dict[str, Any]:
         "queueLabel": QUEUE_LABEL,
         "cel": {
             "notAManagedChild": not_a_child_expression(),
+            # The ValidatingAdmissionPolicy: what matchConditions let through as a child was made one by a user.
+            "childOfAController": f"!({managed_child_expression('object')}) || ({controller_expression()})",
+            "managedVersion": managed_version_expression(),
             "notLeftAlone": left_alone_expression(),
+            "statusChangesMetadata": status_expression(),
             "queue": queue_label_expression("object"),
             "oldQueue": (
                 f"request.operation == 'UPDATE' && oldObject != null ? ({queue_label_expression('oldObject')}) : ''"

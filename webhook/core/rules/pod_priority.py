@@ -16,14 +16,16 @@ against the team's allowed set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.draft import Draft, Plan, check_value, string_map
+from webhook.core.kind_model import WorkloadKind
 from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_pod_priority", "plan_pod_priority", "pod_rule", "user_pod_priority"]
+__all__ = ["check_pod_priority", "check_priority_fields", "plan_pod_priority", "pod_rule", "user_pod_priority"]
 
 
 def _value(podset: PodSet) -> Any:
@@ -59,6 +61,22 @@ def check_pod_priority(podset: PodSet, team: TeamPolicyCompiled, plan: Plan) -> 
         if usable:
             message += f" (PriorityClasses team {team.team!r} may use: {', '.join(usable)})"
         plan.report("warn", "podPriority", message)
+
+
+def check_priority_fields(
+    obj: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan, old: Mapping[str, Any] | None
+) -> None:
+    """Report a PriorityClass named by one of the kind's other fields (``row.priority_classes``)
+    outside what the team's pods may use, as a podset's ``priorityClassName`` is; on UPDATE
+    (``old`` given) only a value the update introduces or changes."""
+    rule = _rule(team)
+    for path in row.priority_classes:
+        value = lookup(obj, path)
+        if value is None or rule is None or rule.allowed is None or value in rule.allowed:
+            continue
+        if old is not None and lookup(old, path) == value:
+            continue
+        check_value(plan, "podPriority", pod_rule(rule, team), value, dotted(path), team, "PriorityClass")
 
 
 def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
