@@ -265,7 +265,8 @@ def test_a_tiny_gpu_request_is_malformed(amount: Any) -> None:
     [
         (b'{"a": NaN}', "NaN is not a JSON value"),
         (b'{"a": Infinity}', "Infinity is not a JSON value"),
-        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b"[" * 100000 + b"]" * 100000, "nested more than 512 levels deep"),
+        (b'{"a": 1e400}', "the number 1e400 is out of range of a 64-bit float"),
         (b"\xff", "not UTF-8"),
     ],
 )
