@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "BodyError", "decode_json", "nesting_error"]
+__all__ = ["MAX_DEPTH", "BodyError", "decode_json", "dotted_path", "nesting_error"]
 
 #: Deepest nesting of arrays and objects decoded, the document itself being level 1. Kubernetes
 #: objects are about 20 levels deep (an AppWrapper's JobSet's pod affinity about 30); the limit
@@ -88,7 +88,7 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _dotted(path: list[str | int]) -> str:
+def dotted_path(path: list[str | int]) -> str:
     """``a.b[0]``, a run of one step repeated written once with its count (``a[0] (× 900)``)."""
     steps = [f"[{key}]" if isinstance(key, int) else f".{_printable(key)}" for key in path]
     out = ""
@@ -118,7 +118,7 @@ def nesting_error(text: str, limit: int = MAX_DEPTH) -> str | None:
                     stack[-1][1] = match.group(1)
         elif token in "[{":
             if len(stack) >= limit:
-                inside = _dotted([frame[1] for frame in stack if frame[1] is not None])
+                inside = dotted_path([frame[1] for frame in stack if frame[1] is not None])
                 within = f" within {inside}" if inside else ""
                 return f"nested more than {limit} levels deep (at {_where(text, match.start())}){within}"
             stack.append([token == "{", None if token == "{" else 0])
@@ -217,7 +217,7 @@ def decode_json(raw: bytes | str) -> Any:
         if found is not None:
             path, string = found
             escaped = _printable(string[:64])
-            where = f"at {_dotted(path)}" if path else "as the whole document"
+            where = f"at {dotted_path(path)}" if path else "as the whole document"
             raise BodyError(
                 f"body holds an unpaired UTF-16 surrogate ({escaped}) {where}, which is not Unicode text "
                 "(the API server sends U+FFFD in its place)"
