@@ -87,7 +87,8 @@ def load_policies(
         policies = PolicySet.model_validate(data)
     except ValidationError as exc:
         lines = "\n".join(
-            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
+            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise InputError(f"{policy}: invalid policy file\n{lines}") from None
     if extra_excluded:
