@@ -18,14 +18,16 @@ import pytest
 from fuzzing import RECORDED, check_answer, examples, named_paths, paths_of, present_paths, recorded, replaced, scale
 from hypothesis import given
 from hypothesis import strategies as st
-from support import bundled_teams
+from support import CASES, REPO, bundled_teams, load_documents, needs_cases, review_body
 
-from webhook.core.admission import MAX_DEPTH, MalformedReview, decode_body
+from webhook.core.admission import MAX_DEPTH, MalformedReview, decode_body, json_type
 from webhook.core.kinds import find_kind
 from webhook.core.paths import dotted
 from webhook.core.review import ReviewOutcome
+from webhook.sources import load_nodes
 
 TEAMS = bundled_teams()
+EXAMPLE_NODES = load_nodes(REPO / "examples" / "nodes.json")
 #: One value of each JSON type (and the integers Kubernetes refuses), planted at every path.
 WRONG: list[Any] = [None, True, 0, -1, 2**31, 1.5, "", "x", [], {}, ["x"], {"x": 1}]
 NAMES = [path.name for path in RECORDED]
@@ -309,3 +311,46 @@ def test_duplicate_keys_keep_the_last_value_as_the_api_server_does() -> None:
     outcome = check_answer(raw, TEAMS)
     assert not isinstance(outcome, str)
     assert outcome.response["response"]["uid"] == recorded("v1-job-create.json")["request"]["uid"]
+
+
+# -- Kueue's own example manifests (../shared/cases), every path ---------------------------------------
+
+
+def _case_documents() -> list[tuple[str, dict[str, Any]]]:
+    if not CASES.is_dir():
+        return []
+    return [
+        (f"{path.relative_to(CASES)}#{index}", document)
+        for path in sorted(CASES.rglob("*.yaml"))
+        for index, document in enumerate(load_documents(path))
+    ]
+
+
+CASE_DOCUMENTS = _case_documents()
+
+
+@needs_cases
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_every_json_type_at_every_path_of_each_kueue_example_is_answered(operation: str) -> None:
+    """Each example created in a team namespace (the bundled platform, the example nodes) with one
+    value planted at each of its paths, taking turns through :data:`WRONG` (all of them for every
+    path from KGOV_FUZZ_SCALE=12); as an UPDATE, the example itself is the stored object."""
+    per_path = min(len(WRONG), scale())
+    turn = 0
+    for _, document in CASE_DOCUMENTS:
+        for path in paths_of(document)[1:]:
+            for _ in range(per_path):
+                turn += 1
+                value = WRONG[turn % len(WRONG)]
+                corrupted = replaced(document, path, value)
+                old = document if operation == "UPDATE" else None
+                # The envelope as the API server writes it: kind and name from the request, not the body.
+                body = review_body(document, "hyperpod-ns-research", operation=operation, old=old)
+                body["request"]["object"] = corrupted
+                outcome = check_answer(body, TEAMS, inventory=EXAMPLE_NODES)
+                if isinstance(outcome, str):  # only metadata, which the API server always sends as a map
+                    assert path == ("metadata",), (path, outcome)
+                    assert outcome == f"request.object.metadata must be an object, got {json_type(value)}"
+                    continue
+                _check_denial(body, outcome)
+    assert turn > 1000

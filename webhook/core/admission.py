@@ -165,7 +165,7 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
         if value is not None:
             metadata = value.get("metadata")
             if metadata is not None and not isinstance(metadata, dict):
-                raise MalformedReview(f"request.{name}.metadata must be an object")
+                raise MalformedReview(f"request.{name}.metadata must be an object, got {json_type(metadata)}")
     return AdmissionRequest(
         review_api_version=api_version,
         uid=uid,
