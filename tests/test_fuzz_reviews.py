@@ -169,7 +169,7 @@ def corrupted_reviews(draw: st.DrawFn) -> dict[str, Any]:
 @examples(150)
 @given(body=corrupted_reviews())
 def test_any_corruption_of_a_recorded_review_is_answered(body: dict[str, Any]) -> None:
-    outcome = check_answer(body, TEAMS)
+    outcome = check_answer(body, TEAMS, inventory=EXAMPLE_NODES)
     if not isinstance(outcome, str):
         _check_denial(body, outcome)
 
@@ -181,7 +181,7 @@ def test_any_bytes_spliced_into_a_recorded_review_are_answered(data: st.DataObje
     start = data.draw(st.integers(0, len(raw)))
     end = data.draw(st.integers(start, min(len(raw), start + 16)))
     spliced = raw[:start] + data.draw(st.binary(max_size=16)) + raw[end:]
-    check_answer(spliced, TEAMS)
+    check_answer(spliced, TEAMS, inventory=EXAMPLE_NODES)
 
 
 # -- size and depth ---------------------------------------------------------------------------------
@@ -354,3 +354,17 @@ def test_every_json_type_at_every_path_of_each_kueue_example_is_answered(operati
                     continue
                 _check_denial(body, outcome)
     assert turn > 1000
+
+
+@pytest.mark.parametrize("value", [1.5, True, "p5.48xlarge", {"a": "b"}])
+def test_a_governed_pod_whose_affinity_values_are_not_a_list_is_answered(value: Any) -> None:
+    """Regression (found by atheris, ``make fuzz``): a Pod no Job controls, whose node-affinity
+    expression has ``values: 1.5``, raised TypeError while topology mode auto counted the nodes it
+    fits (HTTP 500). Two changes to the recorded Pod: its owner dropped, the values replaced."""
+    body = recorded("v1-pod-of-job-create.json")
+    obj = body["request"]["object"]
+    del obj["metadata"]["ownerReferences"]
+    terms = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = value
+    outcome = check_answer(body, TEAMS, inventory=EXAMPLE_NODES)
+    assert not isinstance(outcome, str) and outcome.resolution.team is not None

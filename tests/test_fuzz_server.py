@@ -22,15 +22,17 @@ from conftest import BUNDLED_PLATFORM, RunningServer, ServerFactory
 from fuzzing import RECORDED, check_answer, examples, paths_of, recorded, replaced
 from hypothesis import given
 from hypothesis import strategies as st
-from support import bundled_teams
+from support import REPO, bundled_teams
 from test_server import post_review, session_for
 
 from webhook.core.review import ReviewOutcome
 from webhook.handlers import MAX_BODY_BYTES, make_app
 from webhook.metrics import Metrics
+from webhook.sources import load_nodes
 from webhook.state import GovernorState, ServerConfig
 
 TEAMS = bundled_teams()
+EXAMPLE_NODES = load_nodes(REPO / "examples" / "nodes.json")
 NAMES = [path.name for path in RECORDED]
 RAW = {name: json.dumps(recorded(name), separators=(",", ":")).encode() for name in NAMES}
 
@@ -39,6 +41,7 @@ def _state() -> GovernorState:
     config = ServerConfig(cert_file=Path("unused"), key_file=Path("unused"), platform=BUNDLED_PLATFORM)
     state = GovernorState(config, Metrics())
     state.load_policies()
+    state.inventory = EXAMPLE_NODES  # topology mode auto counts nodes, as with --nodes or --watch-cluster
     return state
 
 
@@ -50,7 +53,7 @@ async def _post(client: TestClient[Any, Any], raw: bytes) -> tuple[int, Any]:
 async def _check(client: TestClient[Any, Any], raw: bytes) -> None:
     """The server's answer to ``raw`` is the in-process one, as HTTP 200 or 400."""
     status, answer = await _post(client, raw)
-    expected = check_answer(raw, TEAMS)
+    expected = check_answer(raw, TEAMS, inventory=EXAMPLE_NODES)
     if isinstance(expected, str):
         assert (status, answer) == (400, {"error": f"malformed AdmissionReview: {expected}"})
         return
