@@ -71,6 +71,10 @@ def _integer(digits: str) -> int:
     return int(digits)
 
 
+#: One decoder for every body (``json.loads`` with hooks would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=_integer, parse_float=_float)
+
+
 def _located(text: str, exc: _Refused) -> str:
     """The refusal with the line and column of the literal's first occurrence as a JSON value."""
     found = re.search(r"(?:^|(?<=[\s:,\[]))" + re.escape(exc.literal) + r"(?=[\s,\]}]|\Z)", text)
@@ -128,6 +132,13 @@ def nesting_error(text: str, limit: int = MAX_DEPTH) -> str | None:
         elif stack and not stack[-1][0]:  # a comma in an array: the next index
             stack[-1][1] += 1
     return None
+
+
+def _brackets(raw: bytes | str) -> int:
+    """How many ``[`` and ``{`` a body holds (in strings too): no more levels than that."""
+    if isinstance(raw, bytes):
+        return raw.count(b"[") + raw.count(b"{")
+    return raw.count("[") + raw.count("{")
 
 
 def _depth_over(value: Any, limit: int) -> bool:
@@ -197,7 +208,7 @@ def decode_json(raw: bytes | str) -> Any:
     if not text.strip():
         raise BodyError("body is empty" if not text else "body is only white space")
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_int=_integer, parse_float=_float)
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         if _ends_early(text, exc):
             size = len(raw) if isinstance(raw, bytes) else len(text)
@@ -209,8 +220,7 @@ def decode_json(raw: bytes | str) -> Any:
         raise BodyError(f"{_INVALID}{_located(text, exc)}") from None
     except ValueError as exc:  # none known; still a 400 with the decoder's words, never a 500
         raise BodyError(f"{_INVALID}{exc}") from None
-    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else text.count("[") + text.count("{")
-    if brackets > MAX_DEPTH and _depth_over(value, MAX_DEPTH):
+    if len(raw) > MAX_DEPTH and _brackets(raw) > MAX_DEPTH and _depth_over(value, MAX_DEPTH):
         raise BodyError(f"body is {nesting_error(text) or _TOO_DEEP}")
     if _SURROGATE.search(raw) if isinstance(raw, bytes) else _SURROGATE_TEXT.search(text):
         found = _lone_surrogate(value)
