@@ -491,8 +491,19 @@ def test_every_command_refuses_a_node_file_that_is_no_node_inventory(
         "mutate": ["mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest)],
         "generate": ["generate", str(PLATFORM), "-o", str(tmp_path / "out")],
         "topology": ["topology"],
-        "serve": ["serve", "--platform", str(PLATFORM), "--host", "127.0.0.1", "--port", "1",
-                  "--tls-cert-file", str(manifest), "--tls-private-key-file", str(manifest)],
+        "serve": [
+            "serve",
+            "--platform",
+            str(PLATFORM),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "1",
+            "--tls-cert-file",
+            str(manifest),
+            "--tls-private-key-file",
+            str(manifest),
+        ],
     }[command]
     result = invoke(*args, "--nodes", str(nodes))
     assert result.exit_code == 2 and result.stdout == ""

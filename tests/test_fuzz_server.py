@@ -1,5 +1,5 @@
-"""Bad bodies through the real aiohttp application (``webhook.handlers.make_app``), and the size
-limit through the real TLS server.
+"""Bad bodies through the real aiohttp application (``webhook.handlers.make_app``) and ``kgov
+review``, and the size limit through the real TLS server.
 
 Whatever the body, the answer is HTTP 200 with an AdmissionReview carrying the request's uid and a
 patch that applies, or HTTP 400 ``{"error": "malformed AdmissionReview: <reason>"}`` with the same
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 from conftest import BUNDLED_PLATFORM, RunningServer, ServerFactory
 from fuzzing import RECORDED, check_answer, examples, paths_of, recorded, replaced
 from hypothesis import given
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from support import REPO, bundled_teams
 from test_server import post_review, session_for
 
+from webhook.cli import main
 from webhook.core.review import ReviewOutcome
 from webhook.handlers import MAX_BODY_BYTES, make_app
 from webhook.metrics import Metrics
@@ -32,7 +34,8 @@ from webhook.sources import load_nodes
 from webhook.state import GovernorState, ServerConfig
 
 TEAMS = bundled_teams()
-EXAMPLE_NODES = load_nodes(REPO / "examples" / "nodes.json")
+NODES_FILE = REPO / "examples" / "nodes.json"
+EXAMPLE_NODES = load_nodes(NODES_FILE)
 NAMES = [path.name for path in RECORDED]
 RAW = {name: json.dumps(recorded(name), separators=(",", ":")).encode() for name in NAMES}
 
@@ -195,3 +198,21 @@ async def test_a_ten_mib_body_without_a_length_is_a_precise_413(tls_server: Runn
             assert await resp.json() == {"error": f"request body is over {MAX_BODY_BYTES} bytes"}
         status, answer = await post_review(session, tls_server, RAW["v1-job-create.json"])
     assert status == 200 and answer["response"]["allowed"] is True
+
+
+# -- kgov review: the same bodies on stdin ------------------------------------------------------------
+
+
+@examples(20)
+@given(raw=bad_bodies())
+def test_kgov_review_answers_any_bad_body_as_the_server_does(raw: bytes) -> None:
+    """``kgov review`` prints the server's 400 reason and exits 1, or the answer and exits 0."""
+    result = CliRunner().invoke(
+        main, ["review", "--platform", str(BUNDLED_PLATFORM), "--nodes", str(NODES_FILE)], input=raw
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    expected = check_answer(raw, TEAMS, inventory=EXAMPLE_NODES)
+    if isinstance(expected, str):
+        assert (result.exit_code, result.stderr) == (1, f"kgov: malformed AdmissionReview: {expected}\n")
+    else:
+        assert result.exit_code == 0 and json.loads(result.stdout) == expected.response

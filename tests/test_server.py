@@ -104,9 +104,7 @@ def session_for(server: RunningServer, *, force_close: bool = False) -> aiohttp.
 async def post_review(session: aiohttp.ClientSession, server: RunningServer, body: Any) -> tuple[int, Any]:
     """POST ``body`` (bytes as is, anything else as JSON) to /mutate; the status and decoded answer."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    async with session.post(
-        server.url("/mutate"), data=data, headers={"Content-Type": "application/json"}
-    ) as resp:
+    async with session.post(server.url("/mutate"), data=data, headers={"Content-Type": "application/json"}) as resp:
         text = await resp.text()
         try:
             return resp.status, json.loads(text)
@@ -554,4 +552,3 @@ async def test_graceful_shutdown_drains_in_flight_requests(start_server: ServerF
         assert op_at(decode_patch(answer["response"]), "/metadata/labels")["value"] == {QUEUE_LABEL: RESEARCH_QUEUE}
     await asyncio.wait_for(server.task, timeout=10)
     assert server.task.exception() is None
-
