@@ -95,7 +95,8 @@ def bad_bodies(draw: st.DrawFn) -> bytes:
     path = draw(st.sampled_from(paths_of(body)[1:]))
     value = draw(
         st.one_of(
-            st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=6),
+            st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+            st.text(max_size=6),
             st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
         )
     )  # fmt: skip
