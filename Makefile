@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit lint generate-check helm-check bench bench-cluster bench-apiserver e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -31,6 +31,22 @@ test: lint test-unit generate-check helm-check e2e-test
 ## Unit, property and example-case tests (no cluster, no Go).
 test-unit: install
 	$(PYTHON) -m pytest tests
+
+# Longer fuzzing (not part of `make test`; README, "Fuzzing"): the Hypothesis fuzz tests with FUZZ_SCALE times their
+# CI budget, then atheris (installed here, from the `fuzz` extra) for FUZZ_SECONDS on each target.
+FUZZ_SCALE ?= 20
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= review platform policy
+
+## The fuzz suite at FUZZ_SCALE x its CI examples, then atheris FUZZ_SECONDS per target (niced; inputs that fail: crash-*).
+fuzz: install
+	$(VENV)/bin/pip install --quiet -e '.[fuzz]'
+	KGOV_FUZZ_SCALE=$(FUZZ_SCALE) nice $(PYTHON) -m pytest -q \
+		tests/test_fuzz.py tests/test_fuzz_reviews.py tests/test_fuzz_server.py tests/test_fuzz_platform.py
+	for target in $(FUZZ_TARGETS); do \
+		nice $(PYTHON) tools/fuzz_atheris.py --target $$target -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 \
+			-print_final_stats=1 || exit $$?; \
+	done
 
 ## ruff, mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
 lint: install

@@ -80,20 +80,24 @@ def test_the_recording_is_what_the_tests_expect() -> None:
         ("BOOKMARK", None),
     ]
     assert NODES["events"][0]["object"]["spec"]["unschedulable"] is True
-    assert NODES["expired"] == NAMESPACES["expired"][:1] == [
-        {
-            "type": "ERROR",
-            "object": {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": "The resourceVersion for the provided watch is too old.",
-                "reason": "Expired",
-                "code": 410,
-            },
-        }
-    ]
+    assert (
+        NODES["expired"]
+        == NAMESPACES["expired"][:1]
+        == [
+            {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "The resourceVersion for the provided watch is too old.",
+                    "reason": "Expired",
+                    "code": 410,
+                },
+            }
+        ]
+    )
 
 
 # -- answers the replaying server gives ----------------------------------------------------------
@@ -290,9 +294,7 @@ async def test_an_expired_version_relists_at_once(server: ReplayServer, caches: 
     assert sorted(cache.objects) == names(NODES["list"])[:5]  # what went while the watch was gone is gone
 
 
-async def test_an_expired_version_right_after_a_list_backs_off(
-    server: ReplayServer, caches: list[ObjectCache]
-) -> None:
+async def test_an_expired_version_right_after_a_list_backs_off(server: ReplayServer, caches: list[ObjectCache]) -> None:
     """A 410 for the version a list has just given is no expiry; re-listing at once would storm."""
     server.queue(listing(NODES["list"]), events(NODES["expired"]), listing(node_list()))
     start(caches[0], retry_delay=0.3)

@@ -105,9 +105,7 @@ def test_mismatched_ca_key_is_refused(ca: tuple[bytes, bytes]) -> None:
     ("dns", "ips", "days", "message"),
     [([], [], 1, "at least one"), (["localhost"], ["not-an-ip"], 1, "not-an-ip"), (["x"], [], 0, "days")],
 )
-def test_bad_arguments(
-    ca: tuple[bytes, bytes], dns: list[str], ips: list[str], days: int, message: str
-) -> None:
+def test_bad_arguments(ca: tuple[bytes, bytes], dns: list[str], ips: list[str], days: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         issue_serving_certificate(ca[0], ca[1], dns, ips, days=days)
 

@@ -3,6 +3,7 @@
 The API server does not type-check custom-resource bodies before mutating webhooks, so any JSON
 value may sit where a map, a list or a quantity belongs. Whatever is there, the answer is an
 AdmissionReview (allowed, patched or denied with the path), and a patch always applies.
+Example counts scale with ``KGOV_FUZZ_SCALE`` (tests/fuzzing.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzzing import examples
+from hypothesis import given
 from hypothesis import strategies as st
 from support import aws_nodes, platform_with, review_body, teams_from
 from test_malformed import KINDS, QUANTITY_FIELDS, TEMPLATED, _schema_typed, answer, assert_admitted, with_value
@@ -99,7 +101,7 @@ def corrupted(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(800)
 @given(obj=corrupted(), operation=st.sampled_from(["CREATE", "UPDATE"]))
 def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: str) -> None:
     old = copy.deepcopy(_FULL_JOB if obj.get("kind") == "Job" else _FULL_DEPLOYMENT) if operation == "UPDATE" else None
@@ -150,7 +152,7 @@ def _ready(node: dict[str, Any]) -> bool:
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(node=st.dictionaries(st.sampled_from(["metadata", "spec", "status"]), JSON, max_size=3))
 def test_any_json_in_a_node_dump_counts_as_an_unusable_node(node: dict[str, Any]) -> None:
     inventory = NodeInventory.from_objects([node])
@@ -220,7 +222,7 @@ def brute_force(nodes: list[dict[str, Any]], gpus: int, tolerant: bool) -> list[
     return [max(blocks.values(), default=0), max(per_node.values(), default=0), sum(per_node.values())]
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(nodes=small_nodes(), gpus=st.integers(1, 9), tolerant=st.booleans())
 def test_largest_domain_is_the_brute_force_answer(nodes: list[dict[str, Any]], gpus: int, tolerant: bool) -> None:
     tolerations = [{"key": TAINT["key"], "operator": "Exists"}] if tolerant else []
@@ -265,7 +267,8 @@ def test_a_tiny_gpu_request_is_malformed(amount: Any) -> None:
     [
         (b'{"a": NaN}', "NaN is not a JSON value"),
         (b'{"a": Infinity}', "Infinity is not a JSON value"),
-        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b"[" * 100000 + b"]" * 100000, "nested more than 512 levels deep"),
+        (b'{"a": 1e400}', "the number 1e400 is out of range of a 64-bit float"),
         (b"\xff", "not UTF-8"),
     ],
 )
@@ -316,7 +319,7 @@ def _count_ok(value: Any) -> bool:
     return value is None or (type(value) is int and 0 <= value <= INT32_MAX)
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(data=st.data(), kind=st.sampled_from([k for k, (_, _, counts) in KINDS.items() if counts]))
 def test_any_value_of_a_count_is_read_or_refused_by_path(data: st.DataObject, kind: str) -> None:
     build, _, counts = KINDS[kind]
@@ -350,7 +353,7 @@ INVALID_QUANTITIES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(
     data=st.data(),
     kind=st.sampled_from(TEMPLATED),

@@ -418,7 +418,7 @@ def test_capacity_within_bounds_and_missing_nodes() -> None:
         "warning",
         "flavors[0]",
         "nominalQuota of nvidia.com/gpu summed over teams is 113 (a 113), above the allocatable 112 of the 14 "
-        "nodes matching {\"node.kubernetes.io/instance-type\": \"p5.48xlarge\"}",
+        'nodes matching {"node.kubernetes.io/instance-type": "p5.48xlarge"}',
     )
 
 

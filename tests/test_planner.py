@@ -603,9 +603,7 @@ def test_update_that_drops_the_queue_label_gets_it_back() -> None:
     new = job(metadata={"name": "t", "labels": {}})
     outcome = run(new, operation="UPDATE", old=old)
     assert outcome.plan.allowed
-    assert outcome.patch == [
-        {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "ml-queue"}
-    ]
+    assert outcome.patch == [{"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "ml-queue"}]
 
 
 def test_update_of_a_changed_pod_template_is_validated() -> None:

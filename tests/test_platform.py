@@ -517,11 +517,23 @@ def test_yaml_the_parser_cannot_hold_is_a_problem_not_a_crash(tmp_path: Path) ->
     """Regression: a 5000-digit integer raised ValueError and deep nesting RecursionError."""
     huge = tmp_path / "huge.yaml"
     huge.write_text(f"teams: {'9' * 5000}\n", encoding="utf-8")
-    [(path, message)] = load_problems(huge)
-    assert (path, message.partition(" for integer")[0]) == ("", "not valid YAML: Exceeds the limit (4300 digits)")
+    assert load_problems(huge) == [
+        (
+            "",
+            f"{huge} is not usable YAML: an integer of 5000 digits (at line 1 column 8) is too long to be a "
+            "Kubernetes value",
+        )
+    ]
     deep = tmp_path / "deep.yaml"
     deep.write_text("[" * 5000 + "]" * 5000, encoding="utf-8")
-    assert load_problems(deep) == [("", "not valid YAML: nested too deeply")]
+    assert load_problems(deep) == [
+        ("", f"{deep} is not usable YAML: nested more than 200 levels deep (at line 1 column 201)")
+    ]
+    block = tmp_path / "block.yaml"  # block style: the composer counts, and names the path
+    block.write_text("".join("  " * level + "a:\n" for level in range(300)), encoding="utf-8")
+    assert load_problems(block) == [
+        ("", f"{block} is not usable YAML: nested more than 200 levels deep (at line 201 column 401) within a (× 200)")
+    ]
 
 
 def test_naming_preset_stays_importable_from_policy() -> None:

@@ -55,7 +55,7 @@ def recorded_pair() -> dict[str, Any]:
                     "managedFields": [
                         {"time": "2025-03-14T09:26:53.123456Z", "fieldsV1": {f'k:{{"uid":"{JOB_UID}"}}': {}}}
                     ],
-                }
+                },
             },
         }
     }
@@ -307,8 +307,11 @@ REMOVED: dict[str, tuple[tuple[str, ...], dict[str, Any], str]] = {
     ),
     "TAS annotation": (
         (*TEMPLATE, "metadata", "annotations", TOPOLOGY),
-        {"op": "add", "path": "/spec/template/metadata/annotations/kueue.x-k8s.io~1podset-required-topology",
-         "value": LAYER_3},
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/annotations/kueue.x-k8s.io~1podset-required-topology",
+            "value": LAYER_3,
+        },
         f"topology: this update removes {TOPOLOGY} of podset 'main'; kept {LAYER_3!r} ({KEPT})",
     ),
     "node affinity": (
@@ -321,9 +324,7 @@ REMOVED: dict[str, tuple[tuple[str, ...], dict[str, Any], str]] = {
 
 
 @pytest.mark.parametrize("removed", list(REMOVED))
-async def test_an_update_removing_a_governed_value_is_told_it_was_put_back(
-    server: RunningServer, removed: str
-) -> None:
+async def test_an_update_removing_a_governed_value_is_told_it_was_put_back(server: RunningServer, removed: str) -> None:
     """Defect: ``kubectl label job … kueue.x-k8s.io/queue-name-`` printed "unlabeled" with no
     warning while the webhook put the label back. Every governed value an UPDATE removes and the
     webhook puts back is now named in a warning. The envelope is the recorded label change, its

@@ -216,8 +216,8 @@ async def test_namespace_of_no_team_is_untouched(
     ("body", "reason"),
     [
         (b"{not json", "body is not valid JSON"),
-        (b"", "body is not valid JSON"),
-        (b"\xff\xfe{}", "body is not valid JSON"),
+        (b"", "body is empty"),
+        (b"\xff\xfe{}", "body starts with UTF-16 (byte order mark FF FE); it must be UTF-8 JSON"),
         (b'[{"apiVersion": "admission.k8s.io/v1"}]', "body must be a JSON object (an AdmissionReview), got array"),
         (
             b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',

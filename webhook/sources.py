@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from webhook.core.inventory import NodeInventory, allocatable_problem
 from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
+from webhook.core.yamlload import YamlLimitError, limited
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
 POLICY_KEY = "policy.json"
@@ -101,7 +102,8 @@ def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = Non
         policies = PolicySet.model_validate(data)
     except ValidationError as exc:
         lines = "\n".join(
-            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg']}" for err in exc.errors()
+            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise InputError(f"{where}: invalid policy file\n{lines}") from None
     if extra_excluded:
@@ -201,6 +203,9 @@ _KubeYAMLLoader.add_implicit_resolver(
 )
 
 
+_LIMITED_LOADER = limited(_KubeYAMLLoader)
+
+
 def _as_json(document: Any, where: str) -> Any:
     """A JSON copy (no shared maps from YAML anchors), refusing what JSON and Kubernetes lack."""
     encoder = json.JSONEncoder(allow_nan=False)
@@ -235,7 +240,7 @@ def load_manifests(text: str, source: str) -> list[Any]:
     """
     documents = []
     try:
-        for index, document in enumerate(yaml.load_all(text, Loader=_KubeYAMLLoader), start=1):
+        for index, document in enumerate(yaml.load_all(text, Loader=_LIMITED_LOADER), start=1):
             if document is not None:
                 documents.append(_as_json(document, f"{source}: document {index}"))
     except yaml.YAMLError as exc:
@@ -247,7 +252,9 @@ def load_manifests(text: str, source: str) -> list[Any]:
                     f"{source}: not valid JSON: {json_exc.msg} at line {json_exc.lineno} column {json_exc.colno}"
                 ) from None
         raise InputError(f"{source}: not valid YAML: {exc}") from None
-    except RecursionError:
+    except YamlLimitError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    except RecursionError:  # none known under MAX_YAML_DEPTH; still one line, never a traceback
         raise InputError(f"{source}: nested too deeply") from None
     except InputError:
         raise

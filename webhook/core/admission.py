@@ -15,8 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.jsonbody import MAX_DEPTH, BodyError, decode_json
+
 __all__ = [
     "ECHO_LIMIT",
+    "MAX_DEPTH",
     "SUPPORTED_VERSIONS",
     "UID_LIMIT",
     "AdmissionRequest",
@@ -119,33 +122,17 @@ def json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _integer(digits: str) -> int:
-    if len(digits) > 4000:  # below Python's own conversion limit, whose message names Python internals
-        raise ValueError(f"a number of {len(digits)} digits is no Kubernetes value")
-    return int(digits)
-
-
 def decode_body(raw: bytes | str) -> Any:
-    """Decode a request body as strict JSON (RFC 8259: no NaN/Infinity, UTF-8).
+    """Decode a request body as strict JSON (:func:`webhook.core.jsonbody.decode_json`: RFC 8259,
+    UTF-8, no NaN/Infinity, no lone surrogate, at most :data:`MAX_DEPTH` levels deep).
 
     Raises:
-        MalformedReview: not UTF-8, not JSON, a NaN/Infinity constant, or nested too deep to decode.
+        MalformedReview: what is wrong with the body, and where (byte, line and column, or path).
     """
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        return json.loads(text, parse_constant=_no_constant, parse_int=_integer)
-    except UnicodeDecodeError as exc:
-        raise MalformedReview(f"body is not valid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise MalformedReview(f"body is not valid JSON: {exc}") from None
-    except ValueError as exc:
-        raise MalformedReview(f"body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise MalformedReview("body is nested too deeply to decode") from None
+        return decode_json(raw)
+    except BodyError as exc:
+        raise MalformedReview(str(exc)) from None
 
 
 def parse_admission_review(body: Any) -> AdmissionRequest:
@@ -183,7 +170,7 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
         if value is not None:
             metadata = value.get("metadata")
             if metadata is not None and not isinstance(metadata, dict):
-                raise MalformedReview(f"request.{name}.metadata must be an object")
+                raise MalformedReview(f"request.{name}.metadata must be an object, got {json_type(metadata)}")
     return AdmissionRequest(
         review_api_version=api_version,
         uid=uid,

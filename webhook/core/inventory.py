@@ -93,7 +93,8 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
 
 def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> bool:
     operator = requirement.get("operator")
-    values = [v for v in requirement.get("values") or [] if isinstance(v, str)]
+    listed = requirement.get("values")  # any JSON value: only a list's strings are values
+    values = [v for v in listed if isinstance(v, str)] if isinstance(listed, list) else []
     if operator == "In":
         return value is not None and value in values
     if operator == "NotIn":

@@ -53,6 +53,7 @@ from webhook.core.platform_models import (
     dns1123_label_error,
 )
 from webhook.core.quantity import parse_quantity
+from webhook.core.yamlload import YamlLimitError, limited
 
 __all__ = [
     "API_VERSION",
@@ -104,10 +105,13 @@ def parse_platform(data: Any, source: str = "<platform>") -> Platform:
     return platform
 
 
+_LOADER = limited(yaml.SafeLoader)
+
+
 def _safe_load(text: str, source: str) -> Any:
     """``yaml.safe_load`` whose error marks name ``source`` (not ``<unicode string>``) and keep the
     line snippet that PyYAML shows for text."""
-    loader = yaml.SafeLoader(text)
+    loader = _LOADER(text)
     loader.name = source
     try:
         return loader.get_single_data()
@@ -135,9 +139,11 @@ def load_platform(path: str | Path) -> Platform:
         ) from None
     try:
         data = _safe_load(text, source)
-    except (yaml.YAMLError, ValueError) as exc:  # ValueError: e.g. an integer of over 4300 digits
+    except YamlLimitError as exc:
+        raise PlatformError(source, [Problem(path="", message=f"{source} is not usable YAML: {exc}")]) from None
+    except (yaml.YAMLError, ValueError) as exc:
         raise PlatformError(source, [Problem(path="", message=f"not valid YAML: {exc}")]) from None
-    except RecursionError:
+    except RecursionError:  # none known under MAX_YAML_DEPTH; still a problem, never a traceback
         raise PlatformError(source, [Problem(path="", message="not valid YAML: nested too deeply")]) from None
     return parse_platform(data, source)
 

@@ -11,9 +11,9 @@ ConfigMap, so the server never needs the platform file itself. The preset's func
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from webhook.core.naming import (
     SYSTEM_NAMESPACES,
@@ -50,6 +50,13 @@ __all__ = [
 POLICY_API_VERSION = "kueue-governor.io/v1alpha1"
 #: SPEC §3: never touched, whatever the platform file says.
 ALWAYS_EXCLUDED_NAMESPACES = SYSTEM_NAMESPACES
+
+
+def _quantity_text(value: str) -> str:
+    """A quota limit as :func:`compile_policies` writes it: a non-negative Kubernetes quantity."""
+    if parse_quantity(value) < 0:  # QuantityError (a ValueError) for what is no quantity
+        raise ValueError(f"{value!r} is negative; a quota limit is a non-negative quantity")
+    return value
 
 
 class _Frozen(BaseModel):
@@ -102,7 +109,7 @@ class TeamPolicyCompiled(_Frozen):
     podPriority: ValueRule | None = None
     topology: TopologyPlacement | None = None
     nodeAffinity: list[NodeSelectorRequirement] = Field(default_factory=list)
-    quotaLimits: dict[str, str] = Field(
+    quotaLimits: dict[str, Annotated[str, AfterValidator(_quantity_text)]] = Field(
         default_factory=dict,
         description="resource → the most the team's ClusterQueue can ever hold (nominalQuota + "
         "borrowingLimit over its flavors, base units); resources whose borrowing has no limit are left out",

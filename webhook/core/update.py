@@ -256,13 +256,21 @@ def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:
         if not isinstance(expressions, list):
             return False
         mine = [
-            {"key": e.get("key"), "operator": e.get("operator"), "values": list(e.get("values") or [])}
+            {"key": e.get("key"), "operator": e.get("operator"), "values": _values(e.get("values"))}
             for e in expressions
             if isinstance(e, Mapping)
         ]
         if not all(w in mine for w in wanted):
             return False
     return True
+
+
+def _values(values: Any) -> Any:
+    """An expression's ``values`` to compare with the team's: a list as a list, absent as [], any
+    other JSON value as itself (it then matches no team expression; it is never iterated)."""
+    if values is None:
+        return []
+    return list(values) if isinstance(values, list) else values
 
 
 def _added(

@@ -29,6 +29,11 @@ def requests_text(requests: Mapping[str, Decimal] | None) -> str:
     return "{" + ", ".join(items) + "}" if items else "no resource requests"
 
 
+def _listed(value: Any) -> list[Any]:
+    """A list as itself; absent or any other JSON value as [] (never iterated as it is)."""
+    return value if isinstance(value, list) else []
+
+
 def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
     """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
     extra = [e.model_dump(exclude_none=True) for e in team.nodeAffinity]
@@ -38,7 +43,7 @@ def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
             terms = [{"matchExpressions": extra}]
         else:
             terms = [
-                {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *extra]}
+                {**term, "matchExpressions": [*_listed(term.get("matchExpressions")), *extra]}
                 if isinstance(term, Mapping) and (term.get("matchExpressions") or term.get("matchFields"))
                 else term
                 for term in terms
