@@ -33,8 +33,9 @@ from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import WorkloadKind, find_kind, is_managed_owner, kind_of_group
 from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.prepared import prepared
 from webhook.core.rules.kueue_priority import plan_kueue_priority
-from webhook.core.rules.node_affinity import normalize, plan_node_affinity
+from webhook.core.rules.node_affinity import plan_node_affinity
 from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
@@ -149,7 +150,7 @@ def plan_object(
         plan_queue(draft, row, team, plan)
         plan_kueue_priority(draft, view, team, plan)
         plan_pod_labels(draft, view, team, plan)
-        affinity = [normalize(e.model_dump()) for e in team.nodeAffinity]
+        affinity = prepared(team).affinity
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
         forbidden = elastic_forbidden(obj, row)

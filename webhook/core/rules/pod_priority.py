@@ -21,6 +21,7 @@ from typing import Any
 from webhook.core.draft import Draft, Plan, check_value, string_map
 from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.prepared import narrowed, prepared
 from webhook.core.view import PodSet, WorkloadView
 
 __all__ = ["check_pod_priority", "plan_pod_priority", "pod_rule", "user_pod_priority"]
@@ -64,10 +65,8 @@ def check_pod_priority(podset: PodSet, team: TeamPolicyCompiled, plan: Plan) -> 
 def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
     """``rule`` with its allowed values narrowed to the PriorityClasses the platform generates
     (unchanged when the policy does not say which those are)."""
-    if rule.allowed is None or team.priorityClasses is None:
-        return rule
-    generated = set(team.priorityClasses)
-    return rule.model_copy(update={"allowed": [name for name in rule.allowed if name in generated]})
+    own = prepared(team).pod_rules.get(id(rule))  # the team's own rules, narrowed once per policy
+    return own if own is not None else narrowed(rule, team)
 
 
 def plan_pod_priority(

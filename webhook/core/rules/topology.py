@@ -24,6 +24,7 @@ from webhook.core.inventory import NodeInventory, PodConstraints
 from webhook.core.kind_model import WorkloadKind
 from webhook.core.paths import lookup
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
+from webhook.core.prepared import prepared
 from webhook.core.view import SLICE_SIZE, PodSet
 
 __all__ = [
@@ -160,7 +161,7 @@ def podset_groups(podsets: Sequence[PodSet]) -> list[list[PodSet]]:
 
 def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
     """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
-    extra = [e.model_dump(exclude_none=True) for e in team.nodeAffinity]
+    extra = prepared(team).affinity_exact
     terms: list[Any] | None = podset.affinity_terms
     if extra:
         if terms is None:
