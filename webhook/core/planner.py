@@ -32,6 +32,7 @@ from webhook.core.draft import Change, Draft, Plan, Shape, malformed, string_map
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import WorkloadKind, find_kind, is_managed_owner, kind_of_group
 from webhook.core.paths import dotted, lookup
+from webhook.core.planned import planned_view
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.prepared import prepared
 from webhook.core.rules.kueue_priority import plan_kueue_priority
@@ -160,7 +161,7 @@ def plan_object(
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
             plan_topology(draft, view.podsets, team.topology, inventory, team, plan, forbidden)
-        planned = kueue_view(draft.doc, row)  # what Kueue will see
+        planned = planned_view(view, draft.doc, draft.changes)  # what Kueue will see
         check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:
         return malformed(shape)
