@@ -54,7 +54,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or (value is not None and isinstance(value, Mapping)) else {}
 
 
 @dataclass(frozen=True)
