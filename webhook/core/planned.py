@@ -64,17 +64,20 @@ def _only_into(relative: tuple[Key, ...], value: Any, fields: Sequence[PathPatte
 _OUTSIDE = -1
 
 
-def _owner(change: Change, podsets: Sequence[PodSet]) -> int | None:
+def _owner(
+    change: Change, podsets: Sequence[PodSet], bases: dict[tuple[Key, ...], int], lengths: list[int]
+) -> int | None:
     """The index of the present podset below whose base ``change`` writes, when it writes only its
     labels, annotations, priorityClassName or affinity; :data:`_OUTSIDE` when it writes below no
-    present podset's base; None when it may alter something else the view reads."""
+    present podset's base; None when it may alter something else the view reads. ``bases``: the
+    present podsets' paths → their index; ``lengths``: the lengths of those paths."""
     path = change.path
-    for index, podset in enumerate(podsets):
-        base = podset.path
-        if podset.present and len(path) > len(base) and path[: len(base)] == base:
-            layout = podset.rule.layout
+    for length in lengths:
+        index = bases.get(path[:length]) if len(path) > length else None
+        if index is not None:
+            layout = podsets[index].rule.layout
             fields = (layout.labels, layout.annotations, layout.priority, layout.affinity)
-            return index if _only_into(path[len(base) :], change.value, fields) else None
+            return index if _only_into(path[length:], change.value, fields) else None
     return _OUTSIDE
 
 
@@ -88,9 +91,15 @@ def planned_view(view: WorkloadView, doc: Mapping[str, Any], changes: Sequence[C
     if row.embedded is not None:  # components planned by their own rows: read it again
         return kueue_view(doc, row)
     workload = [(*row.labels_at, "labels")] + ([row.suspend] if row.suspend is not None else [])
+    bases = {p.path: index for index, p in enumerate(view.podsets) if p.present}
+    if len(bases) < sum(p.present for p in view.podsets):  # two podsets at one path: cannot be
+        return kueue_view(doc, row)
+    lengths = sorted({len(path) for path in bases})
+    if len(lengths) > 1 and any(o != b and o[: len(b)] == b for b in bases for o in bases):
+        return kueue_view(doc, row)  # a podset's base inside another's: cannot be
     touched: set[int] = set()
     for change in changes:
-        owner = _owner(change, view.podsets)
+        owner = _owner(change, view.podsets, bases, lengths)
         if owner is None or (owner == _OUTSIDE and not _only_into(change.path, change.value, workload)):
             return kueue_view(doc, row)
         if owner != _OUTSIDE:

@@ -37,7 +37,7 @@ from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.prepared import prepared
 from webhook.core.rules.kueue_priority import plan_kueue_priority
 from webhook.core.rules.node_affinity import plan_node_affinity
-from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority
+from webhook.core.rules.pod_priority import check_pod_priority, plan_pod_priority, user_pod_priority
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
@@ -155,9 +155,10 @@ def plan_object(
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
         forbidden = elastic_forbidden(obj, row)
+        asked = user_pod_priority(view)
         for podset in view.podsets:
             validate_podset(podset, team, plan, forbidden)
-            plan_pod_priority(draft, podset, view, team, kueue_priority)
+            plan_pod_priority(draft, podset, team, kueue_priority, asked)
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
             plan_topology(draft, view.podsets, team.topology, inventory, team, plan, forbidden)

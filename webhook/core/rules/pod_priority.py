@@ -70,9 +70,10 @@ def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
 
 
 def plan_pod_priority(
-    draft: Draft, podset: PodSet, view: WorkloadView, team: TeamPolicyCompiled, kueue_priority: Any
+    draft: Draft, podset: PodSet, team: TeamPolicyCompiled, kueue_priority: Any, asked: str | None
 ) -> None:
-    """Fill in a missing priorityClassName (see the module docstring for the value chosen)."""
+    """Fill in a missing priorityClassName (see the module docstring for the value chosen);
+    ``asked``: the workload's :func:`user_pod_priority`, ``kueue_priority``: its Kueue priority label."""
     rule = team.podPriority
     layout = podset.rule.layout
     if rule is None or not podset.present:
@@ -86,7 +87,7 @@ def plan_pod_priority(
     reason = f"{where}: the default of team {team.team!r}"
     allowed = pod_rule(rule, team).allowed
     for candidate, why in (
-        (user_pod_priority(view), "the pod priority the workload's other podsets ask for"),
+        (asked, "the pod priority the workload's other podsets ask for"),
         (kueue_priority, "the Kueue priority the workload asks for"),
     ):
         usable = isinstance(candidate, str) and candidate not in team.workloadPriorityOnly

@@ -195,7 +195,7 @@ def plan_topology(
     annotations Kueue refuses on this workload (:func:`elastic_forbidden`), never set: the
     policy's choice is weakened to what Kueue allows, else left out, with a warning."""
     for members in podset_groups([p for p in podsets if p.present]):
-        if any(key in p.annotations for p in members for key in TAS_ANNOTATIONS):
+        if any(key in annotations for annotations in [p.annotations for p in members] for key in TAS_ANNOTATIONS):
             continue  # the user placed this podset (or a member of its group): never add one
         if placement.mode == "unconstrained" and members[0].group is not None:
             continue  # Kueue refuses podset-group-name without a required or preferred topology
