@@ -21,7 +21,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.connections import GuardedHandler
-from webhook.core.admission import MalformedReview, build_response, clip, decode_body
+from webhook.core.admission import MalformedReview, build_response, clip, decode_body, json_bytes
 from webhook.core.draft import Plan
 from webhook.core.review import MESSAGE_PREFIX, ReviewOutcome, review
 from webhook.metrics import Metrics, kind_label, operation_label, rule_label
@@ -178,7 +178,7 @@ async def _admit(request: web.Request) -> web.Response:
             warnings=[clip(m) for m in outcome.plan.warnings],
             skipped=clip(outcome.plan.skipped, LOG_ECHO_LIMIT * 2) or None,
         )
-        return web.json_response(outcome.response)
+        return web.Response(body=json_bytes(outcome.response), content_type="application/json", charset="utf-8")
     finally:
         metrics.in_flight.dec()
         state.in_flight -= 1

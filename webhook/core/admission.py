@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 __all__ = [
     "ECHO_LIMIT",
     "SUPPORTED_VERSIONS",
@@ -24,6 +26,7 @@ __all__ = [
     "build_response",
     "clip",
     "decode_body",
+    "json_bytes",
     "json_type",
     "parse_admission_review",
 ]
@@ -126,12 +129,29 @@ def _integer(digits: str) -> int:
     return int(digits)
 
 
+#: Maps every ASCII digit to ``0`` and every other byte to a space: a run of 20 ``0`` in a body so
+#: mapped is a number of 20 digits or more, which orjson would read as a float when it is an
+#: integer beyond 64 bits (the standard library reads it exactly).
+_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_NUMBER = b"0" * 20
+
+
 def decode_body(raw: bytes | str) -> Any:
     """Decode a request body as strict JSON (RFC 8259: no NaN/Infinity, UTF-8).
+
+    orjson decodes it when it can (about three times as fast); a body it refuses, or one holding a
+    run of 20 digits or more, goes to the standard library's decoder, which gives the same values
+    for every body orjson takes, reads what orjson refuses (a lone surrogate escape, nesting deeper
+    than 1024, an integer beyond 64 bits) and says precisely why a body is not JSON.
 
     Raises:
         MalformedReview: not UTF-8, not JSON, a NaN/Infinity constant, or nested too deep to decode.
     """
+    if isinstance(raw, bytes) and _LONG_NUMBER not in raw.translate(_DIGITS):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # the standard library's decoder tells why, or reads it
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         return json.loads(text, parse_constant=_no_constant, parse_int=_integer)
@@ -195,6 +215,19 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
     )
 
 
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8 (orjson; the standard library's encoder, with ``\\u``
+    escapes, for what orjson refuses: a string holding a lone surrogate, an integer beyond 64 bits).
+
+    Raises:
+        TypeError: ``value`` holds something that is not JSON (a Decimal, a set…).
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 #: metav1.StatusReason of the codes a denial carries (403 policy, 422 invalid object, 503 retry later).
 _STATUS_REASONS = {403: "Forbidden", 422: "Invalid", 503: "ServiceUnavailable"}
 
@@ -219,7 +252,7 @@ def build_response(
     message = clip(message)
     if allowed and patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(json_bytes(list(patch))).decode()
     if not allowed or message:
         status: dict[str, Any] = {"message": message}
         if not allowed:
