@@ -59,13 +59,17 @@ def _result(outcome: ReviewOutcome) -> str:
 
 def _count(metrics: Metrics, outcome: ReviewOutcome, result: str) -> None:
     request = outcome.request
-    metrics.requests.labels(kind_label(request.kind), operation_label(request.operation), result).inc()
-    for change in outcome.plan.changes:
-        metrics.changes.labels(rule_label(change.rule)).inc()
-    for rule in outcome.plan.denied_rules:
-        metrics.denials.labels(rule_label(rule)).inc()
-    for rule in outcome.plan.warned_rules:
-        metrics.warnings.labels(rule_label(rule)).inc()
+    metrics.child(metrics.requests, kind_label(request.kind), operation_label(request.operation), result).inc()
+    for counter, rules in (
+        (metrics.changes, [change.rule for change in outcome.plan.changes]),
+        (metrics.denials, outcome.plan.denied_rules),
+        (metrics.warnings, outcome.plan.warned_rules),
+    ):
+        per_rule: dict[str, int] = {}
+        for rule in rules:
+            per_rule[rule] = per_rule.get(rule, 0) + 1
+        for rule, times in per_rule.items():  # one update per rule, not per change
+            metrics.child(counter, rule_label(rule)).inc(times)
 
 
 def _refusal(request: web.Request) -> tuple[str, web.Response] | None:
@@ -182,7 +186,7 @@ async def _admit(request: web.Request) -> web.Response:
     finally:
         metrics.in_flight.dec()
         state.in_flight -= 1
-        metrics.latency.labels(outcome_label).observe(time.perf_counter() - started)
+        metrics.child(metrics.latency, outcome_label).observe(time.perf_counter() - started)
 
 
 async def _after_namespace_wait(state: GovernorState, body: Any, outcome: ReviewOutcome) -> ReviewOutcome:
