@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
 LOOPBACK = "127.0.0.1"
 NAMESPACE = "hyperpod-ns-research"
-START_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 60.0  # a loaded 2-CPU machine can take half a minute to start a server
 LOAD_TIMEOUT_S = 40.0
 
 
