@@ -38,7 +38,7 @@ PLATFORM = REPO / "kueue-config" / "platform.yaml"
 LOOPBACK = "127.0.0.1"
 NAMESPACE = "hyperpod-ns-research"
 START_TIMEOUT_S = 60.0  # a loaded 2-CPU machine can take half a minute to start a server
-LOAD_TIMEOUT_S = 40.0
+LOAD_TIMEOUT_S = 180.0  # a round on a machine shared with much other work can take minutes
 #: Issue 11's goals: the handler's p99 for this JobSet, and one server's throughput against the floor.
 HANDLER_P99_GOAL_US = 250.0
 THROUGHPUT_GOAL = 0.5
