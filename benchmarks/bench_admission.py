@@ -31,14 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from timing import machine_at_start
+from timing import load_at_end, machine_at_start
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
 LOOPBACK = "127.0.0.1"
 NAMESPACE = "hyperpod-ns-research"
-START_TIMEOUT_S = 20.0
-LOAD_TIMEOUT_S = 40.0
+START_TIMEOUT_S = 60.0  # a loaded 2-CPU machine can take half a minute to start a server
+LOAD_TIMEOUT_S = 180.0  # a round on a machine shared with much other work can take minutes
+#: Issue 11's goals: the handler's p99 for this JobSet, and one server's throughput against the floor.
+HANDLER_P99_GOAL_US = 250.0
+THROUGHPUT_GOAL = 0.5
 
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -113,20 +116,26 @@ class Latencies:
         return cls(percentile(ordered, 0.50), percentile(ordered, 0.99), statistics.fmean(ordered))
 
 
-def time_calls(call: Callable[[], Any], iterations: int, warmup: int, budget_s: float) -> list[float]:
-    """Per-call wall time in µs of ``call()``, after ``warmup`` calls; stops early at ``budget_s``."""
+def time_calls(
+    call: Callable[[], Any], iterations: int, warmup: int, budget_s: float
+) -> tuple[list[float], list[float]]:
+    """Per-call wall time and CPU time of this thread, in µs, of ``call()`` after ``warmup``
+    calls; stops early at ``budget_s``. On a shared machine the wall time includes the time other
+    processes held the CPU; the CPU time is the call's own cost."""
     for _ in range(warmup):
         call()
-    samples: list[float] = []
+    wall: list[float] = []
+    cpu: list[float] = []
     gc.collect()
     deadline_ns = time.perf_counter_ns() + int(budget_s * 1e9)
     for _ in range(iterations):
-        started = time.perf_counter_ns()
+        started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
         call()
-        samples.append((time.perf_counter_ns() - started) / 1000)
+        cpu.append((time.thread_time_ns() - started_cpu) / 1000)
+        wall.append((time.perf_counter_ns() - started) / 1000)
         if started > deadline_ns:
             break
-    return samples
+    return wall, cpu
 
 
 def bench_handler(iterations: int) -> None:
@@ -142,15 +151,22 @@ def bench_handler(iterations: int) -> None:
     templates = {op["path"].split("/")[3] for op in outcome.patch if op["path"].startswith(prefix)}
     assert templates == {"0", "1", "2", "3"}, f"all 4 pod templates should be patched, got {templates}"
 
-    handler = Latencies.of(time_calls(lambda: review(body, teams), iterations, iterations // 10, 30.0))
-    decode = Latencies.of(time_calls(lambda: json.loads(json.dumps(body)), iterations, iterations // 10, 30.0))
+    handler_wall, handler_cpu = time_calls(lambda: review(body, teams), iterations, iterations // 10, 30.0)
+    decode_wall, decode_cpu = time_calls(lambda: json.loads(json.dumps(body)), iterations, iterations // 10, 30.0)
+    handler, decode = Latencies.of(handler_wall), Latencies.of(decode_wall)
+    handler_own, decode_own = Latencies.of(handler_cpu), Latencies.of(decode_cpu)
 
     print(f"\n1. Handler alone, in-process: review() of a JobSet CREATE with 4 pod templates "
           f"({len(outcome.patch)} patch ops), {iterations} iterations")
     print(f"   {'':34} {'p50 µs':>10} {'p99 µs':>10} {'mean µs':>10}")
-    print(f"   {'review(body, TeamIndex)':34} {handler.p50:10.1f} {handler.p99:10.1f} {handler.mean:10.1f}")
-    print(f"   {'baseline json.loads(json.dumps())':34} {decode.p50:10.1f} {decode.p99:10.1f} {decode.mean:10.1f}")
-    print(f"   ratio handler/baseline: p50 {handler.p50 / decode.p50:.1f}x, p99 {handler.p99 / decode.p99:.1f}x")
+    for name, figures in (("review(body, TeamIndex)", handler), ("  CPU time of the call", handler_own),
+                          ("baseline json.loads(json.dumps())", decode), ("  CPU time of the call", decode_own)):
+        print(f"   {name:34} {figures.p50:10.1f} {figures.p99:10.1f} {figures.mean:10.1f}")
+    print(f"   ratio handler/baseline: p50 {handler.p50 / decode.p50:.1f}x, p99 {handler.p99 / decode.p99:.1f}x "
+          f"(CPU time: p50 {handler_own.p50 / decode_own.p50:.1f}x, p99 {handler_own.p99 / decode_own.p99:.1f}x)")
+    for what, figures in (("wall", handler), ("CPU", handler_own)):
+        verdict = "met" if figures.p99 <= HANDLER_P99_GOAL_US else "not met"
+        print(f"   goal p99 <= {HANDLER_P99_GOAL_US:.0f} µs ({what} time): {verdict} ({figures.p99:.0f} µs)")
 
 
 # -- servers --------------------------------------------------------------------------------------
@@ -346,9 +362,12 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
         print(f"   {name:16} {median.throughput:9.0f} {median.latencies_ms.p50:8.2f} {median.latencies_ms.p99:8.2f}"
               f"   {per_round}")
     ours, floor = best["kgov serve"], best["no-op server"]
-    print(f"   ratio kgov/no-op: throughput {ours.throughput / floor.throughput:.2f}x, "
+    ratio = ours.throughput / floor.throughput
+    print(f"   ratio kgov/no-op: throughput {ratio:.2f}x, "
           f"p50 {ours.latencies_ms.p50 / floor.latencies_ms.p50:.2f}x, "
           f"p99 {ours.latencies_ms.p99 / floor.latencies_ms.p99:.2f}x")
+    verdict = "met" if ratio >= THROUGHPUT_GOAL else "not met"
+    print(f"   goal throughput >= {THROUGHPUT_GOAL}x the no-op floor: {verdict}")
     print(f"   (median round by throughput; kgov wrote {log_lines} JSON log lines, one per request)")
 
 
@@ -372,6 +391,7 @@ def main() -> None:
     print(machine_at_start("admission benchmarks"))
     bench_handler(args.iterations)
     bench_tls(args.requests, args.concurrency, args.rounds)
+    print(load_at_end())
 
 
 if __name__ == "__main__":

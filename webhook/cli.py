@@ -380,6 +380,12 @@ class _Reviewer:
     type=click.IntRange(1),
     help="Open connections on the webhook port; at the cap the longest-waiting idle one is closed.",
 )
+@click.option(
+    "--reuse-port/--no-reuse-port",
+    default=False,
+    help="Listen with SO_REUSEPORT, so that several kgov serve processes share the webhook port "
+    "(the kernel spreads new connections over them; give each its own --metrics-port).",
+)
 def serve_command(
     platform: Path | None,
     policy: Path | None,
@@ -402,6 +408,7 @@ def serve_command(
     body_timeout: float,
     idle_timeout: float,
     max_connections: int,
+    reuse_port: bool,
 ) -> None:
     """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz), with /metrics
     on a separate plain-HTTP port."""
@@ -438,6 +445,7 @@ def serve_command(
         metrics_port=metrics_port or None,
         shutdown_delay=shutdown_delay,
         shutdown_timeout=shutdown_timeout,
+        reuse_port=reuse_port,
         limits=ConnectionLimits(
             header_timeout=header_timeout,
             body_timeout=body_timeout,

@@ -21,7 +21,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.connections import GuardedHandler
-from webhook.core.admission import MalformedReview, build_response, clip, decode_body
+from webhook.core.admission import MalformedReview, build_response, clip, decode_body, json_bytes
 from webhook.core.draft import Plan
 from webhook.core.review import MESSAGE_PREFIX, ReviewOutcome, review
 from webhook.metrics import Metrics, kind_label, operation_label, rule_label
@@ -59,13 +59,17 @@ def _result(outcome: ReviewOutcome) -> str:
 
 def _count(metrics: Metrics, outcome: ReviewOutcome, result: str) -> None:
     request = outcome.request
-    metrics.requests.labels(kind_label(request.kind), operation_label(request.operation), result).inc()
-    for change in outcome.plan.changes:
-        metrics.changes.labels(rule_label(change.rule)).inc()
-    for rule in outcome.plan.denied_rules:
-        metrics.denials.labels(rule_label(rule)).inc()
-    for rule in outcome.plan.warned_rules:
-        metrics.warnings.labels(rule_label(rule)).inc()
+    metrics.child(metrics.requests, kind_label(request.kind), operation_label(request.operation), result).inc()
+    for counter, rules in (
+        (metrics.changes, [change.rule for change in outcome.plan.changes]),
+        (metrics.denials, outcome.plan.denied_rules),
+        (metrics.warnings, outcome.plan.warned_rules),
+    ):
+        per_rule: dict[str, int] = {}
+        for rule in rules:
+            per_rule[rule] = per_rule.get(rule, 0) + 1
+        for rule, times in per_rule.items():  # one update per rule, not per change
+            metrics.child(counter, rule_label(rule)).inc(times)
 
 
 def _refusal(request: web.Request) -> tuple[str, web.Response] | None:
@@ -178,11 +182,11 @@ async def _admit(request: web.Request) -> web.Response:
             warnings=[clip(m) for m in outcome.plan.warnings],
             skipped=clip(outcome.plan.skipped, LOG_ECHO_LIMIT * 2) or None,
         )
-        return web.json_response(outcome.response)
+        return web.Response(body=json_bytes(outcome.response), content_type="application/json", charset="utf-8")
     finally:
         metrics.in_flight.dec()
         state.in_flight -= 1
-        metrics.latency.labels(outcome_label).observe(time.perf_counter() - started)
+        metrics.child(metrics.latency, outcome_label).observe(time.perf_counter() - started)
 
 
 async def _after_namespace_wait(state: GovernorState, body: Any, outcome: ReviewOutcome) -> ReviewOutcome:

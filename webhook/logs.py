@@ -1,24 +1,31 @@
 """Structured JSON logs (structlog) on stderr: one JSON object per line, whoever logs.
 
-structlog events and the standard library's records (aiohttp's server and access loggers,
-asyncio, warnings) go through the same :class:`structlog.stdlib.ProcessorFormatter`, so a
-traceback is a field of one line, never lines of its own. Every string value is cut to
+structlog events (the server's own, one per admission among them) and the standard library's
+records (aiohttp's server and access loggers, asyncio, warnings) get the same fields (``event``,
+``level``, ``logger``, ``timestamp``) and the same rendering, so a traceback is a field of one line,
+never lines of its own. structlog events are rendered by structlog's processors and written
+straight to the handler's stream (:class:`LineLogger`): the standard library's record, handler
+and formatter machinery cost as much as the admission itself; its records still go through
+:class:`structlog.stdlib.ProcessorFormatter` with the same processors. Lines are rendered with
+orjson (the standard library's encoder for what orjson refuses). Every string value is cut to
 :data:`LOG_VALUE_LIMIT` characters with a marker (:func:`webhook.core.admission.clip`), so no
 client can make a log line of megabytes. Never log tokens, keys, header values or object bodies.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
+import orjson
 import structlog
 
 from webhook.core.admission import clip
 
-__all__ = ["LOG_VALUE_LIMIT", "clip_values", "configure_logging"]
+__all__ = ["LOG_VALUE_LIMIT", "LineLogger", "clip_values", "configure_logging"]
 
 #: Longest string value in a log line, in characters (a traceback included).
 LOG_VALUE_LIMIT = 4096
@@ -39,6 +46,36 @@ def clip_values(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapp
     return event
 
 
+def _dumps(event: Any, **kwargs: Any) -> str:
+    """structlog's JSON serializer: orjson, or the standard library's encoder for what orjson
+    refuses (a lone surrogate, an integer beyond 64 bits); ``default`` renders other objects."""
+    try:
+        return orjson.dumps(event, default=kwargs.get("default")).decode()
+    except TypeError:
+        return json.dumps(event, **kwargs)
+
+
+class LineLogger:
+    """structlog's wrapped logger: writes each rendered event as one line to the stream of the
+    standard library's ``handler``, under the handler's lock (so a line never interleaves with a
+    record the handler writes). ``name``: the logger's name, the ``logger`` field."""
+
+    def __init__(self, handler: logging.StreamHandler[TextIO], name: str = "") -> None:
+        self.handler = handler
+        self.name = name
+
+    def msg(self, message: str) -> None:
+        handler = self.handler
+        handler.acquire()
+        try:
+            handler.stream.write(message + "\n")
+            handler.stream.flush()
+        finally:
+            handler.release()
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
 def configure_logging(level: str = "info", json_output: bool = True, stream: TextIO | None = None) -> None:
     """Route structlog and the standard library's loggers (aiohttp, asyncio) to ``stream``
     (default stderr) as JSON lines.
@@ -49,7 +86,9 @@ def configure_logging(level: str = "info", json_output: bool = True, stream: Tex
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer(serializer=_dumps)
+        if json_output
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -57,10 +96,11 @@ def configure_logging(level: str = "info", json_output: bool = True, stream: Tex
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    handler = logging.StreamHandler(stream or sys.stderr)
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[*shared, structlog.processors.format_exc_info, clip_values, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.stdlib.LoggerFactory(),
+        logger_factory=lambda name="", *_: LineLogger(handler, name),
         cache_logger_on_first_use=False,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -72,7 +112,6 @@ def configure_logging(level: str = "info", json_output: bool = True, stream: Tex
             renderer,
         ],
     )
-    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -8,6 +8,8 @@ outcomes and reasons), with ``other`` for anything else: a request can never add
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from webhook.core.kinds import KINDS
@@ -82,6 +84,7 @@ class Metrics:
     """One registry per server (tests make several servers in one process)."""
 
     def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "kgov_admission_requests_total",
@@ -200,3 +203,13 @@ class Metrics:
             for source in POLICY_SOURCES:
                 self.policy_reloads.labels(source, result)
             self.cert_reloads.labels(result)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per label set (the request path's metrics are
+        updated several times per request; ``labels()`` takes a lock and builds a key each time).
+        ``labels`` must come from the closed sets of this module, so the lookup stays bounded."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found

@@ -219,7 +219,12 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         return GuardedHandler(manager, tracker, loop=loop, **handler_args)
 
     listener = await loop.create_server(
-        lambda: TlsGate(tracker, context, make_handler), config.host, config.port, reuse_address=True, backlog=128
+        lambda: TlsGate(tracker, context, make_handler),
+        config.host,
+        config.port,
+        reuse_address=True,
+        reuse_port=config.reuse_port or None,
+        backlog=128,
     )
     metrics_runner: web.AppRunner | None = None
     if config.metrics_port is not None:

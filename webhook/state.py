@@ -46,7 +46,8 @@ class ServerConfig:
     ``metrics_port``: the plain-HTTP port of ``/metrics`` (None: no metrics listener).
     ``shutdown_delay``: after SIGTERM, seconds of serving while ``/readyz`` says not ready.
     ``shutdown_timeout``: then, seconds to drain before every connection is dropped. The pod's
-    ``terminationGracePeriodSeconds`` must exceed the two together.
+    ``terminationGracePeriodSeconds`` must exceed the two together. ``reuse_port``: listen with
+    ``SO_REUSEPORT`` (processes sharing the webhook port, the kernel spreading connections).
     """
 
     cert_file: Path
@@ -67,6 +68,7 @@ class ServerConfig:
     reload_interval: float = 2.0
     shutdown_delay: float = 5.0
     shutdown_timeout: float = 20.0
+    reuse_port: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from webhook.core.jsonbody import MAX_DEPTH, BodyError, decode_json
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "build_response",
     "clip",
     "decode_body",
+    "json_bytes",
     "json_type",
     "parse_admission_review",
 ]
@@ -122,13 +125,35 @@ def json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
+#: Maps every ASCII digit to ``0`` and every other byte to a space: a run of 20 ``0`` in a body so
+#: mapped is a number of 20 digits or more, which orjson would read as a float when it is an
+#: integer beyond 64 bits (the standard library reads it exactly).
+_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_NUMBER = b"0" * 20
+
+
 def decode_body(raw: bytes | str) -> Any:
     """Decode a request body as strict JSON (:func:`webhook.core.jsonbody.decode_json`: RFC 8259,
     UTF-8, no NaN/Infinity, no lone surrogate, at most :data:`MAX_DEPTH` levels deep).
 
+    orjson decodes it when it can (about three times as fast): a body with at most :data:`MAX_DEPTH`
+    opening brackets in all (so it cannot nest deeper) and no run of 20 digits or more (orjson reads
+    an integer beyond 64 bits as a float). Any other body, and one orjson refuses, goes to
+    :func:`~webhook.core.jsonbody.decode_json`, which gives the same values for every body orjson
+    takes and says precisely why a body is not JSON.
+
     Raises:
         MalformedReview: what is wrong with the body, and where (byte, line and column, or path).
     """
+    if (
+        isinstance(raw, bytes)
+        and raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH
+        and _LONG_NUMBER not in raw.translate(_DIGITS)
+    ):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # the standard library's decoder tells why, or reads it
     try:
         return decode_json(raw)
     except BodyError as exc:
@@ -188,6 +213,19 @@ def parse_admission_review(body: Any) -> AdmissionRequest:
     )
 
 
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8 (orjson; the standard library's encoder, with ``\\u``
+    escapes, for what orjson refuses: a string holding a lone surrogate, an integer beyond 64 bits).
+
+    Raises:
+        TypeError: ``value`` holds something that is not JSON (a Decimal, a set…).
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 #: metav1.StatusReason of the codes a denial carries (403 policy, 422 invalid object, 503 retry later).
 _STATUS_REASONS = {403: "Forbidden", 422: "Invalid", 503: "ServiceUnavailable"}
 
@@ -212,7 +250,7 @@ def build_response(
     message = clip(message)
     if allowed and patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(json_bytes(list(patch))).decode()
     if not allowed or message:
         status: dict[str, Any] = {"message": message}
         if not allowed:

@@ -90,19 +90,28 @@ class Draft:
         Raises:
             Shape: a value on the way is not the map (or list) the next key needs.
         """
+        # One walk down the path: each container on it is checked, then copied into the draft
+        # (copy-on-write) so that the edit below lands in the draft's own copy. A Shape error may
+        # leave copies made on the way: they equal what they replace.
         node: Any = self.doc
-        for index, key in enumerate(path[:-1]):
-            found = child(node, key)
+        owned = self._owned
+        for index in range(len(path) - 1):
+            key = path[index]
+            found = node.get(key) if type(node) is dict else child(node, key)
             if found is None:
                 nested: Any = value
                 for inner in reversed(path[index + 1 :]):
                     nested = {inner: nested}
-                self._record("add", path[: index + 1], nested, rule, reason)
+                self._put(node, "add", path[: index + 1], nested, rule, reason)
                 return
             expect_container(path[: index + 1], found, path[index + 1])
+            if id(found) not in owned:
+                found = dict(found) if isinstance(found, dict) else list(found)
+                owned.add(id(found))
+                node[key] = found
             node = found
-        existed = isinstance(node, dict) and node.get(path[-1]) is not None
-        self._record("replace" if existed else "add", path, value, rule, reason)
+        existed = type(node) is dict and node.get(path[-1]) is not None
+        self._put(node, "replace" if existed else "add", path, value, rule, reason)
 
     def append(self, list_path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
         """Append to the list at ``list_path`` (which must exist)."""
@@ -125,16 +134,24 @@ class Draft:
     def _record(
         self, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
     ) -> None:
-        parent = self._own(path[:-1])
+        self._put(self._own(path[:-1]), op, path, value, rule, reason)
+
+    def _put(
+        self, parent: Any, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
+    ) -> None:
+        """Edit ``parent`` (the draft's own container at ``path[:-1]``) and record the change."""
         key = path[-1]
+        # The change gets its own copy of the value: another change made from the same policy
+        # value must not share it (nor make YAML anchors in `kgov mutate`). The draft holds the
+        # same copy; a later edit below it copies what it changes first (copy-on-write: only
+        # containers in ``_owned`` are edited in place), so the change never sees that edit.
+        copy = _clone(value)
         if isinstance(parent, list):
             assert isinstance(key, int)
-            parent.insert(key, _clone(value))
+            parent.insert(key, copy)
         else:
-            parent[key] = _clone(value)
-        # The change keeps its own copy: later edits of the draft, or another change made from the
-        # same policy value, must not show through it (nor make YAML anchors in `kgov mutate`).
-        self.changes.append(Change(op, path, _clone(value), rule, reason))
+            parent[key] = copy
+        self.changes.append(Change(op, path, copy, rule, reason))
 
 
 def expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:
@@ -148,6 +165,9 @@ def expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:
 
 def _clone(value: Any) -> Any:
     """A deep copy of a JSON value (maps, lists, scalars); much cheaper than ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int:  # the common values: nothing to copy
+        return value
     if isinstance(value, dict):
         return {k: _clone(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -19,17 +19,20 @@ PathPattern = tuple[str, ...]
 
 def child(node: Any, key: Key) -> Any:
     """``node[key]`` for a map key or an in-range list index; None when absent."""
-    if type(node) is dict or isinstance(node, Mapping):  # exact dict first: the abc check is slow
+    kind = type(node)
+    if kind is dict:  # exact types first: the abc check is slow, and decoded JSON has no others
         return node.get(key)
-    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-        return node[key]
+    if kind is list or isinstance(node, list):
+        return node[key] if isinstance(key, int) and 0 <= key < len(node) else None
+    if isinstance(node, Mapping):
+        return node.get(key)
     return None
 
 
 def lookup(node: Any, path: tuple[Key, ...]) -> Any:
     """The value at ``path`` (no wildcards), or None when any step is absent."""
     for key in path:
-        node = child(node, key)
+        node = node.get(key) if type(node) is dict else child(node, key)
         if node is None:
             return None
     return node
@@ -60,8 +63,10 @@ def expand(
 
 def bound(pattern: PathPattern, bindings: tuple[Key, ...]) -> tuple[Key, ...]:
     """``pattern`` with its wildcards replaced, in order, by ``bindings`` (a concrete path)."""
+    if not bindings:
+        return pattern
     keys = iter(bindings)
-    return tuple(next(keys) if head == "*" else head for head in pattern)
+    return tuple([next(keys) if head == "*" else head for head in pattern])
 
 
 def dotted(path: tuple[Key, ...]) -> str:

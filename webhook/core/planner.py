@@ -33,10 +33,17 @@ from webhook.core.draft import Change, Draft, Plan, Shape, malformed, string_map
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import WorkloadKind, find_kind, is_managed_owner, kind_of_group
 from webhook.core.paths import dotted, lookup
+from webhook.core.planned import planned_view
 from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.prepared import prepared
 from webhook.core.rules.kueue_priority import plan_kueue_priority
-from webhook.core.rules.node_affinity import normalize, plan_node_affinity
-from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields, plan_pod_priority
+from webhook.core.rules.node_affinity import plan_node_affinity
+from webhook.core.rules.pod_priority import (
+    check_pod_priority,
+    check_priority_fields,
+    plan_pod_priority,
+    user_pod_priority,
+)
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, plan_pod_labels, plan_queue, workload_labels
 from webhook.core.rules.stranded import check_admissible
 from webhook.core.rules.topology import TAS_ANNOTATIONS, check_user_topology, elastic_forbidden, plan_topology
@@ -232,20 +239,21 @@ def plan_object(
         plan_queue(draft, row, team, plan)
         plan_kueue_priority(draft, view, team, plan)
         plan_pod_labels(draft, view, team, plan)
-        affinity = [normalize(e.model_dump()) for e in team.nodeAffinity]
+        affinity = prepared(team).affinity
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
         _say_opaque(view, team, plan)
         check_priority_fields(obj, row, team, plan, None)
         forbidden = elastic_forbidden(obj, row)
+        asked = user_pod_priority(view)
         for podset in view.podsets:
             validate_podset(podset, team, plan, forbidden)
-            plan_pod_priority(draft, podset, view, team, kueue_priority)
+            plan_pod_priority(draft, podset, team, kueue_priority, asked)
             plan_node_affinity(draft, podset, affinity, plan)
         if team.topology is not None:
             plan_topology(
                 draft, view.podsets, team.topology, inventory, team, plan, forbidden, row.coplace if coplace else ()
             )
-        planned = kueue_view(draft.doc, row)  # what Kueue will see
+        planned = planned_view(view, draft.doc, draft.changes)  # what Kueue will see
         check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:
         return malformed(shape)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, DecimalException
+from functools import lru_cache
 
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
@@ -54,6 +55,14 @@ def parse_quantity(value: str | int | float) -> Decimal:
         return Decimal(str(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """:func:`parse_quantity` of a string; cached, since the same few quantities (``"8"``,
+    ``"500m"``, ``"64Gi"``) come in request after request (a Decimal is immutable; a refused
+    string is not cached, it raises each time)."""
     match = _PATTERN.fullmatch(value)
     if not match:
         raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")

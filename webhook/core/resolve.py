@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from webhook.core.platform import LabelSelector
 from webhook.core.policy import PolicySet, TeamPolicyCompiled
+from webhook.core.prepared import prepared
 
 __all__ = ["Resolution", "TeamIndex", "selector_matches"]
 
@@ -54,10 +55,13 @@ class Resolution:
 
 
 class TeamIndex:
-    """Namespace → team lookup built once per policy version (O(1) by name)."""
+    """Namespace → team lookup built once per policy version (O(1) by name); each team's
+    per-request values are prepared here too (:func:`webhook.core.prepared.prepared`), at policy
+    load rather than on the first request."""
 
     def __init__(self, policies: PolicySet) -> None:
         self.policies = policies
+        self._prepared = [prepared(team) for team in policies.teams]  # kept while the index lives
         self._excluded = frozenset(policies.excludedNamespaces)
         self._by_name: dict[str, TeamPolicyCompiled] = {}
         for team in policies.teams:

@@ -41,6 +41,7 @@ from webhook.core.paths import Key, dotted, lookup
 from webhook.core.planner import managed_child, plan_object, skip_reason, validate_podset
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
@@ -250,7 +251,7 @@ def _has_team_affinity(affinity: Any, team: TeamPolicyCompiled) -> bool:
     terms = lookup(affinity, (*_AFFINITY, "nodeSelectorTerms"))
     if not isinstance(terms, list) or not terms:
         return False
-    wanted = [e.model_dump() for e in team.nodeAffinity]
+    wanted = prepared(team).affinity_full
     for term in terms:
         expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
         if not isinstance(expressions, list):

@@ -46,6 +46,7 @@ __all__ = [
     "PodSet",
     "WorkloadView",
     "kueue_view",
+    "required_terms",
 ]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
@@ -68,7 +69,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or (value is not None and isinstance(value, Mapping)) else {}
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def _defaults(rule: PodSetRule) -> Requests:
 _REQUIRED = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 
 
-def _terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] | None:
+def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] | None:
     """The required ``nodeSelectorTerms`` (None when the pod has none), each map and list on the
     way checked."""
     node: Any = affinity
@@ -230,7 +231,7 @@ def _podset(
         rule=rule,
         requests=requests,
         node_selector=_strings(lookup(base, layout.node_selector), (*path, *layout.node_selector), problems),
-        affinity_terms=_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
+        affinity_terms=required_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
         tolerations=[t for _, t in maps_of(lookup(base, layout.tolerations), (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
         partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,

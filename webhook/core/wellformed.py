@@ -95,10 +95,13 @@ def describe(value: Any) -> str:
 
 def a_map(value: Any, path: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:
     """The map at ``path``; {} when unset (absent or null) or, with a problem recorded, not a map."""
-    if type(value) is dict or isinstance(value, Mapping):  # exact dict first: the abc check is slow
+    if type(value) is dict:  # exact dict and None first: the abc check is slow
         return value
-    if value is not None:
-        problems.append(Problem(path, value, "an object"))
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    problems.append(Problem(path, value, "an object"))
     return {}
 
 
@@ -128,11 +131,15 @@ def string_values(value: Any, path: tuple[Key, ...], problems: Problems) -> None
     a string (``kueue.x-k8s.io/queue-name: 5``) is a problem, unless one is already recorded at its
     path (a count kept in an annotation has its own message). A map of another type is left to
     the readers of the map."""
-    if not isinstance(value, Mapping):
+    if value is None or not isinstance(value, Mapping):
         return
-    reported = {problem.path for problem in problems}
+    reported: set[tuple[Key, ...]] | None = None
     for key, item in value.items():
-        if not isinstance(item, str) and (*path, key) not in reported:
+        if type(item) is str or isinstance(item, str):
+            continue
+        if reported is None:
+            reported = {problem.path for problem in problems}
+        if (*path, key) not in reported:
             problems.append(Problem((*path, key), item, "a string"))
 
 

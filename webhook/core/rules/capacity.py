@@ -17,6 +17,7 @@ from typing import Any
 
 from webhook.core.inventory import NodeInventory, PodConstraints
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
+from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.view import PodSet
 
@@ -36,7 +37,7 @@ def _listed(value: Any) -> list[Any]:
 
 def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
     """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
-    extra = [e.model_dump(exclude_none=True) for e in team.nodeAffinity]
+    extra = prepared(team).affinity_exact
     terms: list[Any] | None = podset.affinity_terms
     if extra:
         if terms is None:

@@ -29,9 +29,14 @@ def plan_node_affinity(draft: Draft, podset: PodSet, expressions: list[dict[str,
     affinity_path = podset.at(*podset.rule.layout.affinity)
     required_path = (*affinity_path, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     terms_path = (*required_path, "nodeSelectorTerms")
-    for key_path in (affinity_path, (*affinity_path, "nodeAffinity"), required_path):
-        string_map(draft, key_path)
-    terms = draft.get(terms_path)
+    node: dict[str, Any] = string_map(draft, affinity_path)  # each map on the way must be a map
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    for key, key_path in (("nodeAffinity", (*affinity_path, "nodeAffinity")), (required, required_path)):
+        found = node.get(key)
+        if found is not None and not isinstance(found, dict):
+            raise Shape(key_path, found)
+        node = found or {}
+    terms = node.get("nodeSelectorTerms")
     reason = f"{where}: team node affinity"
     new_term = {"matchExpressions": expressions}
     if terms is None:

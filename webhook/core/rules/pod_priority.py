@@ -23,6 +23,7 @@ from webhook.core.draft import Draft, Plan, check_value, string_map
 from webhook.core.kind_model import WorkloadKind
 from webhook.core.paths import dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
+from webhook.core.prepared import narrowed, prepared
 from webhook.core.view import PodSet, WorkloadView
 
 __all__ = ["check_pod_priority", "check_priority_fields", "plan_pod_priority", "pod_rule", "user_pod_priority"]
@@ -82,16 +83,15 @@ def check_priority_fields(
 def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
     """``rule`` with its allowed values narrowed to the PriorityClasses the platform generates
     (unchanged when the policy does not say which those are)."""
-    if rule.allowed is None or team.priorityClasses is None:
-        return rule
-    generated = set(team.priorityClasses)
-    return rule.model_copy(update={"allowed": [name for name in rule.allowed if name in generated]})
+    own = prepared(team).pod_rules.get(id(rule))  # the team's own rules, narrowed once per policy
+    return own if own is not None else narrowed(rule, team)
 
 
 def plan_pod_priority(
-    draft: Draft, podset: PodSet, view: WorkloadView, team: TeamPolicyCompiled, kueue_priority: Any
+    draft: Draft, podset: PodSet, team: TeamPolicyCompiled, kueue_priority: Any, asked: str | None
 ) -> None:
-    """Fill in a missing priorityClassName (see the module docstring for the value chosen)."""
+    """Fill in a missing priorityClassName (see the module docstring for the value chosen);
+    ``asked``: the workload's :func:`user_pod_priority`, ``kueue_priority``: its Kueue priority label."""
     rule = team.podPriority
     layout = podset.rule.layout
     if rule is None or not podset.present:
@@ -105,7 +105,7 @@ def plan_pod_priority(
     reason = f"{where}: the default of team {team.team!r}"
     allowed = pod_rule(rule, team).allowed
     for candidate, why in (
-        (user_pod_priority(view), "the pod priority the workload's other podsets ask for"),
+        (asked, "the pod priority the workload's other podsets ask for"),
         (kueue_priority, "the Kueue priority the workload asks for"),
     ):
         usable = isinstance(candidate, str) and candidate not in team.workloadPriorityOnly

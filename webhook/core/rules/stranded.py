@@ -38,7 +38,8 @@ from webhook.core.draft import Plan
 from webhook.core.inventory import NodeInventory, first_fit
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled
-from webhook.core.quantity import format_quantity, parse_quantity
+from webhook.core.prepared import prepared
+from webhook.core.quantity import format_quantity
 from webhook.core.rules.capacity import constraints, requests_text, unit_capacity
 from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, podset_groups
 from webhook.core.view import PodSet, WorkloadView
@@ -152,9 +153,10 @@ def _podset_share(podset: PodSet, resource: str) -> str:
 def check_quota(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
     """Report each resource the workload needs more of than the team's ClusterQueue can ever hold."""
     totals = view.total()
+    limits = prepared(team).quota_limits
     for resource, limit_text in team.quotaLimits.items():
         needed = totals.get(resource, Decimal(0))
-        limit = parse_quantity(limit_text)
+        limit = limits[resource]
         if needed <= limit:
             continue
         parts = ", ".join(_podset_share(p, resource) for p in view.podsets if (p.requests or {}).get(resource))
