@@ -241,7 +241,7 @@ class NodeInventory:
     """A set of nodes, indexed for domain questions."""
 
     nodes: list[Node] = field(default_factory=list)
-    _settled: NodeInventory | None = field(default=None, repr=False, compare=False)
+    _settled: NodeInventory | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> NodeInventory:
@@ -252,12 +252,14 @@ class NodeInventory:
 
     def settled(self) -> NodeInventory:
         """The same nodes once their passing states pass (:meth:`Node.settled`): what the cluster
-        holds, as opposed to what it offers this second. Itself when no node is down; computed once."""
+        holds, as opposed to what it offers this second. Itself when no node is down; computed on
+        the first call (an inventory is not changed once read: a node watch builds a new one)."""
         if self._settled is None:
             nodes = [n.settled() for n in self.nodes]
             changed = any(a is not b for a, b in zip(nodes, self.nodes, strict=True))
-            self._settled = NodeInventory(nodes) if changed else self
-            self._settled._settled = self._settled
+            settled = NodeInventory(nodes) if changed else self
+            settled._settled = settled
+            self._settled = settled
         return self._settled
 
     def unavailable(self, node_labels: Mapping[str, str], levels: Sequence[str] = ()) -> dict[str, int]:

@@ -155,15 +155,16 @@ def check_topology_fits(
         names = ", ".join(repr(p.name) for p in members)
         settled = inventory.settled()
         problems = _unit_problems(members, placement, inventory, team, _EMPTY if settled is inventory else _NOW)
-        if problems and settled is not inventory and not _unit_problems(members, placement, settled, team, _EMPTY):
-            message = (
-                f"podset {names} {WAITS_FOR_NODES}: {'; '.join(problems)}; "
-                f"{_down(inventory, placement)}, and once they are Ready and schedulable it fits"
-            )
-            plan.report("warn", "topology", message)
-            continue
         if problems and settled is not inventory:
-            problems = _unit_problems(members, placement, settled, team, _EMPTY)
+            ever = _unit_problems(members, placement, settled, team, _EMPTY)
+            if not ever:
+                message = (
+                    f"podset {names} {WAITS_FOR_NODES}: {'; '.join(problems)}; "
+                    f"{_down(inventory, placement)}, and once they are Ready and schedulable it fits"
+                )
+                plan.report("warn", "topology", message)
+                continue
+            problems = ever
         for problem in problems:
             plan.report(_loud(placement.enforcement), "topology", f"podset {names} can never be admitted: {problem}")
 
