@@ -269,3 +269,14 @@ def test_podsets_fitting_together_only_on_the_nodes_down_now_wait_for_them() -> 
         "topology: the workload may never be admitted: its 13 pods ('master' 4 × {nvidia.com/gpu: 8}, 'worker' "
         "9 × {nvidia.com/gpu: 4}) do not fit the team's 8 nodes together on an empty cluster (1 left over)"
     ]
+
+
+def test_auto_explains_that_it_counted_the_nodes_down_now() -> None:
+    obj = job()
+    outcome = review(review_body(obj, "ml"), teams_from(platform_with(AUTO)), inventory=nodes(ONE_PER_RACK, cordoned))
+    assert outcome.plan.notes == [
+        "topology auto: 'main' (2 pods of {nvidia.com/gpu: 8}): 2 pods; the largest domain holds "
+        f"{AWS_LEVELS[0]} 8, {BLOCK} 4, {RACK} 2, {AWS_LEVELS[3]} 1; all eligible nodes 8 (counting the 4 not "
+        f"Ready, cordoned or tainted node.kubernetes.io/* now) → required {RACK}, the narrowest level one domain "
+        f"of which holds them; no slices (no slice size dividing 2 has all its slices in one {RACK} domain)"
+    ]

@@ -122,6 +122,13 @@ def choose(
     held = capacity.held()
     table = ", ".join(f"{level} {held[depth]}" for depth, level in enumerate(levels))
     facts = f"{_who(members)}: {_pods(count)}; the largest domain holds {table}; all eligible nodes {held[-1]}"
+    down = (
+        0
+        if inventory.settled() is inventory
+        else sum(inventory.unavailable(placement.nodeLabels, placement.levels).values())
+    )
+    if down:
+        facts += f" (counting the {down} not Ready, cordoned or tainted node.kubernetes.io/* now)"
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
     for depth in range(len(levels) - 1, top - 1, -1):
         if held[depth] < count:
