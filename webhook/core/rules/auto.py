@@ -20,10 +20,11 @@ for its whole life, so they follow what the cluster holds, not a blip: counted o
 Ready this second, a Job created while the nodes cannot renew their Leases (a kube-apiserver
 restart) would get ``preferred`` at the broadest level (or a broader required level than the
 same Job created a minute later), keeping that weaker placement after the nodes are back; and a
-decommissioned rack being drained would change the choice for each Job created during the
-drain. A level chosen this way that the nodes Ready now cannot hold is only queued by Kueue
-until they come back, and the never-stranded check warns so
-(:func:`webhook.core.rules.stranded.check_topology_fits`).
+rack drained for maintenance would change the choice for each Job created during the drain. A
+level chosen this way that the nodes Ready now cannot hold is only queued by Kueue until they come
+back, and the never-stranded check warns so (:func:`webhook.core.rules.stranded.check_topology_fits`).
+The price: a node taken out for good keeps counting while its Node object exists; delete it (or
+taint it with a taint of your own) rather than only cordon it.
 
 **Co-placement** (:func:`plan_auto`): a driver podset of one pod (the kind's
 :class:`~webhook.core.kind_model.CoPlacement` roles: PyTorchJob ``master``, MPIJob ``launcher``,
