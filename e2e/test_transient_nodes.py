@@ -69,7 +69,7 @@ async def test_a_job_waiting_for_cordoned_nodes_is_admitted_by_kueue_once_they_a
             f"kueue-governor: topology: podset 'main' {WAITS}: all its pods (2 pods of {{cpu: 0.1, memory: 67108864, "
             f"nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the largest holds 0 such pods on the nodes "
             f"Ready and schedulable now; {len(nodes)} of the team's nodes are down now ({len(nodes)} cordoned), "
-            "and once they are Ready and schedulable it fits"
+            f"and it fits once 2 of them are Ready and schedulable (e.g. in {RACK} nn-rack-1-1-1)"
         )
         with pytest.raises(Refused) as refused:  # no rack holds 3 hosts, cordoned or not
             await create_with_warnings(dynamic, gpu_job(f"three-{secrets.token_hex(3)}", 3))

@@ -123,8 +123,8 @@ def test_a_job_is_not_refused_while_every_node_is_down_for_now(change: Change) -
     assert topology_findings(outcome) == [
         "topology: podset 'main' cannot be admitted until nodes come back: all its pods (2 pods of {cpu: 8, "
         f"nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the largest holds 0 such pods on the nodes "
-        f"Ready and schedulable now; 8 of the team's nodes are down now ({state}), and once they are Ready "
-        "and schedulable it fits"
+        f"Ready and schedulable now; 8 of the team's nodes are down now ({state}), and it fits once 2 of them "
+        f"are Ready and schedulable (e.g. in {RACK} nn-rack-1-1-1)"
     ]
     assert apply_patch(ds_job(2), outcome.patch)["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
 
@@ -136,8 +136,8 @@ def test_a_job_fitting_only_on_the_nodes_down_now_waits_for_them() -> None:
     assert topology_findings(outcome) == [
         "topology: podset 'main' cannot be admitted until nodes come back: all its pods (2 pods of {cpu: 8, "
         f"nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the largest holds 1 such pods on the nodes "
-        "Ready and schedulable now; 4 of the team's nodes are down now (4 cordoned), and once they are Ready "
-        "and schedulable it fits"
+        "Ready and schedulable now; 4 of the team's nodes are down now (4 cordoned), and it fits once 1 of them "
+        f"is Ready and schedulable (e.g. in {RACK} nn-rack-1-1-1)"
     ]
 
 
@@ -223,8 +223,8 @@ def test_an_update_resizing_while_nodes_are_down_is_told_it_waits_not_to_undo() 
     assert topology_findings(outcome) == [
         "topology: podset 'main' cannot be admitted until nodes come back: all its pods (2 pods of {cpu: 8, "
         f"nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the largest holds 0 such pods on the nodes "
-        "Ready and schedulable now; 8 of the team's nodes are down now (8 not Ready), and once they are Ready "
-        "and schedulable it fits; this update changes podset 'main' from 1 to 2 pods"
+        "Ready and schedulable now; 8 of the team's nodes are down now (8 not Ready), and it fits once 2 of them "
+        f"are Ready and schedulable (e.g. in {RACK} nn-rack-1-1-1); this update changes podset 'main' from 1 to 2 pods"
     ]
     grown["spec"]["parallelism"] = 3  # too large for a rack even with every node back: the advice stays
     outcome = review(body, bundled_teams(), inventory=nodes(change=unreachable, every=True))
@@ -279,4 +279,25 @@ def test_auto_explains_that_it_counted_the_nodes_down_now() -> None:
         f"{AWS_LEVELS[0]} 8, {BLOCK} 4, {RACK} 2, {AWS_LEVELS[3]} 1; all eligible nodes 8 (counting the 4 not "
         f"Ready, cordoned or tainted node.kubernetes.io/* now) → required {RACK}, the narrowest level one domain "
         f"of which holds them; no slices (no slice size dividing 2 has all its slices in one {RACK} domain)"
+    ]
+
+
+def test_without_a_required_level_the_nodes_needed_are_counted_on_all_the_teams_nodes() -> None:
+    """``preferred`` under ``enforce``: 8 pods of 8 GPUs need all 8 hosts; 6 are NotReady."""
+    policy = {"queue": {}, "topology": {"mode": "preferred", "level": RACK, "enforcement": "enforce"}}
+    obj = job()
+    obj["spec"]["parallelism"] = 8
+    down = nodes(ALL[:6], not_ready)
+    outcome = review(review_body(obj, "ml"), teams_from(platform_with(policy)), inventory=down)
+    assert outcome.plan.denials == []
+    assert topology_findings(outcome) == [
+        "topology: podset 'main' cannot be admitted until nodes come back: its 8 pods of {nvidia.com/gpu: 8} fit "
+        "on no set of the team's nodes (they hold 2 such pods on the nodes Ready and schedulable now); 6 of the "
+        "team's nodes are down now (6 not Ready), and it fits once 6 of them are Ready and schedulable"
+    ]
+    obj["spec"]["parallelism"] = 9  # more than the 8 hosts: refused
+    outcome = review(review_body(obj, "ml"), teams_from(platform_with(policy)), inventory=down)
+    assert [d for d in outcome.plan.denials if d.startswith("topology")] == [
+        "topology: podset 'main' can never be admitted: its 9 pods of {nvidia.com/gpu: 8} fit on no set of the "
+        "team's nodes (they hold 8 such pods on an empty cluster)"
     ]

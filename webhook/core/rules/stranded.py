@@ -130,6 +130,46 @@ def _unit_problems(
 
 #: The words of a finding about a podset that fits only once the nodes down now are back.
 WAITS_FOR_NODES = "cannot be admitted until nodes come back"
+
+
+def _nodes_needed(
+    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
+) -> tuple[int, str] | None:
+    """The fewest nodes down now that, back, let one podset without slices fit (its required
+    level's domain, else all its eligible nodes), and where; None for a group or slices (counted
+    otherwise by Kueue) or when no such set exists. Exact: within a domain the nodes holding
+    the most pods come back first, and the domain needing the fewest is taken."""
+    annotations = members[0].annotations
+    if len(members) != 1 or _slice_request(annotations, placement.levels) is not None:
+        return None
+    shape, count = constraints(members[0], team), members[0].count
+    level = annotations.get(REQUIRED)
+    depth = placement.levels.index(level) if isinstance(level, str) and level in placement.levels else -1
+    keys = placement.levels[: depth + 1]
+    now: dict[tuple[str, ...], int] = {}
+    down: dict[tuple[str, ...], list[int]] = {}
+    eligible = {n.name for n in inventory.settled().select(placement.nodeLabels, placement.levels)}
+    for node in inventory.nodes:
+        back = node.settled()
+        if node.name not in eligible or not back.admits(shape, placement.tolerations):
+            continue
+        key, held = tuple(node.labels[k] for k in keys), back.pods_fitting(shape.requests)
+        if back is node:
+            now[key] = now.get(key, 0) + held
+        else:
+            down.setdefault(key, []).append(held)
+    best: tuple[int, str] | None = None
+    for key, fits in sorted(down.items()):
+        missing, needed = count - now.get(key, 0), 0
+        for pods in sorted(fits, reverse=True):
+            if missing <= 0:
+                break
+            missing, needed = missing - pods, needed + 1
+        if missing <= 0 and (best is None or needed < best[0]):
+            best = (needed, f"e.g. in {level} {key[-1]}" if keys else "")
+    return best
+
+
 _EMPTY = "on an empty cluster"
 _NOW = "on the nodes Ready and schedulable now"
 
@@ -158,9 +198,12 @@ def check_topology_fits(
         if problems and settled is not inventory:
             ever = _unit_problems(members, placement, settled, team, _EMPTY)
             if not ever:
+                needed = _nodes_needed(members, placement, inventory, team)
+                which = "they are" if needed is None else f"{needed[0]} of them {'is' if needed[0] == 1 else 'are'}"
+                where = f" ({needed[1]})" if needed is not None and needed[1] else ""
                 message = (
                     f"podset {names} {WAITS_FOR_NODES}: {'; '.join(problems)}; "
-                    f"{_down(inventory, placement)}, and once they are Ready and schedulable it fits"
+                    f"{_down(inventory, placement)}, and it fits once {which} Ready and schedulable{where}"
                 )
                 plan.report("warn", "topology", message)
                 continue
