@@ -93,10 +93,12 @@ def test_cordoned_nodes_are_no_capacity_even_to_a_pod_tolerating_every_taint(spe
     assert [n.schedulable for n in inventory.nodes].count(False) == 4
 
 
-def test_cordoned_nodes_move_auto_to_a_broader_level() -> None:
-    two = job()  # 2 pods of 8 GPUs: a rack of two hosts, or a block when every rack lost a host
+def test_cordoned_nodes_leave_the_auto_level_as_it_is() -> None:
+    """A cordon passes (:mod:`webhook.core.rules.auto`): 2 pods of 8 GPUs still get a rack of two
+    hosts when every rack lost a host to a cordon (the Job waits for it; test_transient_nodes.py)."""
+    two = job()
     assert auto_level(copy.deepcopy(two), changed(())) == {REQUIRED: RACK}
-    assert auto_level(copy.deepcopy(two), changed(ONE_PER_RACK, unschedulable=True)) == {REQUIRED: BLOCK}
+    assert auto_level(copy.deepcopy(two), changed(ONE_PER_RACK, unschedulable=True)) == {REQUIRED: RACK}
 
 
 # -- tainted nodes -------------------------------------------------------------------------------
@@ -138,8 +140,11 @@ def test_prefer_no_schedule_taints_still_count() -> None:
 
 
 def test_no_execute_taints_move_auto_to_a_broader_level() -> None:
-    taint = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+    taint = {"key": "example.com/maintenance", "effect": "NoExecute"}
     assert auto_level(job(), changed(ONE_PER_RACK, taints=[taint])) == {REQUIRED: BLOCK}
+    # Kubernetes' own node.kubernetes.io/unreachable passes with the outage: the level stays.
+    transient = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+    assert auto_level(job(), changed(ONE_PER_RACK, taints=[transient])) == {REQUIRED: RACK}
 
 
 def test_not_ready_nodes_are_no_capacity() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -470,10 +471,10 @@ def test_auto_without_inventory_prefers_and_never_requires() -> None:
     assert annotations == {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}
 
 
-def test_auto_ignores_nodes_that_are_not_ready_or_of_another_flavor() -> None:
+def test_auto_ignores_nodes_of_another_flavor_and_counts_nodes_not_ready_for_now() -> None:
     inventory = aws_nodes()
-    for node in inventory.nodes[:2]:  # both hosts of rack 1-1 become unusable
-        object.__setattr__(node, "schedulable", False)
+    other = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    inventory.nodes[:2] = [replace(n, labels={**n.labels, **other}) for n in inventory.nodes[:2]]  # rack 1-1
     obj = job()
     obj["spec"]["parallelism"] = 4
     annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
@@ -481,10 +482,17 @@ def test_auto_ignores_nodes_that_are_not_ready_or_of_another_flavor() -> None:
         "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-2",
         **_sliced("topology.k8s.aws/network-node-layer-3", 2),
     }
-    obj["spec"]["parallelism"] = 7  # 6 usable nodes in the spine: no longer fits
+    obj["spec"]["parallelism"] = 7  # 6 nodes of the flavor in the spine: no longer fits
     annotations = apply_patch(obj, run(obj, AUTO, inventory=inventory).patch)["spec"]["template"]["metadata"]
     assert annotations["annotations"] == {
         "kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-1"
+    }
+    # Not Ready is a passing state: the level is chosen from the nodes the cluster holds.
+    down = aws_nodes()
+    down.nodes[:2] = [replace(n, schedulable=False, ready=False) for n in down.nodes[:2]]
+    annotations = apply_patch(obj, run(obj, AUTO, inventory=down).patch)["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-1"
     }
 
 

@@ -149,6 +149,7 @@ def test_every_cause_is_documented_in_the_readme() -> None:
     causes |= set(re.findall(r'"(behind [a-z ]+)"', source))
     assert causes == {
         "never fits",
+        "nodes down",
         "Kueue's message",
         "taint",
         "no domain free",
@@ -784,3 +785,30 @@ def test_status_png_without_a_file_says_where_it_wrote(tmp_path: Path, monkeypat
     assert done.stdout == ""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "by default `kgov-status.png` in the current directory" in readme
+
+
+def _all_unreachable(snapshot: Snapshot) -> None:
+    """Every node as the node lifecycle controller leaves it once its Lease is not renewed."""
+    for node in snapshot.nodes:
+        for condition in node["status"]["conditions"]:
+            condition.update(status="Unknown", reason="NodeStatusUnknown")
+        node.setdefault("spec", {})["taints"] = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
+
+
+def test_a_podset_fitting_once_the_nodes_are_back_waits_for_them_it_does_not_never_fit() -> None:
+    """The webhook's fault, in ``kgov why``: every node NotReady for a moment (a kube-apiserver
+    restart), the rack Job of 2 hosts was told it never fits; it waits for the nodes."""
+    snapshot = Snapshot.from_file(DATA / "pending-causes.json")
+    _all_unreachable(snapshot)
+    report = why(snapshot, "t2")
+    ((_, placement),) = report.placements
+    assert placement.excluded == {"not ready": 8} and placement.down == 8  # now: Kueue's TAS counts none
+    assert report.cause == "nodes down"
+    assert report.summary == (
+        "podset main: 2 pods at required layer-3: 8 eligible nodes are not Ready, cordoned or tainted "
+        "node.kubernetes.io/* now, and the largest layer-3 (-) holds 0 such pods with nothing running; with "
+        "them back layer-3 nn-rack-1-1-1 would hold 2 pods"
+    )
+    assert report.helps == ["wait for the nodes to be Ready and schedulable again (or uncordon them)"]
+    # Too large for a rack even with every node back: still never fits.
+    assert why(snapshot, "n1").cause == "never fits"

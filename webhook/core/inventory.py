@@ -12,6 +12,15 @@ server's node watch). A node counts for a podset, as in Kueue v0.19.2's TAS
 
 Capacities are node ``status.allocatable`` (GPUs, CPUs, bytes), i.e. what an empty cluster offers:
 a level chosen from it never makes a podset unadmittable, only possibly queued.
+
+Kueue's node filter is a judgement of *now*: ``nodesCache.sync`` drops a node that is not Ready or
+is ``spec.unschedulable`` until it comes back, and a ``node.kubernetes.io/*`` taint the node
+lifecycle controller puts on a NotReady, unreachable or pressured node (:data:`TRANSIENT_TAINTS`)
+excludes it like any untolerated taint (``FindMatchingUntoleratedTaint``). Whether a workload can
+*ever* be admitted is a claim about the nodes, not their state this second:
+:meth:`NodeInventory.settled` is the inventory with those states passed (every node Ready,
+uncordoned, without transient taints), and :meth:`NodeInventory.unavailable` counts the nodes
+that are down now.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from webhook.core.resources import pod_requests
 
 __all__ = [
     "DEFAULT_MAX_PODS",
+    "TRANSIENT_TAINTS",
     "Node",
     "NodeInventory",
     "PodConstraints",
@@ -38,6 +48,21 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PODS = 110
+#: Taint keys Kubernetes itself puts on a node for a passing state (``k8s.io/api/core/v1``
+#: ``TaintNode*``: the node lifecycle controller's not-ready/unreachable, ``kubectl cordon``'s
+#: unschedulable, the kubelet's pressure conditions, network-unavailable): they go when it passes.
+TRANSIENT_TAINTS = frozenset(
+    f"node.kubernetes.io/{name}"
+    for name in (
+        "not-ready",
+        "unreachable",
+        "unschedulable",
+        "memory-pressure",
+        "disk-pressure",
+        "pid-pressure",
+        "network-unavailable",
+    )
+)
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -135,13 +160,30 @@ class PodConstraints:
 
 @dataclass(frozen=True)
 class Node:
-    """A node's name, labels, allocatable resources (base units), taints and readiness."""
+    """A node's name, labels, allocatable resources (base units), taints and readiness.
+
+    ``schedulable``: Ready and not cordoned (Kueue's TAS counts it now); ``ready``: its Ready
+    condition is True; ``cordoned``: ``spec.unschedulable``."""
 
     name: str
     labels: Mapping[str, str]
     allocatable: Mapping[str, Decimal]
     schedulable: bool = True
     taints: tuple[Mapping[str, Any], ...] = ()
+    ready: bool = True
+    cordoned: bool = False
+
+    @property
+    def transient_taints(self) -> tuple[Mapping[str, Any], ...]:
+        """Its ``NoSchedule``/``NoExecute`` taints of :data:`TRANSIENT_TAINTS`."""
+        return tuple(t for t in self.taints if t.get("key") in TRANSIENT_TAINTS)
+
+    def settled(self) -> Node:
+        """This node once its passing states pass: Ready, uncordoned, no transient taints."""
+        if self.schedulable and not self.transient_taints:
+            return self
+        taints = tuple(t for t in self.taints if t.get("key") not in TRANSIENT_TAINTS)
+        return Node(self.name, self.labels, self.allocatable, True, taints, True, False)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Node:
@@ -158,12 +200,15 @@ class Node:
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _maps(status.get("conditions")))
+        cordoned = spec.get("unschedulable") is True
         return cls(
             name=str(metadata.get("name", "")),
             labels={str(k): str(v) for k, v in _map(metadata.get("labels")).items()},
             allocatable=allocatable,
-            schedulable=ready and spec.get("unschedulable") is not True,
+            schedulable=ready and not cordoned,
             taints=tuple(t for t in _maps(spec.get("taints")) if t.get("effect") in ("NoSchedule", "NoExecute")),
+            ready=ready,
+            cordoned=cordoned,
         )
 
     def admits(self, pod: PodConstraints, flavor_tolerations: Sequence[Mapping[str, Any]] = ()) -> bool:
@@ -197,6 +242,7 @@ class NodeInventory:
     """A set of nodes, indexed for domain questions."""
 
     nodes: list[Node] = field(default_factory=list)
+    _settled: NodeInventory | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> NodeInventory:
@@ -204,6 +250,33 @@ class NodeInventory:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def settled(self) -> NodeInventory:
+        """The same nodes once their passing states pass (:meth:`Node.settled`): what the cluster
+        holds, as opposed to what it offers this second. Itself when no node is down; computed on
+        the first call (an inventory is not changed once read: a node watch builds a new one)."""
+        if self._settled is None:
+            nodes = [n.settled() for n in self.nodes]
+            changed = any(a is not b for a, b in zip(nodes, self.nodes, strict=True))
+            settled = NodeInventory(nodes) if changed else self
+            settled._settled = settled
+            self._settled = settled
+        return self._settled
+
+    def unavailable(self, node_labels: Mapping[str, str], levels: Sequence[str] = ()) -> dict[str, int]:
+        """How many nodes carrying the flavor's labels and levels are down now, by state:
+        ``{"not Ready": n, "cordoned": n, "tainted": n}`` (``tainted``: a :data:`TRANSIENT_TAINTS`
+        taint on a Ready, uncordoned node); only the states with nodes are keys."""
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            if not (all(n.labels.get(k) == v for k, v in node_labels.items()) and all(lv in n.labels for lv in levels)):
+                continue
+            state = (
+                "not Ready" if not n.ready else "cordoned" if n.cordoned else "tainted" if n.transient_taints else ""
+            )
+            if state:
+                out[state] = out.get(state, 0) + 1
+        return out
 
     def select(self, node_labels: Mapping[str, str], levels: Sequence[str] = ()) -> list[Node]:
         """Ready, schedulable nodes carrying every ``node_labels`` pair (a flavor's nodeLabels)

@@ -45,7 +45,7 @@ from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
-from webhook.core.rules.stranded import check_admissible
+from webhook.core.rules.stranded import WAITS_FOR_NODES, check_admissible
 from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
@@ -346,18 +346,19 @@ def _recheck_stranded(
     resized: list[str],
 ) -> None:
     """The never-admitted checks of CREATE on the object this update leaves, each finding a warning
-    (an UPDATE that resizes is never refused: Kueue and controllers send them too)."""
+    (an UPDATE that resizes is never refused: Kueue and controllers send them too); a podset that
+    only waits for nodes down now is told so, without advice to undo the resize."""
     planned = kueue_view(draft.doc, row)
     found = Plan()
     check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)
     what = "; ".join(resized)
     for finding in [*found.denials, *found.warnings]:
         rule, _, message = finding.partition(": ")
-        plan.report(
-            "warn",
-            rule,
-            f"{message}; this update {what}: set it back, or make the pods fewer or smaller so that they fit",
+        # A podset that waits for nodes down now fits the cluster: the resize is not why it waits.
+        advice = (
+            "" if WAITS_FOR_NODES in message else ": set it back, or make the pods fewer or smaller so that they fit"
         )
+        plan.report("warn", rule, f"{message}; this update {what}{advice}")
 
 
 def _priority_followed(

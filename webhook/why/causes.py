@@ -91,6 +91,8 @@ def _together(report: WhyReport, now: bool) -> bool:
         total, listed = _workload_pods(report, flavor)
         where = f"the workload needs {plural(total, 'pod')} in all{listed} and Kueue admits all or none"
         empty = first.fit_empty[-1]
+        if not now and empty.pods < total and _nodes_down(report, first, where, empty, total):
+            return True
         if not now and empty.pods < total:
             report.cause = "never fits"
             report.summary = f"{where}: {_eligible(first)} hold {plural(empty.pods, 'such pod')} with nothing running"
@@ -105,6 +107,24 @@ def _together(report: WhyReport, now: bool) -> bool:
             report.helps.append(f"wait for running workloads on {_eligible(first)} to finish")
             return True
     return False
+
+
+def _nodes_down(report: WhyReport, placement: PodsetPlacement, where: str, empty: DomainFit, total: int) -> bool:
+    """Set cause ``nodes down`` when the podset (the workload's ``total`` pods on all the flavor's
+    nodes) fits with nothing running only once the nodes down now are back (not Ready, cordoned,
+    Kubernetes' transient ``node.kubernetes.io/*`` taints): it waits, it is not "never fits"."""
+    back = next((f for f in placement.fit_settled_empty if f.level == empty.level), None)
+    if back is None or not placement.down or not _enough(back, placement, total):
+        return False
+    report.cause = "nodes down"
+    verb = "is" if placement.down == 1 else "are"
+    report.summary = (
+        f"{where}: {plural(placement.down, 'eligible node')} {verb} not Ready, cordoned or tainted "
+        f"node.kubernetes.io/* now, and {_largest(empty)} holds {plural(empty.pods, 'such pod')} with nothing "
+        f"running; with them back {_domain(back)} would hold {plural(back.pods, 'pod')}"
+    )
+    report.helps.append("wait for the nodes to be Ready and schedulable again (or uncordon them)")
+    return True
 
 
 def _enough(fit: DomainFit, placement: PodsetPlacement, total: int) -> bool:
@@ -138,6 +158,8 @@ def _topology(report: WhyReport) -> bool:
         where = f"podset {podset}: {plural(placement.count, 'pod')} at {at}"
         if total != placement.count:
             where += f" (the workload: {plural(total, 'pod')}{listed}, admitted all or none)"
+        if empty.pods < placement.count and _nodes_down(report, placement, where, empty, total):
+            return True
         untainted = placement.fit_untainted_empty
         taints = {k: v for k, v in placement.excluded.items() if k.startswith("taint ")}
         if empty.pods < placement.count and untainted is not None and untainted.pods >= placement.count and taints:

@@ -5,7 +5,10 @@ workload is the first that holds of:
 
 - ``never fits``: a podset Kueue can assign no flavor (:class:`NoFlavor`), a resource needs
   more than the ClusterQueue can ever get (nominal + what its borrowing limit and cohort allow),
-  or no domain of the podset's level holds it on the current nodes even with nothing running;
+  or no domain of the podset's level holds it on the current nodes even with nothing running,
+  nor once the nodes down now are back;
+- ``nodes down``: it would fit with nothing running once the nodes not Ready, cordoned or tainted
+  by Kubernetes' transient ``node.kubernetes.io/*`` taints now are back (it waits for them);
 - ``Kueue's message``: Kueue's ``QuotaReserved`` message names a reason not modelled here (not
   quota, not topology): the message itself is the summary;
 - ``taint``: it would fit with no pods running if untolerated taints did not exclude nodes;

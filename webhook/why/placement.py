@@ -16,6 +16,11 @@ Kueue v0.19.2's TAS, for one podset and one flavor (``pkg/cache/scheduler/tas_no
   of the node's ``pods``.
 
 The counts are Kueue's own ``Total nodes; excluded:`` figures (the e2e suite compares them).
+
+Apart from that snapshot of *now*, ``fit_settled_empty`` counts the same podset with nothing
+running on the nodes once their passing states pass (:meth:`webhook.core.inventory.Node.settled`:
+Ready, uncordoned, without Kubernetes' transient ``node.kubernetes.io/*`` taints), so that a podset
+is not said to never fit while nodes are only down for a moment.
 """
 
 from __future__ import annotations
@@ -124,6 +129,8 @@ class PodsetPlacement:
     ``fit_empty``: per level, broadest first, the domain holding most pods now / with no pods and
     workloads at all (same eligibility). ``fit_untainted_now``: at the podset's level, as
     ``fit_now`` but with every taint tolerated; ``fit_untainted_empty`` the same with no usage.
+    ``fit_settled_empty``: per level, as ``fit_empty`` on the nodes once those down now (not Ready,
+    cordoned, transient taints) are back; ``down``: how many of the flavor's nodes are down now.
     """
 
     flavor: str
@@ -139,6 +146,8 @@ class PodsetPlacement:
     fit_empty: list[DomainFit] = field(default_factory=list)
     fit_untainted_now: DomainFit | None = None
     fit_untainted_empty: DomainFit | None = None
+    fit_settled_empty: list[DomainFit] = field(default_factory=list)
+    down: int = 0
     #: For a workload holding quota: where Kueue's ``topologyAssignment`` put its pods (node and
     #: pods per node) and the domains of the podset's level those nodes are in; the free-now
     #: fields are then left empty (the nodes it runs on are not free room for it).
@@ -166,6 +175,13 @@ def _largest(levels: list[str], nodes: list[Node], pods: Mapping[str, int]) -> l
             out.append(DomainFit(levels[depth], list(best[2]), best[0], best[1]))
     out.append(DomainFit(ALL_NODES, [], sum(pods[n.name] for n in nodes), len(nodes)))
     return out
+
+
+def _takes(node: Node, pod: PodConstraints, flavor_labels: Mapping[str, Any], levels: Sequence[str]) -> bool:
+    """The node is of the flavor and every level, and takes the pod (taints, selector, affinity)."""
+    if any(node.labels.get(k) != v for k, v in flavor_labels.items()) or any(lv not in node.labels for lv in levels):
+        return False
+    return node.admits(pod)
 
 
 def place_podset(
@@ -213,10 +229,15 @@ def place_podset(
     untainted: list[Node] = []
     now: dict[str, int] = {}
     empty: dict[str, int] = {}
+    settled: list[Node] = []
     for obj in nodes:
         known = parsed.get(str((obj.get("metadata") or {}).get("name", ""))) if parsed else None
         node = known if known is not None else Node.from_object(obj)
         spec = obj.get("spec") or {}
+        back = node.settled()
+        if _takes(back, pod, flavor_labels, levels):
+            settled.append(back)
+            result.down += back is not node
         cause = ""
         if not _conditions_ready(obj):
             cause = "not ready"
@@ -257,6 +278,9 @@ def place_podset(
     }
     result.fit_now = _largest(levels, eligible, now)
     result.fit_empty = _largest(levels, eligible, empty)
+    result.fit_settled_empty = _largest(
+        levels, settled, {n.name: _pods_fitting(per_pod, n.allocatable)[0] for n in settled}
+    )
     result.fit_untainted_now = result.at_level(_largest(levels, untainted, now))
     result.fit_untainted_empty = result.at_level(_largest(levels, untainted, empty))
     return result

@@ -13,6 +13,19 @@ For each podset, or podset group (:func:`choose`):
   and ``podset-slice-size``; any slice a narrower level could hold, this level holds too);
 - too large for every domain it may require: ``preferred`` at the broadest level it may require.
 
+**Nodes down for now** count: the level is chosen from
+:meth:`~webhook.core.inventory.NodeInventory.settled`, every node as if Ready, uncordoned and free
+of Kubernetes' transient ``node.kubernetes.io/*`` taints. The annotations stay on the workload
+for its whole life, so they follow what the cluster holds, not a blip: counted only on the nodes
+Ready this second, a Job created while the nodes cannot renew their Leases (a kube-apiserver
+restart) would get ``preferred`` at the broadest level (or a broader required level than the
+same Job created a minute later), keeping that weaker placement after the nodes are back; and a
+rack drained for maintenance would change the choice for each Job created during the drain. A
+level chosen this way that the nodes Ready now cannot hold is only queued by Kueue until they come
+back, and the never-stranded check warns so (:func:`webhook.core.rules.stranded.check_topology_fits`).
+The price: a node taken out for good keeps counting while its Node object exists; delete it (or
+taint it with a taint of your own) rather than only cordon it.
+
 **Co-placement** (:func:`plan_auto`): a driver podset of one pod (the kind's
 :class:`~webhook.core.kind_model.CoPlacement` roles: PyTorchJob ``master``, MPIJob ``launcher``,
 Ray ``head``, LWS ``leader``…) is grouped with its workers by ``kueue.x-k8s.io/podset-group-name``,
@@ -105,11 +118,18 @@ def choose(
     if unsized or inventory is None:
         level = placement.level or levels[-1]
         return Choice({PREFERRED: (level, unsized)}, None, f"{_who(members)}: {unsized} at {level}")
-    capacity = unit_capacity(members, placement, inventory, team)
+    capacity = unit_capacity(members, placement, inventory.settled(), team)
     count = capacity.count
     held = capacity.held()
     table = ", ".join(f"{level} {held[depth]}" for depth, level in enumerate(levels))
     facts = f"{_who(members)}: {_pods(count)}; the largest domain holds {table}; all eligible nodes {held[-1]}"
+    down = (
+        0
+        if inventory.settled() is inventory
+        else sum(inventory.unavailable(placement.nodeLabels, placement.levels).values())
+    )
+    if down:
+        facts += f" (counting the {down} not Ready, cordoned or tainted node.kubernetes.io/* now)"
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
     for depth in range(len(levels) - 1, top - 1, -1):
         if held[depth] < count:
@@ -187,7 +207,7 @@ def _coplaced(
         driver, workers = units[pair[0]][0], units[pair[1]][0]
         if _unsized([driver, workers], inventory) or inventory is None:
             return None
-        if not leader_fits_workers_nodes(driver, workers, placement, inventory, team):
+        if not leader_fits_workers_nodes(driver, workers, placement, inventory.settled(), team):
             why = "some nodes its workers may use refuse it (Kueue places a group's driver on its workers' nodes)"
             return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
         members = [p for u in units for p in u if p is driver or p is workers]  # the workload's order

@@ -6,7 +6,10 @@ Two checks on the planned object, i.e. what Kueue will see:
   that holds all its pods, whose ``podset-slice-required-topology`` level has no domain that
   holds one slice, or, without a required level, whose pods do not fit on all the team's
   eligible nodes together (Kueue places every podset of a TAS ClusterQueue by topology), on an
-  *empty* cluster (node ``allocatable``, Kueue's TAS node filter). Needs
+  *empty* cluster (node ``allocatable``, Kueue's TAS node filter) counting the nodes that are
+  only down for now (NotReady, cordoned, Kubernetes' transient ``node.kubernetes.io/*`` taints:
+  :meth:`~webhook.core.inventory.NodeInventory.settled`); a podset that fits only with them is
+  warned that it waits for them, never refused. Needs
   the node inventory and the team's Topology; reported under the topology rule's enforcement
   (``enforce`` refuses, ``warn`` and ``default`` warn).
 - **quota**: a workload whose requests of a resource (Σ pods × per-pod request) exceed what the
@@ -37,14 +40,21 @@ from decimal import Decimal
 from webhook.core.draft import Plan
 from webhook.core.inventory import NodeInventory, first_fit
 from webhook.core.platform import Enforcement
-from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.capacity import constraints, requests_text, unit_capacity
 from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, podset_groups
 from webhook.core.view import PodSet, WorkloadView
 
-__all__ = ["check_admissible", "check_covered", "check_fits_together", "check_quota", "check_topology_fits"]
+__all__ = [
+    "WAITS_FOR_NODES",
+    "check_admissible",
+    "check_covered",
+    "check_fits_together",
+    "check_quota",
+    "check_topology_fits",
+]
 
 
 def _loud(enforcement: Enforcement) -> Enforcement:
@@ -67,56 +77,138 @@ def _slice_request(annotations: Mapping[str, object], levels: list[str]) -> tupl
     return None
 
 
+def _down(inventory: NodeInventory, placement: TopologyPlacement) -> str:
+    """``16 of the team's nodes are down now (12 not Ready, 4 cordoned)``."""
+    states = inventory.unavailable(placement.nodeLabels, placement.levels)
+    names = {"tainted": "tainted node.kubernetes.io/* (pressure, network, not-ready)"}
+    parts = ", ".join(f"{count} {names.get(state, state)}" for state, count in states.items())
+    total = sum(states.values())
+    return f"{total} of the team's nodes {'is' if total == 1 else 'are'} down now ({parts})"
+
+
+def _unit_problems(
+    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled, scope: str
+) -> list[str]:
+    """Why no domain holds ``members`` on ``inventory`` (empty: one does); ``scope`` ends each figure."""
+    levels = placement.levels
+    annotations = members[0].annotations
+    capacity = unit_capacity(members, placement, inventory, team)
+    count = capacity.count
+    requests = capacity.requests if len(members) == 1 or capacity.leader is not None else members[0].requests
+    level = annotations.get(REQUIRED)
+    required = levels.index(level) if isinstance(level, str) and level in levels else None
+    problems = []
+    if required is not None and capacity.largest(required) < count:
+        problems.append(
+            f"all its pods ({_pods(count, requests)}) must fit in one {level} domain, and the largest "
+            f"holds {capacity.largest(required)} such pods {scope}"
+        )
+    sliced = _slice_request(annotations, levels)
+    if sliced is not None and not problems:
+        slice_level, size = sliced
+        depth = levels.index(slice_level)
+        if capacity.largest(depth) < size:
+            problems.append(
+                f"one slice ({_pods(size, requests)}) must fit in one {slice_level} domain, and the largest "
+                f"holds {capacity.largest(depth)} such pods {scope}"
+            )
+        elif count % size == 0 and (required is None or required <= depth):
+            held = capacity.slices(-1 if required is None else required, depth, size)
+            if held < count // size:
+                where = f"one {level} domain" if required is not None else "the team's nodes"
+                problems.append(
+                    f"its {count // size} slices of {_pods(size, requests)}, each in one {slice_level} "
+                    f"domain, must fit in {where}, which hold at most {held} such slices {scope}"
+                )
+    if required is None and sliced is None and capacity.whole() < count:
+        fit = "fits" if count == 1 else "fit"
+        problems.append(
+            f"its {_pods(count, requests)} {fit} on no set of the team's nodes (they hold "
+            f"{capacity.whole()} such pods {scope})"
+        )
+    return problems
+
+
+#: The words of a finding about a podset that fits only once the nodes down now are back.
+WAITS_FOR_NODES = "cannot be admitted until nodes come back"
+
+
+def _nodes_needed(
+    members: list[PodSet], placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
+) -> tuple[int, str] | None:
+    """The fewest nodes down now that, back, let one podset without slices fit (its required
+    level's domain, else all its eligible nodes), and where; None for a group or slices (counted
+    otherwise by Kueue) or when no such set exists. Exact: within a domain the nodes holding
+    the most pods come back first, and the domain needing the fewest is taken."""
+    annotations = members[0].annotations
+    if len(members) != 1 or _slice_request(annotations, placement.levels) is not None:
+        return None
+    shape, count = constraints(members[0], team), members[0].count
+    level = annotations.get(REQUIRED)
+    depth = placement.levels.index(level) if isinstance(level, str) and level in placement.levels else -1
+    keys = placement.levels[: depth + 1]
+    now: dict[tuple[str, ...], int] = {}
+    down: dict[tuple[str, ...], list[int]] = {}
+    eligible = {n.name for n in inventory.settled().select(placement.nodeLabels, placement.levels)}
+    for node in inventory.nodes:
+        back = node.settled()
+        if node.name not in eligible or not back.admits(shape, placement.tolerations):
+            continue
+        key, held = tuple(node.labels[k] for k in keys), back.pods_fitting(shape.requests)
+        if back is node:
+            now[key] = now.get(key, 0) + held
+        else:
+            down.setdefault(key, []).append(held)
+    best: tuple[int, str] | None = None
+    for key, fits in sorted(down.items()):
+        missing, needed = count - now.get(key, 0), 0
+        for pods in sorted(fits, reverse=True):
+            if missing <= 0:
+                break
+            missing, needed = missing - pods, needed + 1
+        if missing <= 0 and (best is None or needed < best[0]):
+            best = (needed, f"e.g. in {level} {key[-1]}" if keys else "")
+    return best
+
+
+_EMPTY = "on an empty cluster"
+_NOW = "on the nodes Ready and schedulable now"
+
+
 def check_topology_fits(
     view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
 ) -> None:
     """Report each podset (group) that no domain of its required level can hold, whose slice level
     has no domain that holds one slice, or whose slices do not all fit in one domain of its
     required level (all eligible nodes without one), each slice in one slice-level domain, as
-    Kueue's TAS counts them (whole slices per slice-level domain)."""
+    Kueue's TAS counts them (whole slices per slice-level domain).
+
+    "Can never be admitted" is judged on :meth:`NodeInventory.settled`, the nodes once the
+    passing states pass (NotReady, cordoned, :data:`~webhook.core.inventory.TRANSIENT_TAINTS`):
+    a podset that fits only when those nodes count is not refused, only warned that it waits
+    for them (Kueue's TAS counts only the nodes Ready and schedulable now)."""
     placement = team.topology
     if placement is None or inventory is None or not len(inventory):
         return
-    levels = placement.levels
     for members in podset_groups([p for p in view.podsets if p.present]):
         if any(p.partial or p.requests is None for p in members):
             continue
-        annotations = members[0].annotations
-        capacity = unit_capacity(members, placement, inventory, team)
-        count = capacity.count
         names = ", ".join(repr(p.name) for p in members)
-        requests = capacity.requests if len(members) == 1 or capacity.leader is not None else members[0].requests
-        level = annotations.get(REQUIRED)
-        required = levels.index(level) if isinstance(level, str) and level in levels else None
-        problems = []
-        if required is not None and capacity.largest(required) < count:
-            problems.append(
-                f"all its pods ({_pods(count, requests)}) must fit in one {level} domain, and the largest "
-                f"holds {capacity.largest(required)} such pods on an empty cluster"
-            )
-        sliced = _slice_request(annotations, levels)
-        if sliced is not None and not problems:
-            slice_level, size = sliced
-            depth = levels.index(slice_level)
-            if capacity.largest(depth) < size:
-                problems.append(
-                    f"one slice ({_pods(size, requests)}) must fit in one {slice_level} domain, and the largest "
-                    f"holds {capacity.largest(depth)} such pods on an empty cluster"
+        settled = inventory.settled()
+        problems = _unit_problems(members, placement, inventory, team, _EMPTY if settled is inventory else _NOW)
+        if problems and settled is not inventory:
+            ever = _unit_problems(members, placement, settled, team, _EMPTY)
+            if not ever:
+                needed = _nodes_needed(members, placement, inventory, team)
+                which = "they are" if needed is None else f"{needed[0]} of them {'is' if needed[0] == 1 else 'are'}"
+                where = f" ({needed[1]})" if needed is not None and needed[1] else ""
+                message = (
+                    f"podset {names} {WAITS_FOR_NODES}: {'; '.join(problems)}; "
+                    f"{_down(inventory, placement)}, and it fits once {which} Ready and schedulable{where}"
                 )
-            elif count % size == 0 and (required is None or required <= depth):
-                held = capacity.slices(-1 if required is None else required, depth, size)
-                if held < count // size:
-                    where = f"one {level} domain" if required is not None else "the team's nodes"
-                    problems.append(
-                        f"its {count // size} slices of {_pods(size, requests)}, each in one {slice_level} "
-                        f"domain, must fit in {where}, which hold at most {held} such slices on an empty cluster"
-                    )
-        if required is None and sliced is None and capacity.whole() < count:
-            fit = "fits" if count == 1 else "fit"
-            problems.append(
-                f"its {_pods(count, requests)} {fit} on no set of the team's nodes (they hold "
-                f"{capacity.whole()} such pods on an empty cluster)"
-            )
+                plan.report("warn", "topology", message)
+                continue
+            problems = ever
         for problem in problems:
             plan.report(_loud(placement.enforcement), "topology", f"podset {names} can never be admitted: {problem}")
 
@@ -125,24 +217,38 @@ def check_fits_together(
     view: WorkloadView, team: TeamPolicyCompiled, inventory: NodeInventory | None, plan: Plan
 ) -> None:
     """Warn when the workload's podsets, each of which fits alone, do not fit the team's nodes
-    together (first-fit decreasing on an empty cluster; a heuristic, so a warning only)."""
+    together (first-fit decreasing on an empty cluster; a heuristic, so a warning only). When they
+    fit only counting the nodes down now (:meth:`NodeInventory.settled`), the warning says so."""
     placement = team.topology
     podsets = [p for p in view.podsets if p.present]
     if placement is None or inventory is None or not len(inventory) or len(podsets) < 2:
         return
     if any(p.partial or p.requests is None for p in podsets):
         return
-    nodes = inventory.select(placement.nodeLabels, placement.levels)
     shapes = [(constraints(p, team), p.count) for p in podsets]
+    nodes = inventory.select(placement.nodeLabels, placement.levels)
     missing = first_fit(nodes, shapes, placement.tolerations)
-    if missing:
-        total = sum(p.count for p in podsets)
-        parts = ", ".join(f"{p.name!r} {p.count} × {_shape(p.requests)}" for p in podsets)
-        message = (
-            f"the workload may never be admitted: its {total} pods ({parts}) do not fit the team's "
-            f"{len(nodes)} nodes together on an empty cluster ({missing} left over)"
-        )
-        plan.report("warn", "topology", message)
+    if not missing:
+        return
+    total = sum(p.count for p in podsets)
+    parts = ", ".join(f"{p.name!r} {p.count} × {_shape(p.requests)}" for p in podsets)
+    settled = inventory.settled()
+    if settled is not inventory:
+        every = settled.select(placement.nodeLabels, placement.levels)
+        if not first_fit(every, shapes, placement.tolerations):
+            message = (
+                f"the workload {WAITS_FOR_NODES}: its {total} pods ({parts}) do not fit "
+                f"the team's {len(nodes)} nodes Ready and schedulable now together ({missing} left over); "
+                f"{_down(inventory, placement)}, and once they are Ready and schedulable they fit"
+            )
+            plan.report("warn", "topology", message)
+            return
+        nodes, missing = every, first_fit(every, shapes, placement.tolerations)
+    message = (
+        f"the workload may never be admitted: its {total} pods ({parts}) do not fit the team's "
+        f"{len(nodes)} nodes together on an empty cluster ({missing} left over)"
+    )
+    plan.report("warn", "topology", message)
 
 
 def _podset_share(podset: PodSet, resource: str) -> str:
