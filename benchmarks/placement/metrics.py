@@ -233,6 +233,7 @@ class PolicyMetrics:
     wait_mean: float | None
     wait_p95: float | None
     off_assignment: int
+    submission_lag: float
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -302,4 +303,5 @@ def policy_metrics(snapshot: Mapping[str, Any]) -> PolicyMetrics:
         wait_mean=_mean(waits),
         wait_p95=p95(waits),
         off_assignment=sum(1 for p in admitted if p.off_assignment),
+        submission_lag=float(snapshot.get("lag", 0.0)),
     )

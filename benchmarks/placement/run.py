@@ -258,6 +258,28 @@ def describe_stream(jobs: Sequence[Job]) -> str:
     )
 
 
+def print_saved(directory: Path, policies: Sequence[str]) -> int:
+    """The table of the snapshots ``<policy>.json`` in ``directory`` (those present, in policy
+    order); 2 with a message when none is there or they are not of one stream."""
+    snapshots = {}
+    for name in policies:
+        path = directory / f"{name}.json"
+        if path.is_file():
+            snapshots[name] = json.loads(path.read_text())
+    if not snapshots:
+        print(f"error: no snapshot <policy>.json of {', '.join(policies)} in {directory}", file=sys.stderr)
+        return 2
+    streams = {json.dumps(s["jobs"], sort_keys=True) for s in snapshots.values()}
+    if len(streams) != 1:
+        print(f"error: the snapshots in {directory} are not of one stream (their jobs differ)", file=sys.stderr)
+        return 2
+    first = next(iter(snapshots.values()))
+    print(first.get("header") or f"snapshots from {directory}")
+    print(table({name: policy_metrics(s) for name, s in snapshots.items()}))
+    print(goals({name: policy_metrics(s) for name, s in snapshots.items()}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="4x4x4x4", help="fake nodes SxBxRxH (default 4x4x4x4: 256 nodes)")
@@ -277,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated subset of " + ", ".join(n for n, _ in POLICIES),
     )
     parser.add_argument("--output", type=Path, help="directory for each policy's snapshot (JSON)")
+    parser.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        help="no cluster: print the table from the snapshots an earlier run wrote with --output",
+    )
     args = parser.parse_args(argv)
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so each cluster is stopped by its ``finally``
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -309,12 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         f"        {describe_stream(jobs)}\n"
         f"observation: until every job finished or {args.drain:.0f} s after the horizon; a fresh cluster per policy"
     )
+    if args.from_dir is not None:
+        return print_saved(args.from_dir, [name for name, _ in chosen])
     print(header, flush=True)
     results: dict[str, PolicyMetrics] = {}
     with tempfile.TemporaryDirectory(prefix="kgov-placement-") as state:
         root = Path(state) / "cluster"
         for name, rule in chosen:
-            snapshot = run_one(name, rule, shape, jobs, root, args)
+            snapshot = {"header": header, **run_one(name, rule, shape, jobs, root, args)}
             if args.output is not None:
                 args.output.mkdir(parents=True, exist_ok=True)
                 (args.output / f"{name}.json").write_text(json.dumps(snapshot, indent=1) + "\n")
