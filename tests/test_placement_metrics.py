@@ -2,8 +2,9 @@
 real runs: ``python -m benchmarks.placement --shape 1x2x2x4 --horizon 60 --drain 90 --max-runtime 40
 --output DIR`` (Kueue v0.19.2 on the e2e cluster; 16 nodes: 2 blocks of 2 racks of 4 hosts).
 
-The expected values were read off the snapshots by hand: each job's hosts (its Workload's
-topology assignment), their racks ``nn-rack-1-<block>-<rack>`` and blocks."""
+The expected values were read off the snapshots by hand: each job's hosts (its pods'
+``spec.nodeName``, here equal to its Workload's topology assignment), their racks
+``nn-rack-1-<block>-<rack>`` and blocks."""
 
 from __future__ import annotations
 
@@ -92,6 +93,20 @@ def test_required_rack_snapshot_leaves_the_jobs_larger_than_a_rack() -> None:
     # each podset in one rack, but driver and workers apart in 0001 0002 0003 0007 0009 0010
     assert metrics.in_smallest_domain == pytest.approx(1 / 7)
     assert metrics.driver_shares_rack == pytest.approx(5 / 11)
+
+
+def test_a_pod_bound_off_its_assignment_counts_where_it_runs() -> None:
+    snapshot = load("implicit-1x2x2x4.json")
+    # job-0004: driver gpu-1-2-2-3 and worker gpu-1-2-2-2, one rack; move the worker to another rack
+    (worker,) = [p for p in snapshot["pods"] if p["job"] == "job-0004" and p["role"] == "worker"]
+    worker["nodeName"] = "gpu-1-1-1-1"
+    job = {p.name: p for p in job_placements(snapshot)}["job-0004"]
+    assert job.off_assignment
+    assert (job.driver_host, job.worker_hosts) == ("gpu-1-2-2-3", ("gpu-1-1-1-1",))
+    metrics = policy_metrics(snapshot)
+    assert metrics.off_assignment == 1
+    assert metrics.in_smallest_domain == pytest.approx(1 / 9)  # only job-0007 is left in one rack
+    assert metrics.driver_shares_rack == pytest.approx(8 / 13)
 
 
 def test_an_assignment_not_down_to_hosts_is_refused() -> None:

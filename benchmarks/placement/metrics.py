@@ -14,8 +14,9 @@ A snapshot (:func:`trim_snapshot` makes one from the API server's objects) is pl
 
 Definitions (all from the snapshot, nothing from memory of the run):
 
-- a job's **hosts** are the hostnames of its Workload's topology assignment, driver podset and
-  worker podset together (one host per pod, repeated when several pods share one);
+- a job's **hosts** are where its pods run: the ``spec.nodeName`` of each pod once all are bound,
+  else the hostnames of its Workload's topology assignment, driver podset and worker podset
+  together (one host per pod, repeated when several pods share one);
 - a job is **multi-node** when its pods cannot share one node (``pods * gpus_per_pod >
   gpus_per_node``); its **smallest feasible level** is the narrowest level at which one domain of
   the empty cluster holds all its pods (``hosts in the domain * (gpus_per_node // gpus_per_pod)
@@ -30,6 +31,9 @@ Definitions (all from the snapshot, nothing from memory of the run):
   over admitted jobs; p95 by nearest rank;
 - **GPU utilisation**: GPUs of admitted Workloads (admission to ``Finished``, or to the end of
   observation) integrated over ``[t0, t0 + horizon]``, over all GPUs x horizon;
+- **creation lag**: the Workload's ``creationTimestamp`` minus the job's scheduled arrival (Kueue
+  creates a pod group's Workload once all its pods exist, so this is how late the stream was
+  submitted: the API server's pace under load);
 - **off assignment**: admitted jobs with a bound pod whose node is not a host of the assignment
   (the pods' ``spec.nodeName`` against the topology assignment, as multisets).
 """
@@ -110,6 +114,7 @@ def trim_snapshot(
                 "role": (p["metadata"].get("labels") or {}).get(ROLE_LABEL),
                 "roleHash": (p["metadata"].get("annotations") or {}).get(ROLE_HASH),
                 "nodeName": (p.get("spec") or {}).get("nodeName"),
+                "nodeSelector": (p.get("spec") or {}).get("nodeSelector"),
             }
             for p in pods
         ],
@@ -147,7 +152,7 @@ class JobPlacement:
     created: float | None
     admitted: float | None
     finished: float | None
-    hosts: tuple[str, ...]  # every pod's host from the assignment (driver first when known)
+    hosts: tuple[str, ...]  # every pod's host, bound or else assigned (driver first when known)
     driver_host: str | None
     worker_hosts: tuple[str, ...]
     bound: tuple[str, ...]  # spec.nodeName of the pods that have one
@@ -197,6 +202,9 @@ def job_placements(snapshot: Mapping[str, Any]) -> list[JobPlacement]:
         bound = tuple(sorted(p["nodeName"] for p in pods if p.get("nodeName")))
         assigned = Counter(driver_hosts + worker_hosts)
         off = admitted is not None and bool(Counter(bound) - assigned)
+        if len(bound) == pods_total:  # where the pods run, when that differs from the assignment
+            driver_hosts = [p["nodeName"] for p in pods if p["role"] == "driver"]
+            worker_hosts = [p["nodeName"] for p in pods if p["role"] != "driver"]
         out.append(
             JobPlacement(
                 name=name,
@@ -233,7 +241,8 @@ class PolicyMetrics:
     wait_mean: float | None
     wait_p95: float | None
     off_assignment: int
-    submission_lag: float
+    creation_lag_mean: float | None
+    creation_lag_max: float | None
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -289,6 +298,8 @@ def policy_metrics(snapshot: Mapping[str, Any]) -> PolicyMetrics:
         stop = placement.finished if placement.finished is not None else t0 + end
         overlap = min(stop, t0 + horizon) - max(placement.admitted, t0)
         busy += placement.gpus * max(0.0, overlap)
+    arrivals = {job["name"]: t0 + float(job["arrival"]) for job in snapshot["jobs"]}
+    lags = [p.created - arrivals[p.name] for p in placements if p.created is not None]
     waits = [p.admitted - p.created for p in admitted if p.admitted is not None and p.created is not None]
     return PolicyMetrics(
         jobs=len(placements),
@@ -303,5 +314,6 @@ def policy_metrics(snapshot: Mapping[str, Any]) -> PolicyMetrics:
         wait_mean=_mean(waits),
         wait_p95=p95(waits),
         off_assignment=sum(1 for p in admitted if p.off_assignment),
-        submission_lag=float(snapshot.get("lag", 0.0)),
+        creation_lag_mean=_mean(lags),
+        creation_lag_max=max(lags, default=None),
     )

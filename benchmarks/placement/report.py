@@ -36,7 +36,8 @@ def table(results: Mapping[str, PolicyMetrics]) -> str:
         ("wait mean (s)", lambda m: _number(m.wait_mean, 1)),
         ("wait p95 (s)", lambda m: _number(m.wait_p95, 1)),
         ("jobs with pods off their assignment", lambda m: str(m.off_assignment)),
-        ("worst submission lag (s)", lambda m: _number(m.submission_lag, 1)),
+        ("arrival to Workload, mean (s)", lambda m: _number(m.creation_lag_mean, 1)),
+        ("arrival to Workload, max (s)", lambda m: _number(m.creation_lag_max, 1)),
     ]
     names = list(results)
     width = max(14, *(len(n) + 2 for n in names))
