@@ -63,7 +63,7 @@ bench-cluster: install
 # Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" (python -m benchmarks.placement --help).
 PLACEMENT_ARGS ?=
 
-## Placement quality of four topology policies (none, required and preferred at layer 3, auto) on the simulated cluster with Kueue: one table (default 256 nodes: about an hour on 2 busy cores).
+## Placement quality of four topology policies (none, required and preferred at layer 3, auto) on the simulated cluster with Kueue: one table (default 256 nodes: about 45 minutes on 2 busy cores).
 bench-placement: install
 	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 
