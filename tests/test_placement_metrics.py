@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks.placement.metrics import job_placements, p95, policy_metrics, smallest_feasible_level
+from benchmarks.placement.report import goals, table
 
 DATA = Path(__file__).parent / "data" / "placement"
 LEVELS = [
@@ -115,3 +116,20 @@ def test_an_assignment_not_down_to_hosts_is_refused() -> None:
     assignment["levels"] = [*assignment["levels"][:-1], "topology.k8s.aws/network-node-layer-3"]
     with pytest.raises(ValueError, match="expected hosts"):
         policy_metrics(snapshot)
+
+
+def test_goals_name_each_verdict_with_its_margin() -> None:
+    # the required-L3 snapshot stands in for a candidate policy against the implicit one
+    results = {
+        "implicit": policy_metrics(load("implicit-1x2x2x4.json")),
+        "auto": policy_metrics(load("required-L3-1x2x2x4.json")),
+    }
+    lines = goals(results).splitlines()
+    assert lines[1] == "  MISSED multi-node jobs in their smallest feasible domain >= 95 %: 14.3 %"
+    assert lines[2] == "  MISSED no job unadmitted that implicit admits: 2 such jobs (job-0012, job-0013)"
+    assert lines[3] == "  met    utilisation at most 3 points below implicit: 65.0 % vs 64.0 % (1.0 points above)"
+    assert lines[4] == "  met    mean wait <= 1.1x implicit's: 4.2 s vs 9.0 s (0.46x)"
+    assert goals({"implicit": results["implicit"]}) == "goals: need both 'auto' and 'implicit' in one run"
+    table_lines = table(results).splitlines()
+    assert table_lines[0].split() == ["implicit", "auto"]
+    assert table_lines[3].split() == ["never", "admitted", "0", "2"]

@@ -80,7 +80,7 @@ def goals(results: Mapping[str, PolicyMetrics]) -> str:
     line(
         points <= 3.0,
         f"utilisation at most 3 points below {BASELINE}: {_share(auto.utilisation)} vs "
-        f"{_share(base.utilisation)} ({points:+.1f} points below)",
+        f"{_share(base.utilisation)} ({abs(points):.1f} points {'below' if points > 0 else 'above'})",
     )
     if auto.wait_mean is None or base.wait_mean is None:
         line(False, "mean wait <= 1.1x: no admitted job to compare")
