@@ -90,8 +90,9 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # Pod IPs KWOK hands out (no networking: only the pod status carries them).
 KWOK_POD_CIDR = "10.0.0.1/16"
 # KWOK's stages, from its module (kustomize/stage/...): nodes become Ready and renew a Lease as a
-# kubelet does; pods are created, go Running and (owned by a Job, or annotated: KWOK_POD_COMPLETE)
-# complete, and are deleted, each after the delay its ``<stage>.stage.kwok.x-k8s.io/delay`` annotation names.
+# kubelet does; pods are created, go Running and (owned by a Job, or any pod with the delay
+# annotation: the annotated copy below) complete, and are deleted, each after the delay its
+# ``<stage>.stage.kwok.x-k8s.io/delay`` annotation names.
 KWOK_STAGES = [
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
