@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -81,6 +81,13 @@ bench-cluster: install
 bench-apiserver: install
 	$(PYTHON) benchmarks/bench_apiserver.py
 	$(PYTHON) benchmarks/bench_faults.py
+
+# Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" (python -m benchmarks.placement --help).
+PLACEMENT_ARGS ?=
+
+## Placement quality of four topology policies (none, required and preferred at layer 3, auto) on the simulated cluster with Kueue: one table (default 256 nodes: about 45 minutes on 2 busy cores).
+bench-placement: install
+	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 
 ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue and KWOK from their Go modules
 ## (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).

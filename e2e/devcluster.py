@@ -90,8 +90,9 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # Pod IPs KWOK hands out (no networking: only the pod status carries them).
 KWOK_POD_CIDR = "10.0.0.1/16"
 # KWOK's stages, from its module (kustomize/stage/...): nodes become Ready and renew a Lease as a
-# kubelet does; pods are created, go Running and (owned by a Job) complete, and are deleted, each
-# after the delay its ``<stage>.stage.kwok.x-k8s.io/delay`` annotation names.
+# kubelet does; pods are created, go Running and (owned by a Job, or any pod with the delay
+# annotation: the annotated copy below) complete, and are deleted, each after the delay its
+# ``<stage>.stage.kwok.x-k8s.io/delay`` annotation names.
 KWOK_STAGES = [
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -102,6 +103,12 @@ KWOK_STAGES = [
     "kustomize/stage/pod/general/pod-complete.yaml",
     "kustomize/stage/pod/general/pod-delete.yaml",
 ]
+# KWOK's pod-complete stage completes only pods a Job owns; this copy of it (named
+# ``pod-complete-annotated``) also completes any other pod, such as a Kueue pod group's bare Pods,
+# that opts in with the ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation. A Job's pod with the
+# annotation matches both stages; they give it the same delay and status.
+KWOK_POD_COMPLETE = "kustomize/stage/pod/general/pod-complete.yaml"
+KWOK_POD_COMPLETE_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 # The controllers of kube-controller-manager this cluster needs (the rest, volumes, endpoints,
 # certificates, quota, would only add load on 2 cores).
 CONTROLLERS = [
@@ -757,11 +764,32 @@ def _scheduler_command(binary: Path, paths: Paths, port: int, kubeconfig: Path, 
     return [str(binary), f"--config={config}", *_component_serving_flags(paths, port, kubeconfig), "--v=1"]
 
 
+def annotated_pod_complete_stage(kwok_dir: Path) -> dict[str, Any]:
+    """KWOK's own ``pod-complete`` Stage with its ``ownerReferences`` kind ``Job`` selector
+    replaced by: the pod has the annotation :data:`KWOK_POD_COMPLETE_ANNOTATION`.
+
+    Raises:
+        DevClusterError: KWOK's stage no longer has the one selector expression replaced.
+    """
+    (stage,) = yaml.safe_load_all((kwok_dir / KWOK_POD_COMPLETE).read_text())
+    expressions = stage["spec"]["selector"]["matchExpressions"]
+    owner = [e for e in expressions if e["key"] == ".metadata.ownerReferences.[].kind"]
+    if len(owner) != 1:
+        raise DevClusterError(f"KWOK's {KWOK_POD_COMPLETE} has no single ownerReferences selector: {expressions}")
+    stage["metadata"]["name"] = "pod-complete-annotated"
+    annotated = {"key": f'.metadata.annotations["{KWOK_POD_COMPLETE_ANNOTATION}"]', "operator": "Exists"}
+    stage["spec"]["selector"]["matchExpressions"] = [annotated if e is owner[0] else e for e in expressions]
+    return dict(stage)
+
+
 def _kwok_command(binary: Path, kwok_dir: Path, port: int, kubeconfig: Path) -> list[str]:
+    extra = kubeconfig.parent / "kwok-pod-complete-annotated.yaml"
+    extra.write_text(yaml.safe_dump(annotated_pod_complete_stage(kwok_dir), sort_keys=False))
+    stages = [str(kwok_dir / stage) for stage in KWOK_STAGES] + [str(extra)]
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
-        f"--config={','.join(str(kwok_dir / stage) for stage in KWOK_STAGES)}",
+        f"--config={','.join(stages)}",
         f"--manage-nodes-with-label-selector={FAKE_NODE_LABEL}=true",
         # a Lease per node renewed every 10 s, as a kubelet does (node-heartbeat-with-lease)
         "--node-lease-duration-seconds=40",

@@ -208,6 +208,26 @@ def test_kwok_runs_its_own_stages() -> None:
     assert kinds == [{"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]}]
 
 
+
+def test_annotated_pod_complete_stage_is_kwoks_own_for_any_annotated_pod() -> None:
+    """The extra stage differs from KWOK's pod-complete only in whom it selects: any pod with the
+    delay annotation (a pod group's bare Pods) instead of a Job's pods; delay, jitter and status
+    are KWOK's."""
+    kwok_dir = build.dependency_dir("kwok", "sigs.k8s.io/kwok")
+    (original,) = yaml.safe_load_all((kwok_dir / devcluster.KWOK_POD_COMPLETE).read_text())
+    stage = devcluster.annotated_pod_complete_stage(kwok_dir)
+    assert stage["metadata"]["name"] == "pod-complete-annotated"
+    assert {k: v for k, v in stage["spec"].items() if k != "selector"} == {
+        k: v for k, v in original["spec"].items() if k != "selector"
+    }
+    expressions = stage["spec"]["selector"]["matchExpressions"]
+    assert not [e for e in expressions if "ownerReferences" in e["key"]]
+    annotated = {"key": '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]', "operator": "Exists"}
+    assert annotated in expressions
+    kept = [e for e in original["spec"]["selector"]["matchExpressions"] if "ownerReferences" not in e["key"]]
+    assert [e for e in expressions if "annotations" not in e["key"]] == kept
+    assert len(kept) == 3  # not deleted, phase Running, Ready
+
 def test_kubernetes_components_are_built_together() -> None:
     by_name = {binary.name: binary for binary in build.binaries()}
     components = [by_name[name] for name in build.KUBERNETES_COMPONENTS]

@@ -1,0 +1,1 @@
+"""Placement benchmark on real Kueue (``python -m benchmarks.placement``): see :mod:`.run`."""

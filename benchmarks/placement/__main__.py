@@ -1,0 +1,7 @@
+"""``python -m benchmarks.placement``: see :mod:`.run`."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())
