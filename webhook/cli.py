@@ -464,7 +464,7 @@ def serve_command(
             f"{describe_pair_error(tls_cert_file, tls_private_key_file, exc)}"
         )
     except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc}")
+        _fail(f"cannot serve on {host}:{port} (--port): {exc}")
 
 
 def _configmap_reference(value: str, default_namespace: str | None) -> tuple[str, str]:
