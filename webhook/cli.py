@@ -383,6 +383,7 @@ class _Reviewer:
 @click.option(
     "--reuse-port/--no-reuse-port",
     default=False,
+    show_default=True,
     help="Listen with SO_REUSEPORT, so that several kgov serve processes share the webhook port "
     "(the kernel spreads new connections over them; give each its own --metrics-port).",
 )
