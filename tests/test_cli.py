@@ -483,6 +483,11 @@ BAD_NODES = {
         "items[0] (node 'gpu-1'): status.allocatable.nvidia.com/gpu: 'abc' is not a Kubernetes quantity "
         "(e.g. 8, 500m, 64Gi)"
     ),
+    # Regression: a node of 1e400 CPUs was read as such; Kubernetes holds at most 2^63-1.
+    "kind: NodeList\nitems:\n- metadata: {name: cpu-1}\n  status: {allocatable: {cpu: 1e400}}\n": (
+        "items[0] (node 'cpu-1'): status.allocatable.cpu: '1e400' is out of the range of a Kubernetes quantity "
+        "(at most 2^63-1 = 9223372036854775807 in magnitude, in base units)"
+    ),
 }
 
 

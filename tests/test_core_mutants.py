@@ -83,7 +83,11 @@ def test_parse_quantity_values_in_base_units(value: str | int | float, base_unit
         (float("inf"), "inf is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)"),
         (None, "None is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
         ("8 GPUs", "'8 GPUs' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
-        ("1e9999999999", "'1e9999999999' is out of the range of a Kubernetes quantity"),
+        (
+            "1e9999999999",
+            "'1e9999999999' is out of the range of a Kubernetes quantity "
+            "(at most 2^63-1 = 9223372036854775807 in magnitude, in base units)",
+        ),
     ],
 )
 def test_parse_quantity_refusals_name_the_value(value: Any, message: str) -> None:

@@ -501,6 +501,27 @@ def test_a_number_that_is_not_finite_is_no_quantity(value: float) -> None:
     assert [p.expected for p in problems] == ["a Kubernetes quantity (e.g. 8, 500m, 64Gi)"]
 
 
+TOO_LARGE = "must be a Kubernetes quantity of at most 2^63-1 = 9223372036854775807 (the largest Kubernetes represents)"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("1e400", 'string "1e400"'),
+        ("1E+9999", 'string "1E+9999"'),
+        ("99999999999999999999Ei", 'string "99999999999999999999Ei"'),
+        ("9223372036854775808", 'string "9223372036854775808"'),
+        (10**30, "number 1000000000000000000000000000000"),
+    ],
+)
+def test_a_quantity_beyond_2_63_is_malformed(value: Any, shown: str) -> None:
+    """Regression: ``"1E+9999"`` GPUs passed as a real request (denied only as too large for the
+    quota). Kubernetes' resource.Quantity holds at most 2^63-1 in base units."""
+    build, templates, _ = KINDS["PyTorchJob"]
+    path = (*templates[0], "spec", "containers", 0, "resources", "requests", "cpu")
+    assert_refused(answer(with_value(build(), path, value)), path, f"{TOO_LARGE}, got {shown}")
+
+
 EXTENDED = "must be a whole number (nvidia.com/gpu is an extended resource, which Kubernetes takes in whole units only)"
 
 

@@ -83,6 +83,9 @@ QUOTA = f"teams[0].quotas[0].resources.{GPU}"
 QUOTA_KEY = f"teams|0|quotas|0|resources|{GPU}"
 AFFINITY = "teams|0|policy|nodeAffinity"
 NOT_A_NUMBER = "is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)"
+OUT_OF_RANGE = (
+    "is out of the range of a Kubernetes quantity (at most 2^63-1 = 9223372036854775807 in magnitude, in base units)"
+)
 SAME_SELECTOR = (
     "teams[1].namespaceSelector",
     "same namespaceSelector as team 'alpha' (teams[0]): every namespace it selects would belong to both teams",
@@ -313,7 +316,36 @@ CASES: dict[str, tuple[Change, list[tuple[str, str]]]] = {
     ),
     "quota-exponent-overflows": (
         {f"{QUOTA_KEY}|nominalQuota": "1e9999999999"},
-        [(f"{QUOTA}.nominalQuota", "'1e9999999999' is out of the range of a Kubernetes quantity")],
+        [(f"{QUOTA}.nominalQuota", f"'1e9999999999' {OUT_OF_RANGE}")],
+    ),
+    # Regression: a nominalQuota of 10^400 was written into clusterqueues.yaml as 401 digits;
+    # Kubernetes' resource.Quantity holds at most 2^63-1 (every quantity of the file, not only quotas).
+    "quantities-beyond-2^63-1": (
+        {
+            f"{QUOTA_KEY}|nominalQuota": 10**400,
+            f"{QUOTA_KEY}|borrowingLimit": "1e400",
+            f"{QUOTA_KEY}|lendingLimit": "99999999999Ei",
+            "flavors|0|nodeResources": {"cpu": "9223372036854775808", "memory": "8Ei"},
+            "teams|0|fairSharing": {"weight": 1e300},
+        },
+        [
+            ("flavors[0].nodeResources.cpu", f"'9223372036854775808' {OUT_OF_RANGE}"),
+            ("flavors[0].nodeResources.memory", f"'8Ei' {OUT_OF_RANGE}"),
+            (f"{QUOTA}.nominalQuota", f"100000000000000000000000... (401 characters) {OUT_OF_RANGE}"),
+            (f"{QUOTA}.borrowingLimit", f"'1e400' {OUT_OF_RANGE}"),
+            (f"{QUOTA}.lendingLimit", f"'99999999999Ei' {OUT_OF_RANGE}"),
+            ("teams[0].fairSharing.weight", f"1e+300 {OUT_OF_RANGE}"),
+        ],
+    ),
+    "quota-limit-sum-beyond-2^63-1": (
+        {f"{QUOTA_KEY}|nominalQuota": "9223372036854775807", f"{QUOTA_KEY}|borrowingLimit": "1"},
+        [
+            (
+                "teams[0].quotas",
+                f"the {GPU} quota limit (nominalQuota + borrowingLimit over the team's flavors) is "
+                "9223372036854775808, above 2^63-1 = 9223372036854775807, the largest Kubernetes quantity",
+            )
+        ],
     ),
     "node-resource-true": (
         {"flavors|0|nodeResources": {"cpu": 192, GPU: True}},
@@ -450,7 +482,10 @@ def test_quantity_values_as_yaml_writes_them(tmp_path: Path) -> None:
         (False, f"false {BOOLEAN}"),
         (math.nan, f"nan {NOT_A_NUMBER}"),
         (math.inf, f"inf {NOT_A_NUMBER}"),
-        ("1e9999999999", "'1e9999999999' is out of the range of a Kubernetes quantity"),
+        ("1e9999999999", f"'1e9999999999' {OUT_OF_RANGE}"),
+        ("1e400", f"'1e400' {OUT_OF_RANGE}"),
+        (-(2**63), f"-9223372036854775808 {OUT_OF_RANGE}"),
+        ("9" * 50 + "Ei", f"'{'9' * 23}... (54 characters) {OUT_OF_RANGE}"),
         ("NaN", "'NaN' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
         ("Infinity", "'Infinity' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
         (None, "None is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
@@ -463,13 +498,15 @@ def test_parse_quantity_refuses(value: Any, message: str) -> None:
 
 
 def test_parse_quantity_still_reads_quantities() -> None:
-    assert [parse_quantity(v) for v in (8, 0.5, "500m", "2Ti", "1e3", "-1")] == [
+    assert [parse_quantity(v) for v in (8, 0.5, "500m", "2Ti", "1e3", "-1", "9223372036854775807", "7Ei")] == [
         Decimal(8),
         Decimal("0.5"),
         Decimal("0.5"),
         Decimal(2**41),
         Decimal(1000),
         Decimal(-1),
+        Decimal(2**63 - 1),
+        Decimal(7 * 2**60),
     ]
 
 

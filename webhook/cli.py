@@ -383,6 +383,7 @@ class _Reviewer:
 @click.option(
     "--reuse-port/--no-reuse-port",
     default=False,
+    show_default=True,
     help="Listen with SO_REUSEPORT, so that several kgov serve processes share the webhook port "
     "(the kernel spreads new connections over them; give each its own --metrics-port).",
 )
@@ -464,7 +465,7 @@ def serve_command(
             f"{describe_pair_error(tls_cert_file, tls_private_key_file, exc)}"
         )
     except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc}")
+        _fail(f"cannot serve on {host}:{port} (--port): {exc}")
 
 
 def _configmap_reference(value: str, default_namespace: str | None) -> tuple[str, str]:

@@ -192,7 +192,8 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     Raises:
         PlatformError / InputError: the policy or an input file is invalid at start-up.
         ConfigurationError: options that cannot work together, or no usable kubeconfig.
-        ssl.SSLError / OSError: the certificate pair cannot be loaded or a port is taken.
+        ConfigurationError also: the metrics port (``--metrics-port``) is taken.
+        ssl.SSLError / OSError: the certificate pair cannot be loaded or the webhook port is taken.
     """
     metrics = Metrics()
     state = GovernorState(config, metrics)
@@ -230,7 +231,17 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     if config.metrics_port is not None:
         metrics_runner = web.AppRunner(make_metrics_app(state), shutdown_timeout=1.0, **handler_args)
         await metrics_runner.setup()
-        await web.TCPSite(metrics_runner, config.metrics_host or config.host, config.metrics_port).start()
+        metrics_host = config.metrics_host or config.host
+        try:
+            await web.TCPSite(metrics_runner, metrics_host, config.metrics_port).start()
+        except OSError as exc:  # the webhook port is bound already: name the one that clashed
+            listener.close()
+            await metrics_runner.cleanup()
+            await runner.cleanup()
+            await _stop_sources(state, api)
+            raise ConfigurationError(
+                f"cannot serve metrics on {metrics_host}:{config.metrics_port} (--metrics-port): {exc}"
+            ) from None
     watcher = asyncio.create_task(_watch_files(state, context))
     log.info(
         "serving",
@@ -254,16 +265,21 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
-        for cache in state.caches:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(cache.stop(), 2.0)
-        if state.policy_watch is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.policy_watch.stop(), 2.0)
-        if api is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(api.close(), 2.0)
+        await _stop_sources(state, api)
         log.info("stopped")
+
+
+async def _stop_sources(state: GovernorState, api: Any) -> None:
+    """Stop the cluster caches, the policy ConfigMap watch and the API client (2 s each at most)."""
+    for cache in state.caches:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cache.stop(), 2.0)
+    if state.policy_watch is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.policy_watch.stop(), 2.0)
+    if api is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(api.close(), 2.0)
 
 
 def serve(config: ServerConfig) -> None:

@@ -6,6 +6,7 @@ rules. Every finding is a :class:`Problem` with its field path.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -18,7 +19,7 @@ from webhook.core.naming import (
     team_namespaces,
 )
 from webhook.core.platform_models import FlavorSpec, LabelSelector, Platform, PriorityRule, TeamSpec, TopologySpec
-from webhook.core.quantity import parse_quantity
+from webhook.core.quantity import MAX_QUANTITY, format_quantity, parse_quantity
 from webhook.core.wellformed import is_extended_resource
 
 
@@ -50,6 +51,28 @@ def _whole_units(path: str, resource: str, amount: str | int | float | None) -> 
             message=f"{amount} is not a whole number: {resource} is an extended resource, which pods "
             "request in whole units only",
         )
+    ]
+
+
+def _quota_totals(path: str, team: TeamSpec) -> list[Problem]:
+    """A team's quota limit per resource (nominalQuota, plus borrowingLimit in a cohort, over its
+    flavors; the policy's ``quotaLimits``) beyond 2^63-1, the largest Kubernetes quantity: each
+    amount fits, their sum does not, so the webhook could not hold the limit."""
+    totals: dict[str, Decimal] = {}
+    for quota in team.quotas:
+        for resource, amount in quota.resources.items():
+            total = parse_quantity(amount.nominalQuota)
+            if team.cohort is not None and amount.borrowingLimit is not None:
+                total += parse_quantity(amount.borrowingLimit)
+            totals[resource] = totals.get(resource, Decimal(0)) + total
+    return [
+        Problem(
+            path=f"{path}.quotas",
+            message=f"the {resource} quota limit (nominalQuota + borrowingLimit over the team's flavors) is "
+            f"{format_quantity(total)}, above 2^63-1 = {MAX_QUANTITY}, the largest Kubernetes quantity",
+        )
+        for resource, total in sorted(totals.items())
+        if total > MAX_QUANTITY
     ]
 
 
@@ -134,6 +157,7 @@ def check_platform(platform: Platform) -> list[Problem]:
         base = f"teams[{index}]"
         if team.cohort is not None and team.cohort not in cohort_names:
             problems.append(_unknown(f"{base}.cohort", "cohort", team.cohort, cohort_names))
+        problems.extend(_quota_totals(base, team))
         for qindex, quota in enumerate(team.quotas):
             qpath = f"{base}.quotas[{qindex}]"
             if quota.flavor not in flavor_names:

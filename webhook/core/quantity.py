@@ -13,7 +13,12 @@ import re
 from decimal import Decimal, DecimalException
 from functools import lru_cache
 
-__all__ = ["QuantityError", "format_quantity", "parse_quantity"]
+__all__ = ["MAX_QUANTITY", "QuantityError", "QuantityOutOfRange", "format_quantity", "parse_quantity"]
+
+#: The largest quantity Kubernetes represents, in base units: 2^63-1 (``maxAllowed`` in
+#: k8s.io/apimachinery/pkg/api/resource/quantity.go, whose documentation says "no quantity may
+#: represent a number greater than 2^63-1 in magnitude"; amounts are int64-scaled).
+MAX_QUANTITY = Decimal(2**63 - 1)
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -37,6 +42,30 @@ class QuantityError(ValueError):
     """Raised for a string that is not a Kubernetes quantity."""
 
 
+class QuantityOutOfRange(QuantityError):
+    """Raised for a quantity beyond :data:`MAX_QUANTITY` in magnitude (``"1e400"``, ``10**400``,
+    ``"99999999999Ei"``): Kubernetes cannot represent it."""
+
+
+def _shown(written: str | int | float) -> str:
+    """A refused value as written, cut short: ``'1e400'``, ``1000000000000000000000... (401 characters)``."""
+    text = repr(written) if isinstance(written, str) else str(written)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def _out_of_range(written: str | int | float) -> QuantityOutOfRange:
+    return QuantityOutOfRange(
+        f"{_shown(written)} is out of the range of a Kubernetes quantity "
+        f"(at most 2^63-1 = {MAX_QUANTITY} in magnitude, in base units)"
+    )
+
+
+def _within_range(value: Decimal, written: str | int | float) -> Decimal:
+    if abs(value) > MAX_QUANTITY:
+        raise _out_of_range(written)
+    return value
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
     """Return a quantity as an exact :class:`~decimal.Decimal` in base units.
 
@@ -44,7 +73,8 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
     Raises:
         QuantityError: the value is not a quantity (``"8 GPUs"``, ``"1.5.2"``, ``""``, booleans,
-            NaN and infinities, an exponent too large to compute with).
+            NaN and infinities).
+        QuantityOutOfRange: a quantity beyond 2^63-1 (:data:`MAX_QUANTITY`) in magnitude.
     """
     if isinstance(value, bool):
         # YAML's true/false; without this check they would count as 1 and 0.
@@ -52,7 +82,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a Kubernetes quantity (a finite number, e.g. 8, 500m, 64Gi)")
-        return Decimal(str(value))
+        return _within_range(Decimal(str(value)), value)
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     return _parse_text(value)
@@ -70,12 +100,14 @@ def _parse_text(value: str) -> Decimal:
     try:
         base = Decimal(number)
         if suffix in _BINARY:
-            return base * _BINARY[suffix]
-        if suffix in _DECIMAL:
-            return base * _DECIMAL[suffix]
-        return base * (Decimal(10) ** int(suffix[1:]))
+            amount = base * _BINARY[suffix]
+        elif suffix in _DECIMAL:
+            amount = base * _DECIMAL[suffix]
+        else:
+            amount = base.scaleb(int(suffix[1:]))
     except (DecimalException, ValueError) as exc:  # e.g. an exponent of 10 digits overflows
-        raise QuantityError(f"{value!r} is out of the range of a Kubernetes quantity") from exc
+        raise _out_of_range(value) from exc
+    return _within_range(amount, value)
 
 
 #: Longer plain renderings switch to exponent notation, so a message never carries thousands of digits.

@@ -27,7 +27,7 @@ from typing import Any
 
 from webhook.core.admission import json_type
 from webhook.core.paths import Key, PathPattern, dotted
-from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.quantity import MAX_QUANTITY, QuantityError, QuantityOutOfRange, parse_quantity
 
 __all__ = [
     "INT32_MAX",
@@ -196,7 +196,7 @@ def is_extended_resource(name: str) -> bool:
 def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool = False) -> Decimal | None:
     """A resource quantity of requests, limits or overhead (``path`` ends with the resource name),
     in base units; None when unset or, with a problem recorded, not a non-negative Kubernetes
-    quantity (``"8Xi"``, ``"-8"``, ``true``), or not a whole number for an extended resource
+    quantity (``"8Xi"``, ``"-8"``, ``true``, ``"1e400"``: over 2^63-1), or not a whole number for an extended resource
     (``nvidia.com/gpu: "500m"``: Kubernetes' ``ValidateResourceQuantityValue`` refuses the pod).
 
     A fractional JSON number (``cpu: 0.5``) is a quantity, as ``resource.Quantity``'s JSON
@@ -207,6 +207,10 @@ def quantity(value: Any, path: tuple[Key, ...], problems: Problems, whole: bool 
         return None
     try:
         amount = parse_quantity(value)
+    except QuantityOutOfRange:
+        expected = f"a Kubernetes quantity of at most 2^63-1 = {MAX_QUANTITY} (the largest Kubernetes represents)"
+        problems.append(Problem(path, value, expected))
+        return None
     except QuantityError:
         problems.append(Problem(path, value, f"a Kubernetes quantity ({QUANTITY_EXAMPLES})"))
         return None
