@@ -316,3 +316,19 @@ def test_an_update_narrowing_a_podsets_required_level_is_checked_as_on_create() 
     assert outcome.plan.warnings == [
         f"{finding}; this update changes podset 'main''s {REQUIRED} from '{LAYER_3}' to '{HOSTNAME}': set it back"
     ]
+
+
+def test_an_update_dropping_one_grouped_podsets_level_is_warned_of_kueues_group_rule() -> None:
+    """The Worker's required level left out, its group name kept: Kueue v0.19.2 refuses a group
+    whose podsets do not ask for the same required or preferred level."""
+    stored = stored_pytorchjob()
+    unplaced = copy.deepcopy(stored)
+    del unplaced["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][REQUIRED]
+    outcome = update_pytorchjob(stored, unplaced)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"topology: podset group 'master-worker' ({GROUP}) can never be admitted: Kueue takes a group only "
+        f"when both podsets ask for the same required or preferred level ('master' {REQUIRED}={LAYER_3}; "
+        "'worker' no required or preferred level) (Kueue's jobframework.ValidatePodSetGroupingTopology); "
+        f"this update removes podset 'worker''s {REQUIRED} ('{LAYER_3}'): set it back"
+    ]

@@ -3,8 +3,9 @@
 An update that changes how Kueue counts or places a podset (its pod count, its per-pod requests,
 any of its TAS annotations or its ``podset-group-name``) has the object it leaves checked as on
 CREATE for a workload Kueue can never admit (:func:`~webhook.core.rules.stranded.check_admissible`),
-plus Kueue's size rule of a podset group: exactly 2 podsets, at least one of 1 pod
-(``jobframework.ValidatePodSetGroupingTopology`` in Kueue v0.19.2). Each finding is a warning,
+plus Kueue's rules of a podset group: exactly 2 podsets, at least one of 1 pod, both asking for
+the same required or preferred level (``jobframework.ValidatePodSetGroupingTopology`` in Kueue
+v0.19.2). Each finding is a warning,
 never a denial (Kueue and controllers resize workloads by UPDATE too), naming what the update
 changed.
 """
@@ -21,7 +22,7 @@ from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.queue import QUEUE_LABEL, workload_labels
 from webhook.core.rules.stranded import WAITS_FOR_NODES, check_admissible
-from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, podset_groups
+from webhook.core.rules.topology import GROUP_NAME, PREFERRED, REQUIRED, TAS_ANNOTATIONS, podset_groups
 from webhook.core.view import PodSet, kueue_view
 
 __all__ = ["recheck_admissible", "resized", "retopologized"]
@@ -78,8 +79,8 @@ def retopologized(podsets: Sequence[PodSet], old_podsets: Mapping[tuple[Key, ...
 
 
 def _broken_groups(podsets: Sequence[PodSet]) -> list[tuple[str, str]]:
-    """Each podset group Kueue v0.19.2 refuses for its size: (the members' names as findings name
-    them, why), in Kueue's words (``ValidatePodSetGroupingTopology``)."""
+    """Each podset group Kueue v0.19.2 refuses (``ValidatePodSetGroupingTopology``): (the members'
+    names as findings name them, why)."""
     found: list[tuple[str, str]] = []
     for members in podset_groups([p for p in podsets if p.present]):
         if members[0].group is None or any(p.partial for p in members):
@@ -90,6 +91,9 @@ def _broken_groups(podsets: Sequence[PodSet]) -> list[tuple[str, str]]:
             why = f"Kueue takes a group of exactly 2 podsets (it has {len(members)}: {names})"
         elif all(p.count != 1 for p in members):
             why = f"Kueue takes a group only when one of its 2 podsets has 1 pod ({counts})"
+        elif not _same_level(members[0].annotations, members[1].annotations):
+            asked = "; ".join(f"{p.name!r} {_level(p.annotations)}" for p in members)
+            why = f"Kueue takes a group only when both podsets ask for the same required or preferred level ({asked})"
         else:
             continue
         group = f"podset group {members[0].group!r} ({GROUP_NAME})"
@@ -98,6 +102,17 @@ def _broken_groups(podsets: Sequence[PodSet]) -> list[tuple[str, str]]:
 
 
 _RULE = "Kueue's jobframework.ValidatePodSetGroupingTopology"
+
+
+def _same_level(first: Mapping[str, object], second: Mapping[str, object]) -> bool:
+    """Both ask for a required or preferred level, the same one (Kueue's ``topologyRequestsValid``)."""
+    asks = any(first.get(key) is not None for key in (REQUIRED, PREFERRED))
+    return asks and all(first.get(key) == second.get(key) for key in (REQUIRED, PREFERRED))
+
+
+def _level(annotations: Mapping[str, object]) -> str:
+    found = [f"{key}={annotations[key]}" for key in (REQUIRED, PREFERRED) if annotations.get(key) is not None]
+    return ", ".join(found) or "no required or preferred level"
 
 
 def recheck_admissible(
@@ -112,7 +127,7 @@ def recheck_admissible(
     """The never-admitted checks of CREATE on the object this update leaves (``draft.doc``), each
     finding a warning naming ``changed`` (what the update changed; ``sized``: pods or requests
     among them, so the advice names making the pods fewer or smaller). A podset group Kueue refuses
-    for its size is said so, in place of the placement findings of its podsets; a podset that only
+    is said so, in place of the placement findings of its podsets; a podset that only
     waits for nodes down now is told so, without advice to undo the update."""
     planned = kueue_view(draft.doc, row)
     what = "; ".join(changed)
@@ -125,7 +140,7 @@ def recheck_admissible(
     for finding in [*found.denials, *found.warnings]:
         rule, _, message = finding.partition(": ")
         if any(message.startswith(f"podset {names} ") for names, _ in broken):
-            continue  # a group Kueue refuses is never placed: its size rule is the finding
+            continue  # a group Kueue refuses is never placed: its rule is the finding
         # A podset that waits for nodes down now fits the cluster: the update is not why it waits.
         advice = "" if WAITS_FOR_NODES in message else undo
         plan.report("warn", rule, f"{message}; this update {what}{advice}")
