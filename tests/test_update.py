@@ -332,3 +332,17 @@ def test_an_update_dropping_one_grouped_podsets_level_is_warned_of_kueues_group_
         "'worker' no required or preferred level) (Kueue's jobframework.ValidatePodSetGroupingTopology); "
         f"this update removes podset 'worker''s {REQUIRED} ('{LAYER_3}'): set it back"
     ]
+
+
+def test_an_update_introducing_a_group_name_on_a_lone_podset_is_warned() -> None:
+    """A group name set by UPDATE on a Job's one podset: a group of one podset, which Kueue refuses."""
+    review_, stored = recorded_research_job()
+    grouped = copy.deepcopy(stored)
+    grouped["spec"]["template"]["metadata"]["annotations"][GROUP] = "solo"
+    outcome = replay(review_, grouped)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"topology: podset group 'solo' ({GROUP}) can never be admitted: Kueue takes a group of exactly 2 "
+        "podsets (it has 1: 'main') (Kueue's jobframework.ValidatePodSetGroupingTopology); this update sets "
+        f"podset 'main''s {GROUP} to 'solo': set it back"
+    ]
