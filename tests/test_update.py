@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from support import aws_nodes, bundled_teams, job, platform_with, review_body, teams_from
 
+from webhook.core.inventory import NodeInventory
 from webhook.core.patch import apply_patch
 from webhook.core.review import review
 
@@ -219,3 +221,128 @@ def test_a_refused_kueue_priority_change_is_only_refused() -> None:
     outcome = replay(review, relabelled)
     assert not outcome.plan.allowed and outcome.plan.warnings == []
     assert len(outcome.plan.denials) == 1 and outcome.plan.denials[0].startswith("kueuePriority: ")
+
+
+# -- an UPDATE that drops or changes a TAS annotation or a podset group --------------------------------
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GROUP = "kueue.x-k8s.io/podset-group-name"
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+LAYER_3 = "topology.k8s.aws/network-node-layer-3"
+
+
+def bundled_nodes() -> NodeInventory:
+    """``examples/nodes.json``: 16 p5 hosts, 2 blocks of 8, racks of 4."""
+    return NodeInventory.from_objects(json.loads((EXAMPLES / "nodes.json").read_text())["items"])
+
+
+def stored_pytorchjob() -> dict[str, Any]:
+    """``examples/pytorchjob.yaml`` (Master 1 + Worker 3 pods of 8 GPUs) as CREATE leaves it in
+    ``hyperpod-ns-research`` (topology ``auto``) on the bundled nodes: both grouped as 'master-worker'."""
+    manifest = yaml.safe_load((EXAMPLES / "pytorchjob.yaml").read_text())
+    created = review(review_body(manifest, "hyperpod-ns-research"), bundled_teams(), inventory=bundled_nodes())
+    return apply_patch(manifest, created.patch)
+
+
+def update_pytorchjob(stored: dict[str, Any], updated: dict[str, Any]) -> Any:
+    body = review_body(updated, "hyperpod-ns-research", operation="UPDATE", old=stored)
+    return review(body, bundled_teams(), inventory=bundled_nodes())
+
+
+def test_an_update_dropping_one_podsets_group_name_gets_it_back() -> None:
+    """Defect: an UPDATE that left out the Worker's ``podset-group-name`` (the Master keeping it)
+    was allowed with no patch and no warning, leaving a group of one podset, which Kueue refuses."""
+    stored = stored_pytorchjob()
+    specs = stored["spec"]["pytorchReplicaSpecs"]
+    for role in ("Master", "Worker"):
+        assert specs[role]["template"]["metadata"]["annotations"] == {GROUP: "master-worker", REQUIRED: LAYER_3}
+    ungrouped = copy.deepcopy(stored)
+    del ungrouped["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][GROUP]
+    outcome = update_pytorchjob(stored, ungrouped)
+    assert outcome.plan.allowed
+    assert outcome.patch == [
+        {
+            "op": "add",
+            "path": "/spec/pytorchReplicaSpecs/Worker/template/metadata/annotations/kueue.x-k8s.io~1podset-group-name",
+            "value": "master-worker",
+        }
+    ]
+    assert outcome.plan.warnings == [
+        f"topology: this update removes {GROUP} of podset 'worker'; kept 'master-worker' "
+        "(an update that leaves out a governed value keeps the stored one)"
+    ]
+    assert apply_patch(ungrouped, outcome.patch) == stored
+
+
+def test_an_update_growing_a_groups_one_pod_podset_is_warned_of_kueues_group_rule() -> None:
+    """Master 1 → 2 pods in the group 'master-worker': Kueue v0.19.2 refuses a group with no podset
+    of 1 pod (``ValidatePodSetGroupingTopology``); the warning says so, not a domain size."""
+    stored = stored_pytorchjob()
+    grown = copy.deepcopy(stored)
+    grown["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    outcome = update_pytorchjob(stored, grown)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"topology: podset group 'master-worker' ({GROUP}) can never be admitted: Kueue takes a group only "
+        "when one of its 2 podsets has 1 pod ('master' 2 pods, 'worker' 3 pods) (Kueue's "
+        "jobframework.ValidatePodSetGroupingTopology); this update changes podset 'master' from 1 to 2 "
+        "pods: set it back"
+    ]
+
+
+def test_an_update_narrowing_a_podsets_required_level_is_checked_as_on_create() -> None:
+    """Defect: a suspended Job of 2 pods of 8 GPUs required at network-node-layer-3 (a rack of two
+    8-GPU hosts) changed by UPDATE to kubernetes.io/hostname was accepted silently, while the same
+    object as a CREATE is warned that it can never be admitted. The update is now warned the same."""
+    review_, stored = recorded_research_job()
+    template = stored["spec"]["template"]
+    stored["spec"]["parallelism"] = 2
+    template["metadata"]["annotations"][REQUIRED] = LAYER_3
+    template["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": "8"},
+        "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
+    }
+    assert replay(copy.deepcopy(review_), copy.deepcopy(stored)).plan.warnings == []  # 2 hosts of a rack
+    narrowed = copy.deepcopy(stored)
+    narrowed["spec"]["template"]["metadata"]["annotations"][REQUIRED] = HOSTNAME
+    finding = (
+        "topology: podset 'main' can never be admitted: all its pods (2 pods of {cpu: 1, nvidia.com/gpu: 8}) "
+        f"must fit in one {HOSTNAME} domain, and the largest holds 1 such pods on an empty cluster"
+    )
+    as_created = review_body(copy.deepcopy(narrowed), "hyperpod-ns-research")
+    created = review(as_created, bundled_teams(), inventory=aws_nodes())
+    assert created.plan.warnings == [finding]
+    outcome = replay(review_, narrowed)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"{finding}; this update changes podset 'main''s {REQUIRED} from '{LAYER_3}' to '{HOSTNAME}': set it back"
+    ]
+
+
+def test_an_update_dropping_one_grouped_podsets_level_is_warned_of_kueues_group_rule() -> None:
+    """The Worker's required level left out, its group name kept: Kueue v0.19.2 refuses a group
+    whose podsets do not ask for the same required or preferred level."""
+    stored = stored_pytorchjob()
+    unplaced = copy.deepcopy(stored)
+    del unplaced["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][REQUIRED]
+    outcome = update_pytorchjob(stored, unplaced)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"topology: podset group 'master-worker' ({GROUP}) can never be admitted: Kueue takes a group only "
+        f"when both podsets ask for the same required or preferred level ('master' {REQUIRED}={LAYER_3}; "
+        "'worker' no required or preferred level) (Kueue's jobframework.ValidatePodSetGroupingTopology); "
+        f"this update removes podset 'worker''s {REQUIRED} ('{LAYER_3}'): set it back"
+    ]
+
+
+def test_an_update_introducing_a_group_name_on_a_lone_podset_is_warned() -> None:
+    """A group name set by UPDATE on a Job's one podset: a group of one podset, which Kueue refuses."""
+    review_, stored = recorded_research_job()
+    grouped = copy.deepcopy(stored)
+    grouped["spec"]["template"]["metadata"]["annotations"][GROUP] = "solo"
+    outcome = replay(review_, grouped)
+    assert outcome.plan.allowed and outcome.patch == []
+    assert outcome.plan.warnings == [
+        f"topology: podset group 'solo' ({GROUP}) can never be admitted: Kueue takes a group of exactly 2 "
+        "podsets (it has 1: 'main') (Kueue's jobframework.ValidatePodSetGroupingTopology); this update sets "
+        f"podset 'main''s {GROUP} to 'solo': set it back"
+    ]

@@ -16,10 +16,13 @@ affinity, and the labels of pods Kueue admits one by one):
   while the label stays);
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
   immutable (a Job's), where it is reported instead;
-- an update that changes a podset's pod count or per-pod requests (``kubectl patch job --type=merge
-  -p '{"spec":{"parallelism":4}}'``) has the resulting object checked as on CREATE for a workload
-  Kueue can never admit (:mod:`~webhook.core.rules.stranded`), and each finding is a warning, never
-  a denial (Kueue and controllers resize workloads by UPDATE too), naming what the update changed;
+- a podset's TAS annotations dropped all together are put back together; its
+  ``podset-group-name`` dropped alone is put back too (Kueue refuses a group of one podset);
+- an update that changes a podset's pod count, per-pod requests, TAS annotations or group name
+  (``kubectl patch job --type=merge -p '{"spec":{"parallelism":4}}'``) has the resulting object
+  checked as on CREATE for a workload Kueue can never admit (:mod:`~webhook.core.recheck`), and
+  each finding is a warning, never a denial (Kueue and controllers resize workloads by UPDATE
+  too), naming what the update changed;
 - an update that changes the Kueue priority label while a podset's ``priorityClassName`` followed
   the stored one (as CREATE sets it) is warned: the pods keep their PriorityClass (a Job's pod
   template cannot change ``priorityClassName``; the API server lets a suspended Job change its
@@ -42,10 +45,9 @@ from webhook.core.planner import managed_child, plan_object, skip_reason, valida
 from webhook.core.platform import Enforcement
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.prepared import prepared
-from webhook.core.quantity import format_quantity
+from webhook.core.recheck import recheck_admissible, resized, retopologized
 from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
-from webhook.core.rules.stranded import WAITS_FOR_NODES, check_admissible
 from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
 
@@ -89,9 +91,11 @@ def plan_update(
                 _podset(draft, podset, before, team, plan, row.pod_labels, elastic_forbidden(new, row))
         if not plan.denials:  # a refused relabel changes nothing
             _priority_followed(new, old, row, view.podsets, old_podsets, plan)
-        resized = _resized(view.podsets, old_podsets)
-        if resized:
-            _recheck_stranded(draft, row, team, inventory, plan, resized)
+        planned = kueue_view(draft.doc, row).podsets  # dropped values put back
+        sized = resized(planned, old_podsets)
+        changed = sized + retopologized(planned, old_podsets)
+        if changed:
+            recheck_admissible(draft, row, team, inventory, plan, changed, bool(sized))
     except Shape as shape:
         return malformed(shape)
     plan.changes = draft.changes
@@ -206,10 +210,13 @@ def _podset(
     old_tas = {k: v for k, v in old.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
     new_tas = {k: v for k, v in new.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
     if not new_tas and any(key in old_tas for key in TAS_ANNOTATIONS):
-        for key, value in old_tas.items():
-            _restore(draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
-    elif new_tas != old_tas and team.topology is not None:
-        check_user_topology(new, team.topology, team, plan, forbidden)
+        dropped = old_tas
+    else:  # a group of one podset is refused by Kueue: a dropped group name alone is put back too
+        dropped = {GROUP_NAME: old_tas[GROUP_NAME]} if GROUP_NAME in old_tas and GROUP_NAME not in new_tas else {}
+        if {**new_tas, **dropped} != old_tas and team.topology is not None:
+            check_user_topology(new, team.topology, team, plan, forbidden)
+    for key, value in dropped.items():
+        _restore(draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")
     if team.nodeAffinity:
         old_affinity, new_affinity = lookup(old.base, layout.affinity), lookup(new.base, layout.affinity)
         if _has_team_affinity(old_affinity, team) and not _has_team_affinity(new_affinity, team):
@@ -311,54 +318,6 @@ _PODSET_RULES: dict[str, Callable[[TeamPolicyCompiled], Enforcement]] = {
     "topology": lambda team: team.topology.enforcement if team.topology else "default",
     "nodeAffinity": lambda team: "warn",
 }
-
-
-def _requests(podset: PodSet) -> str:
-    items = [f"{name}: {format_quantity(amount)}" for name, amount in sorted((podset.requests or {}).items()) if amount]
-    return "{" + ", ".join(items) + "}"
-
-
-def _resized(podsets: Sequence[PodSet], old_podsets: Mapping[tuple[Key, ...], PodSet]) -> list[str]:
-    """What the update changes in Kueue's counting of each podset (pods, per-pod requests)."""
-    found: list[str] = []
-    for podset in podsets:
-        if not podset.present:
-            continue
-        before = old_podsets.get(podset.path)
-        if before is None:
-            found.append(f"adds podset {podset.name!r} ({podset.count} pods)")
-            continue
-        if podset.count != before.count:
-            found.append(f"changes podset {podset.name!r} from {before.count} to {podset.count} pods")
-        if podset.requests is not None and before.requests is not None and podset.requests != before.requests:
-            found.append(
-                f"changes podset {podset.name!r}'s per-pod requests from {_requests(before)} to {_requests(podset)}"
-            )
-    return found
-
-
-def _recheck_stranded(
-    draft: Draft,
-    row: WorkloadKind,
-    team: TeamPolicyCompiled,
-    inventory: NodeInventory | None,
-    plan: Plan,
-    resized: list[str],
-) -> None:
-    """The never-admitted checks of CREATE on the object this update leaves, each finding a warning
-    (an UPDATE that resizes is never refused: Kueue and controllers send them too); a podset that
-    only waits for nodes down now is told so, without advice to undo the resize."""
-    planned = kueue_view(draft.doc, row)
-    found = Plan()
-    check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)
-    what = "; ".join(resized)
-    for finding in [*found.denials, *found.warnings]:
-        rule, _, message = finding.partition(": ")
-        # A podset that waits for nodes down now fits the cluster: the resize is not why it waits.
-        advice = (
-            "" if WAITS_FOR_NODES in message else ": set it back, or make the pods fewer or smaller so that they fit"
-        )
-        plan.report("warn", rule, f"{message}; this update {what}{advice}")
 
 
 def _priority_followed(
