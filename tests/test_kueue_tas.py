@@ -262,3 +262,39 @@ def test_a_valid_user_group_is_completed_and_not_reported() -> None:
     assert outcome.response["response"]["allowed"] is True
     assert [w for w in outcome.plan.warnings if w.startswith("topology: ")] == []
     assert found == {"master": {GROUP: "g", REQUIRED: L3}, "worker": {GROUP: "g", REQUIRED: L3}}
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        ("123", True),
+        ("007", True),
+        ("18446744073709551615", True),
+        ("18446744073709551616", False),
+        ("-1", False),
+        ("+1", False),
+        ("1e3", False),
+        ("g1", False),
+        ("١٢", False),
+    ],
+)
+def test_a_group_name_is_a_number_as_go_parses_uint64(name: str, number: bool) -> None:
+    outcome, found = run(pytorch({GROUP: name}, {GROUP: name}))
+    refused = f"topology: podset 'master': {GROUP} {name!r}: must not be a number {REQUEST}"
+    assert (refused in outcome.plan.warnings) is number
+    # a group Kueue refuses gets nothing; any other pair of 1 and 3 pods gets auto's level
+    assert found["master"] == ({GROUP: name} if number else {GROUP: name, REQUIRED: L3})
+
+
+def test_a_slice_size_of_zero_is_refused_as_malformed_before_any_rule() -> None:
+    outcome, _ = run(job({REQUIRED: L3, SLICE_LEVEL: HOST, SLICE_SIZE: "0"}))
+    assert outcome.plan.warnings == []
+    assert outcome.plan.denials == [
+        f"malformed object: spec.template.metadata.annotations.{SLICE_SIZE} must be a string holding a positive "
+        'integer (e.g. "4"), got string "0"'
+    ]
+
+
+def test_a_slice_size_equal_to_the_pods_is_accepted() -> None:
+    outcome, _ = run(job({REQUIRED: L3, SLICE_LEVEL: HOST, SLICE_SIZE: "3"}))
+    assert not [w for w in outcome.plan.warnings if "Kueue v0.19.2" in w]
