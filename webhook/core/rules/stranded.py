@@ -29,7 +29,9 @@ Two checks on the planned object, i.e. what Kueue will see:
 - **together**: podsets that each fit alone but not all together on the team's nodes
   (first-fit decreasing, a heuristic: warned only, "may never be admitted").
 
-A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged.
+A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged, nor
+is a podset (group) whose TAS annotations Kueue refuses: :mod:`webhook.core.rules.kueue_tas` says
+why, and a capacity reason read from annotations Kueue never accepts would mislead.
 """
 
 from __future__ import annotations
