@@ -9,12 +9,14 @@ tas_validation.go``; each finding here quotes its message:
   next to required or preferred; ``podset-slice-size`` and ``podset-slice-required-topology``
   only together; a slice size of at least 1;
 - ``ValidateSliceSizeAnnotationUpperBound``: a slice size no greater than the podset's pods;
-- ``ValidatePodSetGroupingTopology`` (run by the JobSet, LeaderWorkerSet, MPIJob, RayCluster and
-  RayJob webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every kind): a group
+- ``ValidatePodSetGroupingTopology`` (run by the JobSet, LeaderWorkerSet, MPIJob, RayCluster,
+  RayJob and RayService webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every
+  kind, and a finding on another kind says so rather than that Kueue refuses it): a group
   (the podsets whose ``podset-group-name`` Kueue keeps, i.e. with required or preferred) of
   exactly 2 podsets, at least one of 1 pod, both asking the same request type at the same level.
 
-A slice size that is no integer is a malformed count (:mod:`webhook.core.view`), an unconstrained
+No Kueue webhook checks an AppWrapper's components or a HyperPodPyTorchJob: their findings say
+so. A slice size that is no integer is a malformed count (:mod:`webhook.core.view`), an unconstrained
 value that is no boolean the topology rule's own finding: neither is repeated here.
 """
 
@@ -151,19 +153,31 @@ def group_problems(podsets: Sequence[PodSet]) -> list[str]:
     return out
 
 
-def kueue_tas_problems(view: WorkloadView) -> list[str]:
-    """Every finding of Kueue's TAS annotation rules on ``view`` (see the module); none for a kind
-    whose pods the object does not show, and no group rule when a member's size is unknown."""
+#: Kinds whose Kueue webhook runs ``ValidatePodSetGroupingTopology`` (v0.19.2: the JobSet,
+#: LeaderWorkerSet, MPIJob and Ray webhooks); for the others Kueue's TAS only assumes it.
+GROUPS_CHECKED = frozenset({"JobSet", "LeaderWorkerSet", "MPIJob", "RayCluster", "RayJob", "RayService"})
+#: Kinds whose pod templates no Kueue webhook checks (an AppWrapper's components; a kind Kueue
+#: manages through an external framework).
+UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
+
+
+def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
+    """Every finding of Kueue's TAS annotation rules on ``view`` (see the module), each with
+    whether Kueue's webhook for the kind refuses it (else only Kueue's TAS assumes the rule); none
+    for a kind whose pods the object does not show, and no group rule when a member's size is
+    unknown."""
     if view.row.opaque:
         return []
+    kind = view.row.kind
     podsets = [p for p in view.podsets if p.present]
-    out = [problem for podset in podsets for problem in podset_problems(podset)]
+    out = [(problem, kind not in UNCHECKED) for podset in podsets for problem in podset_problems(podset)]
     if not any(p.partial for p in podsets):
-        out.extend(group_problems(podsets))
+        grouped = group_problems(podsets)
         for name, members in user_groups(podsets).items():
             if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
                 # no member asks for topology, and none is added: say what Kueue refuses once they do
-                out.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
+                grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
+        out.extend((problem, kind in GROUPS_CHECKED) for problem in grouped)
     return out
 
 
@@ -172,6 +186,12 @@ def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) ->
     denial under the topology rule's ``enforce``, else a warning. Returns whether any was made."""
     problems = kueue_tas_problems(view)
     level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
-    for problem in problems:
-        plan.report(level, "topology", f"{problem}; Kueue refuses the workload")
+    for problem, refused in problems:
+        outcome = (
+            "Kueue refuses the workload"
+            if refused
+            else f"Kueue's TAS assumes this rule, which it does not check for a {view.row.kind}: "
+            "the workload may not be placed as asked"
+        )
+        plan.report(level, "topology", f"{problem}; {outcome}")
     return bool(problems)
