@@ -1131,12 +1131,23 @@ def test_the_unconstrained_annotation_must_be_true_or_false_unless_the_policy_is
     bad = "topology: kueue.x-k8s.io/podset-unconstrained-topology must be 'true' or 'false' (podset 'main'), got 'yes'"
     assert _user_placed({UNCONSTRAINED: "yes"}, {**required, "enforcement": "enforce"}) == ([bad], [], 0)
     assert _user_placed({UNCONSTRAINED: "yes"}, required) == ([], [], 0)
+    # unconstrained next to required: Kueue refuses the pair whatever the value (ValidateTASPodSetRequest)
+    listed = ", ".join(
+        f'"kueue.x-k8s.io/podset-{mode}-topology"' for mode in ("required", "preferred", "unconstrained")
+    )
+    both = (
+        f"topology: podset 'main': annotations: must not contain more than one topology annotation: [{listed}] "
+        "(Kueue v0.19.2 ValidateTASPodSetRequest); Kueue refuses the workload"
+    )
     for value in ("true", "false"):
         assert _user_placed({UNCONSTRAINED: value, REQUIRED: RACK}, {**required, "enforcement": "enforce"}) == (
-            [],
+            [both],
             [],
             0,
         )
+        assert _user_placed({UNCONSTRAINED: value}, {**required, "enforcement": "enforce"})[0] == [
+            _less("required", RACK)
+        ]
 
 
 def _less(mode: str, level: str) -> str:
@@ -1380,7 +1391,11 @@ def test_the_users_slice_annotations_are_judged_too() -> None:
         f"one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
     ]
     assert sliced({slice_level: RACK, slice_size: "2"}).warnings == []
-    assert sliced({slice_size: "2"}).warnings == []
+    assert sliced({slice_size: "2"}).warnings == [  # not judged as slices: Kueue refuses it
+        "topology: podset 'main': kueue.x-k8s.io/podset-slice-size: may not be set when "
+        "'kueue.x-k8s.io/podset-slice-required-topology' is not specified (Kueue v0.19.2 ValidateTASPodSetRequest); "
+        "Kueue refuses the workload"
+    ]
     assert sliced({slice_level: RACK, slice_size: "two"}).warnings == []
     not_a_level = sliced({slice_level: "rack", slice_size: "2"}).warnings
     assert not_a_level == [

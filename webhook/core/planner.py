@@ -12,8 +12,9 @@ rule        where it lands                                          user value o
 queue       label ``kueue.x-k8s.io/queue-name`` (kind's labels_at)  enforce: deny / warn: warning
 kueuePrio.  label ``kueue.x-k8s.io/priority-class``                 enforce: deny / warn: warning
 podPrio.    ``priorityClassName`` of every podset                   enforce: deny / warn: warning
-topology    one ``kueue.x-k8s.io/podset-*-topology`` annotation     level not in the Topology
-            per podset, never when the user set any TAS one
+topology    one ``kueue.x-k8s.io/podset-*-topology`` annotation     level not in the Topology;
+            per podset, never when the user set any TAS one,        TAS annotations Kueue refuses
+            nor on a podset group Kueue refuses                     (:mod:`.rules.kueue_tas`)
 nodeAff.    matchExpressions ANDed into every nodeSelectorTerm      (always added, never denied)
 suspend     ``true`` when the queue label is added (Kueue's own     —
             webhook only suspends jobs already labelled)
@@ -37,6 +38,7 @@ from webhook.core.planned import planned_view
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.prepared import prepared
 from webhook.core.rules.kueue_priority import plan_kueue_priority
+from webhook.core.rules.kueue_tas import check_kueue_tas
 from webhook.core.rules.node_affinity import plan_node_affinity
 from webhook.core.rules.pod_priority import (
     check_pod_priority,
@@ -254,6 +256,7 @@ def plan_object(
                 draft, view.podsets, team.topology, inventory, team, plan, forbidden, row.coplace if coplace else ()
             )
         planned = planned_view(view, draft.doc, draft.changes)  # what Kueue will see
+        check_kueue_tas(planned, team, plan)
         check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:
         return malformed(shape)

@@ -29,7 +29,9 @@ Two checks on the planned object, i.e. what Kueue will see:
 - **together**: podsets that each fit alone but not all together on the team's nodes
   (first-fit decreasing, a heuristic: warned only, "may never be admitted").
 
-A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged.
+A podset whose size or shape is unknown (one Pod of a pod group, a Spark role) is not judged, nor
+is a podset (group) whose TAS annotations Kueue refuses: :mod:`webhook.core.rules.kueue_tas` says
+why, and a capacity reason read from annotations Kueue never accepts would mislead.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.rules.capacity import constraints, requests_text, unit_capacity
+from webhook.core.rules.kueue_tas import group_problems, podset_problems
 from webhook.core.rules.topology import REQUIRED, SLICE_REQUIRED, SLICE_SIZE, podset_groups
 from webhook.core.view import PodSet, WorkloadView
 
@@ -193,6 +196,8 @@ def check_topology_fits(
     for members in podset_groups([p for p in view.podsets if p.present]):
         if any(p.partial or p.requests is None for p in members):
             continue
+        if any(podset_problems(p) for p in members) or group_problems(members):
+            continue  # annotations Kueue refuses: kueue_tas says why, their capacity means nothing
         names = ", ".join(repr(p.name) for p in members)
         settled = inventory.settled()
         problems = _unit_problems(members, placement, inventory, team, _EMPTY if settled is inventory else _NOW)

@@ -1,9 +1,11 @@
 """Topology rule: one ``kueue.x-k8s.io/podset-*-topology`` annotation set per podset (SPEC §3).
 
 Never added when the user set any TAS annotation on the podset (or a member of its podset
-group). Under ``enforce``/``warn`` a user's own annotations must name levels of the team's
-Topology and may not ask for less locality than the policy. Mode ``auto`` picks the narrowest
-level at which one domain of the live inventory, as Kueue's TAS sees it
+group), nor to the members of a user's podset group Kueue refuses whatever they ask for (not 2
+podsets, none of 1 pod, a name that is a number: :func:`~webhook.core.rules.kueue_tas.refused_group`;
+the finding is :mod:`webhook.core.rules.kueue_tas`'s). Under ``enforce``/``warn`` a user's own
+annotations must name levels of the team's Topology and may not ask for less locality than the
+policy. Mode ``auto`` picks the narrowest level at which one domain of the live inventory, as Kueue's TAS sees it
 (:mod:`webhook.core.inventory`), holds the whole podset.
 
 An elastic workload (annotation ``kueue.x-k8s.io/elastic-job: "true"``) of a kind whose Kueue
@@ -25,6 +27,7 @@ from webhook.core.paths import lookup
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.rules.auto import plan_auto, slice_rule
 from webhook.core.rules.capacity import constraints
+from webhook.core.rules.kueue_tas import refused_group
 from webhook.core.view import (
     GROUP_NAME,
     PREFERRED,
@@ -189,6 +192,8 @@ def plan_topology(
         if not any(key in p.annotations for p in members for key in TAS_ANNOTATIONS)
         # Kueue refuses podset-group-name without a required or preferred topology
         and not (placement.mode == "unconstrained" and members[0].group is not None)
+        # nor a group of the user's that it refuses whatever they ask for (reported by kueue_tas)
+        and not (members[0].group is not None and refused_group(members[0].group, members))
     ]
     if placement.mode == "auto":
         groups = {p.group for p in present if p.group is not None}

@@ -1,0 +1,326 @@
+"""Kueue v0.19.2's TAS annotation rules (``jobframework/tas_validation.go``) on the planned object.
+
+Each manifest is one a tester found passed (or, worse, completed by mode ``auto``) silently though
+Kueue refuses it; each now gets Kueue's own message, and the topology rule adds nothing to a group
+of the user's that Kueue refuses whatever it asks for. Team 'research' of the bundled platform
+(``auto`` at network-node-layer-3 under ``default``: warnings) on the bundled ``examples/nodes.json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from support import PLATFORM, REPO, review_body, teams_from
+
+from webhook.core.inventory import NodeInventory
+from webhook.core.kinds import find_kind
+from webhook.core.patch import apply_patch
+from webhook.core.resolve import TeamIndex
+from webhook.core.review import ReviewOutcome, review
+from webhook.core.view import kueue_view
+
+NS = "hyperpod-ns-research"
+K = "kueue.x-k8s.io/"
+GROUP, REQUIRED, PREFERRED = f"{K}podset-group-name", f"{K}podset-required-topology", f"{K}podset-preferred-topology"
+UNCONSTRAINED = f"{K}podset-unconstrained-topology"
+SLICE_LEVEL, SLICE_SIZE = f"{K}podset-slice-required-topology", f"{K}podset-slice-size"
+L3, HOST = "topology.k8s.aws/network-node-layer-3", "kubernetes.io/hostname"
+INVENTORY = NodeInventory.from_objects(json.loads((REPO / "examples" / "nodes.json").read_text())["items"])
+GPU = "{containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 8}}}]}"
+
+
+def teams(level: str = L3, enforcement: str = "default") -> TeamIndex:
+    platform = yaml.safe_load(PLATFORM.read_text())
+    research = next(t for t in platform["teams"] if t["name"] == "research")
+    research["policy"]["topology"].update(level=level, enforcement=enforcement)
+    return teams_from(platform)
+
+
+def pytorch(master: dict[str, str], worker: dict[str, str], masters: int = 1, workers: int = 3) -> str:
+    return f"""
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: pt}}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: {masters}
+      template:
+        metadata: {{annotations: {json.dumps(master)}}}
+        spec: {GPU}
+    Worker:
+      replicas: {workers}
+      template:
+        metadata: {{annotations: {json.dumps(worker)}}}
+        spec: {GPU}
+"""
+
+
+def job(annotations: dict[str, str]) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: j}}
+spec:
+  parallelism: 3
+  completions: 3
+  template:
+    metadata: {{annotations: {json.dumps(annotations)}}}
+    spec: {{restartPolicy: Never, containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 8}}}}}}]}}
+"""
+
+
+TFJOB = f"""
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {{name: tf}}
+spec:
+  tfReplicaSpecs:
+    Chief: {{replicas: 1, template: {{metadata: {{annotations: {{{GROUP}: g}}}}, spec: {GPU}}}}}
+    PS: {{replicas: 1, template: {{metadata: {{annotations: {{{GROUP}: g}}}}, spec: {GPU}}}}}
+    Worker: {{replicas: 2, template: {{metadata: {{annotations: {{{GROUP}: g}}}}, spec: {GPU}}}}}
+"""
+
+NEITHER = f"may not be set when neither '{PREFERRED}' nor '{REQUIRED}' is specified"
+REQUEST = "(Kueue v0.19.2 ValidateTASPodSetRequest); Kueue refuses the workload"
+GROUPING = "(Kueue v0.19.2 ValidatePodSetGroupingTopology)"
+REFUSES = "; Kueue refuses the workload"
+
+
+def assumes(kind: str) -> str:
+    """The end of a group finding on a kind whose Kueue webhook does not check groups."""
+    return (
+        f"; Kueue's TAS assumes this rule, which it does not check for a {kind}: "
+        "the workload may not be placed as asked"
+    )
+
+
+def run(manifest: str, team_index: TeamIndex | None = None) -> tuple[ReviewOutcome, dict[str, dict[str, str]]]:
+    obj = yaml.safe_load(manifest)
+    outcome = review(review_body(obj, NS), team_index or teams(), inventory=INVENTORY)
+    patched = apply_patch(obj, outcome.patch)
+    row = find_kind(patched["apiVersion"], patched["kind"])
+    assert row is not None
+    podsets = kueue_view(patched, row).podsets
+    return outcome, {p.name: {k: v for k, v in p.annotations.items() if k.startswith(K)} for p in podsets}
+
+
+CASES: list[tuple[str, str, list[str], dict[str, dict[str, str]], str]] = [
+    (
+        "lone-grouped-master",  # auto used to give the Master required: a group of 1
+        pytorch({GROUP: "g"}, {}),
+        [
+            f"podset 'master': {GROUP} 'g': {NEITHER} {REQUEST}",
+            f"podset 'master': {GROUP} 'g': can only define groups of exactly 2 pod sets, got: 1 pod set(s) "
+            f"{GROUPING}, so no topology is set on it{assumes('PyTorchJob')}",
+        ],
+        {"master": {GROUP: "g"}, "worker": {REQUIRED: L3}},
+        L3,
+    ),
+    (
+        "job-in-a-group",
+        job({GROUP: "g"}),
+        [
+            f"podset 'main': {GROUP} 'g': {NEITHER} {REQUEST}",
+            f"podset 'main': {GROUP} 'g': can only define groups of exactly 2 pod sets, got: 1 pod set(s) "
+            f"{GROUPING}, so no topology is set on it{assumes('Job')}",
+        ],
+        {"main": {GROUP: "g"}},
+        L3,
+    ),
+    (
+        "three-podsets-in-a-group",
+        TFJOB,
+        [
+            *(f"podset '{name}': {GROUP} 'g': {NEITHER} {REQUEST}" for name in ("chief", "ps", "worker")),
+            f"podset 'chief' + 'ps' + 'worker': {GROUP} 'g': can only define groups of exactly 2 pod sets, "
+            f"got: 3 pod set(s) {GROUPING}, so no topology is set on it{assumes('TFJob')}",
+        ],
+        {"chief": {GROUP: "g"}, "ps": {GROUP: "g"}, "worker": {GROUP: "g"}},
+        L3,
+    ),
+    (
+        "group-of-2-and-3-pods",
+        pytorch({GROUP: "g"}, {GROUP: "g"}, masters=2),
+        [
+            *(f"podset '{name}': {GROUP} 'g': {NEITHER} {REQUEST}" for name in ("master", "worker")),
+            f"podset 'master' + 'worker': {GROUP} 'g': can only define groups where at least one pod set has "
+            f"only 1 replica, got: 2 replica(s) and 3 replica(s) in the group {GROUPING}, so no topology is "
+            f"set on it{assumes('PyTorchJob')}",
+        ],
+        {"master": {GROUP: "g"}, "worker": {GROUP: "g"}},
+        "topology.k8s.aws/network-node-layer-1",
+    ),
+    (
+        "group-named-a-number",
+        pytorch({GROUP: "123"}, {GROUP: "123"}),
+        [
+            f"podset 'master': {GROUP} '123': must not be a number {REQUEST}",
+            f"podset 'master': {GROUP} '123': {NEITHER} {REQUEST}",
+            f"podset 'worker': {GROUP} '123': must not be a number {REQUEST}",
+            f"podset 'worker': {GROUP} '123': {NEITHER} {REQUEST}",
+        ],
+        {"master": {GROUP: "123"}, "worker": {GROUP: "123"}},
+        L3,
+    ),
+    (
+        "group-of-required-and-preferred",
+        pytorch({GROUP: "g", REQUIRED: L3}, {GROUP: "g", PREFERRED: L3}),
+        [
+            f"podset 'master' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent with "
+            f"each other in group 'g' {GROUPING}{assumes('PyTorchJob')}"
+        ],
+        {"master": {GROUP: "g", REQUIRED: L3}, "worker": {GROUP: "g", PREFERRED: L3}},
+        L3,
+    ),
+    (
+        "group-with-slices",
+        pytorch({GROUP: "g"}, {GROUP: "g", SLICE_LEVEL: HOST, SLICE_SIZE: "1"}),
+        [
+            f"podset 'master': {GROUP} 'g': {NEITHER} {REQUEST}",
+            f"podset 'worker': {GROUP} 'g': may not be set when '{SLICE_SIZE}' is specified {REQUEST}",
+            f"podset 'worker': {GROUP} 'g': may not be set when '{SLICE_LEVEL}' is specified {REQUEST}",
+            f"podset 'worker': {GROUP} 'g': {NEITHER} {REQUEST}",
+        ],
+        {"master": {GROUP: "g"}, "worker": {GROUP: "g", SLICE_LEVEL: HOST, SLICE_SIZE: "1"}},
+        L3,
+    ),
+    (
+        "group-with-unconstrained",
+        pytorch({GROUP: "g", UNCONSTRAINED: "true"}, {GROUP: "g"}),
+        [
+            f"podset 'master': {GROUP} 'g': {NEITHER} {REQUEST}",
+            f"podset 'worker': {GROUP} 'g': {NEITHER} {REQUEST}",
+        ],
+        {"master": {GROUP: "g", UNCONSTRAINED: "true"}, "worker": {GROUP: "g"}},
+        L3,
+    ),
+    (
+        "slice-size-alone",
+        pytorch({}, {SLICE_SIZE: "2"}),
+        [f"podset 'worker': {SLICE_SIZE}: may not be set when '{SLICE_LEVEL}' is not specified {REQUEST}"],
+        {"master": {REQUIRED: HOST}, "worker": {SLICE_SIZE: "2"}},
+        L3,
+    ),
+    (
+        "slice-level-alone",
+        pytorch({}, {SLICE_LEVEL: HOST}),
+        [f"podset 'worker': {SLICE_SIZE}: must be set when '{SLICE_LEVEL}' is specified {REQUEST}"],
+        {"master": {REQUIRED: HOST}, "worker": {SLICE_LEVEL: HOST}},
+        L3,
+    ),
+    (
+        "group-levels-differ",  # was warned with a capacity reason (one level read for both)
+        pytorch({GROUP: "g", REQUIRED: HOST}, {GROUP: "g", REQUIRED: L3}),
+        [
+            f"podset 'master' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent with "
+            f"each other in group 'g' {GROUPING}{assumes('PyTorchJob')}"
+        ],
+        {"master": {GROUP: "g", REQUIRED: HOST}, "worker": {GROUP: "g", REQUIRED: L3}},
+        L3,
+    ),
+    (
+        "group-level-missing",  # was warned with a capacity reason
+        pytorch({GROUP: "g", REQUIRED: HOST}, {GROUP: "g"}),
+        [
+            f"podset 'worker': {GROUP} 'g': {NEITHER} {REQUEST}",
+            f"podset 'master': {GROUP} 'g': can only define groups of exactly 2 pod sets, got: 1 pod set(s) "
+            f"{GROUPING}{assumes('PyTorchJob')}",
+        ],
+        {"master": {GROUP: "g", REQUIRED: HOST}, "worker": {GROUP: "g"}},
+        L3,
+    ),
+    (
+        "slice-larger-than-the-podset",  # was warned only as a slice no rack holds
+        job({REQUIRED: "topology.k8s.aws/network-node-layer-2", SLICE_LEVEL: L3, SLICE_SIZE: "5"}),
+        [
+            f"podset 'main': {SLICE_SIZE} '5': must not be greater than pod set count 3 "
+            f"(Kueue v0.19.2 ValidateSliceSizeAnnotationUpperBound){REFUSES}"
+        ],
+        {"main": {REQUIRED: "topology.k8s.aws/network-node-layer-2", SLICE_LEVEL: L3, SLICE_SIZE: "5"}},
+        L3,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "warnings", "annotations", "level"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_kueue_refusal_is_warned_and_nothing_added(
+    manifest: str, warnings: list[str], annotations: dict[str, dict[str, str]], level: str
+) -> None:
+    outcome, found = run(manifest, teams(level))
+    assert outcome.response["response"]["allowed"] is True
+    topology = [w for w in outcome.plan.warnings if w.startswith("topology: ")]
+    assert topology == [f"topology: {w}" for w in warnings]
+    assert found == annotations
+
+
+@pytest.mark.parametrize(("manifest", "warnings"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
+def test_kueue_refusal_is_denied_under_enforce(manifest: str, warnings: list[str]) -> None:
+    outcome, _ = run(manifest, teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is False
+    assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == [f"topology: {w}" for w in warnings]
+
+
+def test_a_valid_user_group_is_completed_and_not_reported() -> None:
+    outcome, found = run(pytorch({GROUP: "g"}, {GROUP: "g"}))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if w.startswith("topology: ")] == []
+    assert found == {"master": {GROUP: "g", REQUIRED: L3}, "worker": {GROUP: "g", REQUIRED: L3}}
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        ("123", True),
+        ("007", True),
+        ("18446744073709551615", True),
+        ("18446744073709551616", False),
+        ("-1", False),
+        ("+1", False),
+        ("1e3", False),
+        ("g1", False),
+        ("١٢", False),
+    ],
+)
+def test_a_group_name_is_a_number_as_go_parses_uint64(name: str, number: bool) -> None:
+    outcome, found = run(pytorch({GROUP: name}, {GROUP: name}))
+    refused = f"topology: podset 'master': {GROUP} {name!r}: must not be a number {REQUEST}"
+    assert (refused in outcome.plan.warnings) is number
+    # a group Kueue refuses gets nothing; any other pair of 1 and 3 pods gets auto's level
+    assert found["master"] == ({GROUP: name} if number else {GROUP: name, REQUIRED: L3})
+
+
+def test_a_slice_size_of_zero_is_refused_as_malformed_before_any_rule() -> None:
+    outcome, _ = run(job({REQUIRED: L3, SLICE_LEVEL: HOST, SLICE_SIZE: "0"}))
+    assert outcome.plan.warnings == []
+    assert outcome.plan.denials == [
+        f"malformed object: spec.template.metadata.annotations.{SLICE_SIZE} must be a string holding a positive "
+        'integer (e.g. "4"), got string "0"'
+    ]
+
+
+def test_a_slice_size_equal_to_the_pods_is_accepted() -> None:
+    outcome, _ = run(job({REQUIRED: L3, SLICE_LEVEL: HOST, SLICE_SIZE: "3"}))
+    assert not [w for w in outcome.plan.warnings if "Kueue v0.19.2" in w]
+
+
+def test_a_group_kueues_webhook_checks_is_refused() -> None:
+    mpi = f"""
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: mpi}}
+spec:
+  mpiReplicaSpecs:
+    Launcher: {{replicas: 1, template: {{metadata: {{annotations: {{{GROUP}: g, {REQUIRED}: {L3}}}}}, spec: {GPU}}}}}
+    Worker: {{replicas: 3, template: {{metadata: {{annotations: {{{GROUP}: g, {PREFERRED}: {L3}}}}}, spec: {GPU}}}}}
+"""
+    outcome, _ = run(mpi, teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is False
+    assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == [
+        f"topology: podset 'launcher' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent "
+        f"with each other in group 'g' {GROUPING}{REFUSES}"
+    ]

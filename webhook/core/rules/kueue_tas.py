@@ -1,0 +1,197 @@
+"""Kueue's rules for the TAS annotations of a pod template (SPEC §3, never silently refused).
+
+Kueue v0.19.2 checks a workload's podset annotations in ``pkg/controller/jobframework/
+tas_validation.go``; each finding here quotes its message:
+
+- ``ValidateTASPodSetRequest`` (every kind's webhook): at most one of required, preferred and
+  unconstrained; ``podset-group-name`` not a number, never next to ``podset-slice-size``,
+  ``podset-slice-required-topology`` or ``podset-slice-required-topology-constraints``, and only
+  next to required or preferred; ``podset-slice-size`` and ``podset-slice-required-topology``
+  only together; a slice size of at least 1;
+- ``ValidateSliceSizeAnnotationUpperBound``: a slice size no greater than the podset's pods;
+- ``ValidatePodSetGroupingTopology`` (run by the JobSet, LeaderWorkerSet, MPIJob, RayCluster,
+  RayJob and RayService webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every
+  kind, and a finding on another kind says so rather than that Kueue refuses it): a group
+  (the podsets whose ``podset-group-name`` Kueue keeps, i.e. with required or preferred) of
+  exactly 2 podsets, at least one of 1 pod, both asking the same request type at the same level.
+
+No Kueue webhook checks an AppWrapper's components or a HyperPodPyTorchJob: their findings say
+so. A slice size that is no integer is a malformed count (:mod:`webhook.core.view`), an unconstrained
+value that is no boolean the topology rule's own finding: neither is repeated here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.core.draft import Plan
+from webhook.core.platform import Enforcement
+from webhook.core.policy import TeamPolicyCompiled
+from webhook.core.view import (
+    GROUP_NAME,
+    PREFERRED,
+    REQUIRED,
+    SLICE_CONSTRAINTS,
+    SLICE_REQUIRED,
+    SLICE_SIZE,
+    UNCONSTRAINED,
+    PodSet,
+    WorkloadView,
+)
+
+__all__ = ["check_kueue_tas", "group_problems", "refused_group", "user_groups"]
+
+_REQUEST = "ValidateTASPodSetRequest"
+_BOUND = "ValidateSliceSizeAnnotationUpperBound"
+_GROUPING = "ValidatePodSetGroupingTopology"
+
+
+def _number(name: str) -> bool:
+    """Whether Go's ``strconv.ParseUint(name, 10, 64)`` reads ``name``."""
+    return name.isascii() and name.isdigit() and int(name) < 2**64
+
+
+def _finding(podset: PodSet, key: str, value: Any, message: str, source: str) -> str:
+    shown = "" if value is None else f" {value!r}"
+    return f"podset {podset.name!r}: {key}{shown}: {message} (Kueue v0.19.2 {source})"
+
+
+def podset_problems(podset: PodSet) -> list[str]:
+    """Kueue's findings on one podset's own TAS annotations (``ValidateTASPodSetRequest`` and
+    ``ValidateSliceSizeAnnotationUpperBound``), each one line naming the podset and the key."""
+    a: Mapping[str, Any] = podset.annotations
+    out: list[str] = []
+    modes = [key for key in (REQUIRED, PREFERRED, UNCONSTRAINED) if key in a]
+    if len(modes) > 1:
+        listed = ", ".join(f'"{key}"' for key in (REQUIRED, PREFERRED, UNCONSTRAINED))
+        message = f"must not contain more than one topology annotation: [{listed}]"
+        out.append(_finding(podset, "annotations", None, message, _REQUEST))
+    group = a.get(GROUP_NAME)
+    if isinstance(group, str):
+        if _number(group):
+            out.append(_finding(podset, GROUP_NAME, group, "must not be a number", _REQUEST))
+        for key in (SLICE_SIZE, SLICE_REQUIRED):
+            if key in a:
+                out.append(_finding(podset, GROUP_NAME, group, f"may not be set when '{key}' is specified", _REQUEST))
+        if REQUIRED not in a and PREFERRED not in a:
+            message = f"may not be set when neither '{PREFERRED}' nor '{REQUIRED}' is specified"
+            out.append(_finding(podset, GROUP_NAME, group, message, _REQUEST))
+        if SLICE_CONSTRAINTS in a:
+            message = f"may not be set when '{SLICE_CONSTRAINTS}' is specified"
+            out.append(_finding(podset, GROUP_NAME, group, message, _REQUEST))
+    size = a.get(SLICE_SIZE)
+    if isinstance(size, str) and size.isascii() and size.lstrip("+-").isdigit():
+        if int(size) < 1:
+            out.append(_finding(podset, SLICE_SIZE, size, "must be greater than or equal to 1", _REQUEST))
+        elif int(size) > podset.count:
+            message = f"must not be greater than pod set count {podset.count}"
+            out.append(_finding(podset, SLICE_SIZE, size, message, _BOUND))
+    if SLICE_REQUIRED in a and SLICE_SIZE not in a:
+        message = f"must be set when '{SLICE_REQUIRED}' is specified"
+        out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
+    if SLICE_SIZE in a and SLICE_REQUIRED not in a:
+        message = f"may not be set when '{SLICE_REQUIRED}' is not specified"
+        out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
+    return out
+
+
+def user_groups(podsets: Sequence[PodSet]) -> dict[str, list[PodSet]]:
+    """Every ``podset-group-name`` the podsets carry → its podsets, in order (as written)."""
+    groups: dict[str, list[PodSet]] = {}
+    for podset in podsets:
+        if podset.group is not None:
+            groups.setdefault(podset.group, []).append(podset)
+    return groups
+
+
+def _shape_problems(name: str, members: Sequence[PodSet]) -> list[str]:
+    """The group's size, pod counts and name as Kueue checks them (not the members' levels)."""
+    where = " + ".join(repr(p.name) for p in members)
+    head = f"podset {where}: {GROUP_NAME} {name!r}"
+    if len(members) != 2:
+        return [
+            f"{head}: can only define groups of exactly 2 pod sets, got: {len(members)} pod set(s) "
+            f"(Kueue v0.19.2 {_GROUPING})"
+        ]
+    first, second = members
+    if first.count != 1 and second.count != 1:
+        return [
+            f"{head}: can only define groups where at least one pod set has only 1 replica, got: "
+            f"{first.count} replica(s) and {second.count} replica(s) in the group (Kueue v0.19.2 {_GROUPING})"
+        ]
+    return []
+
+
+def refused_group(name: str, members: Sequence[PodSet]) -> bool:
+    """Whether Kueue refuses group ``name`` of ``members`` (the podsets carrying it) whatever
+    topology they ask for: not 2 podsets, none of 1 pod, or a name that is a number. The topology
+    rule adds no annotation to such a group (:func:`webhook.core.rules.topology.plan_topology`)."""
+    return _number(name) or bool(_shape_problems(name, members))
+
+
+def _request(podset: PodSet) -> tuple[str | None, str | None]:
+    a = podset.annotations
+    required = a.get(REQUIRED)
+    return (required, None) if required is not None else (None, a.get(PREFERRED))
+
+
+def group_problems(podsets: Sequence[PodSet]) -> list[str]:
+    """Kueue's ``ValidatePodSetGroupingTopology`` findings: groups are the podsets whose
+    ``podset-group-name`` Kueue keeps (those with required or preferred topology)."""
+    kept = [p for p in podsets if REQUIRED in p.annotations or PREFERRED in p.annotations]
+    out: list[str] = []
+    for name, members in user_groups(kept).items():
+        shape = _shape_problems(name, members)
+        out.extend(shape)
+        if len(members) == 2 and _request(members[0]) != _request(members[1]):
+            first, second = members
+            out.append(
+                f"podset {first.name!r} + {second.name!r}: must specify '{REQUIRED}' or '{PREFERRED}' topology "
+                f"consistent with each other in group {name!r} (Kueue v0.19.2 {_GROUPING})"
+            )
+    return out
+
+
+#: Kinds whose Kueue webhook runs ``ValidatePodSetGroupingTopology`` (v0.19.2: the JobSet,
+#: LeaderWorkerSet, MPIJob and Ray webhooks); for the others Kueue's TAS only assumes it.
+GROUPS_CHECKED = frozenset({"JobSet", "LeaderWorkerSet", "MPIJob", "RayCluster", "RayJob", "RayService"})
+#: Kinds whose pod templates no Kueue webhook checks (an AppWrapper's components; a kind Kueue
+#: manages through an external framework).
+UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
+
+
+def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
+    """Every finding of Kueue's TAS annotation rules on ``view`` (see the module), each with
+    whether Kueue's webhook for the kind refuses it (else only Kueue's TAS assumes the rule); none
+    for a kind whose pods the object does not show, and no group rule when a member's size is
+    unknown."""
+    if view.row.opaque:
+        return []
+    kind = view.row.kind
+    podsets = [p for p in view.podsets if p.present]
+    out = [(problem, kind not in UNCHECKED) for podset in podsets for problem in podset_problems(podset)]
+    if not any(p.partial for p in podsets):
+        grouped = group_problems(podsets)
+        for name, members in user_groups(podsets).items():
+            if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
+                # no member asks for topology, and none is added: say what Kueue refuses once they do
+                grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
+        out.extend((problem, kind in GROUPS_CHECKED) for problem in grouped)
+    return out
+
+
+def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
+    """Report each finding of :func:`kueue_tas_problems` on ``view`` (the planned object): a
+    denial under the topology rule's ``enforce``, else a warning. Returns whether any was made."""
+    problems = kueue_tas_problems(view)
+    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
+    for problem, refused in problems:
+        outcome = (
+            "Kueue refuses the workload"
+            if refused
+            else f"Kueue's TAS assumes this rule, which it does not check for a {view.row.kind}: "
+            "the workload may not be placed as asked"
+        )
+        plan.report(level, "topology", f"{problem}; {outcome}")
+    return bool(problems)
