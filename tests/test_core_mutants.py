@@ -17,7 +17,7 @@ import pytest
 from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.draft import Change, Draft, Shape
-from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit, term_matches, tolerates
+from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit
 from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch, pointer, to_json_patch
 from webhook.core.paths import child, dotted
@@ -28,6 +28,7 @@ from webhook.core.resolve import TeamIndex, selector_matches
 from webhook.core.resources import pod_requests
 from webhook.core.review import ReviewOutcome, review
 from webhook.core.rules.node_affinity import normalize
+from webhook.core.scheduling import term_matches, tolerates
 from webhook.core.view import kueue_view
 
 # -- quantities ------------------------------------------------------------------------------------------

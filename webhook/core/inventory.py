@@ -33,6 +33,7 @@ from typing import Any
 
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
+from webhook.core.scheduling import json_map, json_maps, term_matches, tolerates
 
 __all__ = [
     "DEFAULT_MAX_PODS",
@@ -43,8 +44,6 @@ __all__ = [
     "allocatable_problem",
     "first_fit",
     "pod_requests",
-    "taint_string",
-    "tolerates",
 ]
 
 DEFAULT_MAX_PODS = 110
@@ -65,20 +64,12 @@ TRANSIENT_TAINTS = frozenset(
 )
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _maps(value: Any) -> list[Mapping[str, Any]]:
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
-
-
 def allocatable_problem(obj: Mapping[str, Any]) -> str | None:
     """What is wrong with a Node's ``status.allocatable`` (None: nothing): a map of non-negative
     Kubernetes quantities, as the API server requires (``ValidateResourceQuantityValue``). For
     Nodes read from a file, which no API server has validated; :meth:`Node.from_object` itself
     reads leniently."""
-    allocatable = _map(obj.get("status")).get("allocatable")
+    allocatable = json_map(obj.get("status")).get("allocatable")
     if allocatable is None:
         return None
     if not isinstance(allocatable, Mapping):
@@ -91,61 +82,6 @@ def allocatable_problem(obj: Mapping[str, Any]) -> str | None:
         if amount < 0:
             return f"status.allocatable.{name}: {value!r} is negative (allocatable amounts are at least 0)"
     return None
-
-
-def taint_string(taint: Mapping[str, Any]) -> str:
-    """``key=value:Effect`` (``key:Effect`` without a value), as ``corev1.Taint.ToString``."""
-    value = taint.get("value") or ""
-    return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
-
-
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes ``Toleration.ToleratesTaint`` for any of ``tolerations``."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if key and key != taint.get("key"):
-            continue
-        if not key and operator != "Exists":
-            continue
-        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> bool:
-    operator = requirement.get("operator")
-    listed = requirement.get("values")  # any JSON value: only a list's strings are values
-    values = [v for v in listed if isinstance(v, str)] if isinstance(listed, list) else []
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            mine, theirs = int(value), int(values[0])
-        except ValueError:
-            return False
-        return mine > theirs if operator == "Gt" else mine < theirs
-    return False
-
-
-def term_matches(term: Any, name: str, labels: Mapping[str, str]) -> bool:
-    """A ``nodeSelectorTerm`` matches a node: every expression and field holds; an empty term
-    (no ``matchExpressions`` and no ``matchFields``) matches no node, as in Kubernetes."""
-    expressions, fields = _maps(_map(term).get("matchExpressions")), _maps(_map(term).get("matchFields"))
-    if not expressions and not fields:
-        return False
-    if not all(_requirement_matches(e, labels.get(str(e.get("key")))) for e in expressions):
-        return False
-    return all(f.get("key") == "metadata.name" and _requirement_matches(f, name) for f in fields)
 
 
 @dataclass(frozen=True)
@@ -190,23 +126,23 @@ class Node:
         """Build from a core/v1 Node. Fields of the wrong type count as absent (a node with no
         Ready condition is not schedulable); unparsable or negative quantities count as zero (the
         API server validates Nodes; a file is checked first with :func:`allocatable_problem`)."""
-        metadata = _map(obj.get("metadata"))
-        spec = _map(obj.get("spec"))
-        status = _map(obj.get("status"))
+        metadata = json_map(obj.get("metadata"))
+        spec = json_map(obj.get("spec"))
+        status = json_map(obj.get("status"))
         allocatable: dict[str, Decimal] = {}
-        for name, value in _map(status.get("allocatable")).items():
+        for name, value in json_map(status.get("allocatable")).items():
             try:
                 allocatable[str(name)] = max(parse_quantity(value), Decimal(0))
             except (QuantityError, TypeError):
                 allocatable[str(name)] = Decimal(0)
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _maps(status.get("conditions")))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in json_maps(status.get("conditions")))
         cordoned = spec.get("unschedulable") is True
         return cls(
             name=str(metadata.get("name", "")),
-            labels={str(k): str(v) for k, v in _map(metadata.get("labels")).items()},
+            labels={str(k): str(v) for k, v in json_map(metadata.get("labels")).items()},
             allocatable=allocatable,
             schedulable=ready and not cordoned,
-            taints=tuple(t for t in _maps(spec.get("taints")) if t.get("effect") in ("NoSchedule", "NoExecute")),
+            taints=tuple(t for t in json_maps(spec.get("taints")) if t.get("effect") in ("NoSchedule", "NoExecute")),
             ready=ready,
             cordoned=cordoned,
         )

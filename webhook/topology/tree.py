@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import pod_requests, taint_string, tolerates
+from webhook.core.inventory import pod_requests
 from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.scheduling import taint_string, tolerates
 
 __all__ = [
     "ACCELERATOR_RESOURCES",

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import Node, PodConstraints, taint_string, term_matches, tolerates
+from webhook.core.inventory import Node, PodConstraints
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import pod_requests
+from webhook.core.scheduling import taint_string, term_matches, tolerates
 from webhook.topology.tree import HOSTNAME_LABEL, TAS_POD_ANNOTATIONS, assignment_domains
 
 __all__ = ["ALL_NODES", "DomainFit", "PodsetPlacement", "free_capacity", "place_podset", "taint_string"]
