@@ -177,34 +177,11 @@ def free_port() -> int:
 
 
 def run_noop_server(port: int, cert_file: Path, key_file: Path) -> None:
-    """The floor: same aiohttp, same TLS context and body limit; decodes, echoes the uid, allows."""
-    from aiohttp import web
+    """The floor: ``noop_webhook.py``, the no-op webhook ``bench_apiserver.py`` registers (same aiohttp,
+    TLS context and body limit as ``kgov serve``; decodes, echoes the uid, allows)."""
+    from noop_webhook import main as serve_noop
 
-    from webhook.server import MAX_BODY_BYTES, make_ssl_context
-
-    async def admit(request: web.Request) -> web.Response:
-        body = await request.json(loads=json.loads)
-        answer = {"uid": body["request"]["uid"], "allowed": True}
-        return web.json_response({"apiVersion": body["apiVersion"], "kind": "AdmissionReview", "response": answer})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/mutate", admit)
-        app.router.add_get("/healthz", healthz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, LOOPBACK, port, ssl_context=make_ssl_context(cert_file, key_file)).start()
-        await stop.wait()
-        await runner.cleanup()
-
-    asyncio.run(main())
+    serve_noop(port, cert_file, key_file)
 
 
 @dataclass
