@@ -133,6 +133,10 @@ class CoPlacement:
 
     ``driver``: Kueue's name of the driver podset (a PyTorchJob's ``master``, an MPIJob's
     ``launcher``, a Ray ``head``, an LWS ``leader``); grouped only when it has exactly 1 pod.
+    None: the kind's podset names are the user's (a JobSet's replicatedJobs), so the driver is
+    found by shape: the workload has exactly two podsets and the driver is the one of exactly
+    1 pod, the other the workers (``workers`` and ``besides`` unused); when both have 1 pod, the
+    second (the workload's order), which Kueue's TAS takes as the leader of such a pair.
     ``workers``: Kueue's name of the workers podset; None: the workload's one podset that is
     neither the driver nor in ``besides`` (a Ray cluster's single worker group, whatever its
     ``groupName``; with two worker groups nothing is grouped). Kueue v0.19.2 takes a group of
@@ -141,7 +145,7 @@ class CoPlacement:
     and places the smaller as the leader of the larger (``tas_flavor_snapshot.findLeaderAndWorkers``).
     """
 
-    driver: str
+    driver: str | None
     workers: str | None = None
     besides: tuple[str, ...] = ()
 

@@ -188,6 +188,8 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
         ),
         suspend=("spec", "suspend"),
+        # Its replicatedJobs are named by the user: a driver of 1 pod beside one other podset.
+        coplace=(CoPlacement(None),),
     ),
     # The rank-0 replica (Master, Chief) or the launcher is placed with the workers.
     _kubeflow("PyTorchJob", "kubeflow.org", "v1", "pytorchReplicaSpecs", coplace=(CoPlacement("master", "worker"),)),

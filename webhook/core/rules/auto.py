@@ -28,12 +28,15 @@ taint it with a taint of your own) rather than only cordon it.
 
 **Co-placement** (:func:`plan_auto`): a driver podset of one pod (the kind's
 :class:`~webhook.core.kind_model.CoPlacement` roles: PyTorchJob ``master``, MPIJob ``launcher``,
-Ray ``head``, LWS ``leader``…) is grouped with its workers by ``kueue.x-k8s.io/podset-group-name``,
-both getting the level chosen for the group's total size, when neither has a group or a TAS
-annotation of the user's, and the group needs no broader level than the workers alone (Kueue
-takes no slices on a group, ``jobframework.ValidateTASPodSetRequest``). The group is what Kueue
-v0.19.2 accepts: exactly these two podsets, one of one pod, the same level on both, no slices,
-a name that is no number (``ValidatePodSetGroupingTopology``).
+Ray ``head``, LWS ``leader``…; for a JobSet, whose replicatedJobs the user names, the one podset
+of 1 pod of its two, the second when both have 1) is grouped with its workers by
+``kueue.x-k8s.io/podset-group-name: <driver>-<workers>``, both getting the level chosen for the
+group's total size, when neither has a group or a TAS annotation of the user's, and the group
+needs no broader level than the workers alone (Kueue takes no slices on a group,
+``jobframework.ValidateTASPodSetRequest``). The group is what Kueue v0.19.2 accepts: exactly these
+two podsets, one of one pod, the same level on both, no slices, a name that is no number
+(``ValidatePodSetGroupingTopology``) and of at most 256 characters (the Workload's
+``podSetGroupName``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,12 @@ from dataclasses import dataclass
 from webhook.core.inventory import NodeInventory
 from webhook.core.kind_model import CoPlacement
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
-from webhook.core.rules.capacity import UnitCapacity, leader_fits_workers_nodes, requests_text, unit_capacity
+from webhook.core.rules.capacity import (
+    UnitCapacity,
+    leader_fits_workers_nodes,
+    requests_text,
+    unit_capacity,
+)
 from webhook.core.view import GROUP_NAME, PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet
 
 __all__ = ["Choice", "choose", "plan_auto", "slice_rule"]
@@ -95,6 +103,20 @@ def _unsized(members: Sequence[PodSet], inventory: NodeInventory | None) -> str:
     return ""
 
 
+def _held_text(held: Sequence[int], placement: TopologyPlacement, inventory: NodeInventory) -> str:
+    """What the largest domain of each level holds, and the nodes down now it counts."""
+    table = ", ".join(f"{level} {held[depth]}" for depth, level in enumerate(placement.levels))
+    text = f"the largest domain holds {table}; all eligible nodes {held[-1]}"
+    down = (
+        0
+        if inventory.settled() is inventory
+        else sum(inventory.unavailable(placement.nodeLabels, placement.levels).values())
+    )
+    if down:
+        text += f" (counting the {down} not Ready, cordoned or tainted node.kubernetes.io/* now)"
+    return text
+
+
 def _slices(capacity: UnitCapacity, depth: int) -> tuple[int, int] | None:
     """(slice size, slices the largest ``depth`` domain holds) of the largest slice size that
     divides the pods into at least two slices of the next level, all held by one domain of
@@ -121,15 +143,7 @@ def choose(
     capacity = unit_capacity(members, placement, inventory.settled(), team)
     count = capacity.count
     held = capacity.held()
-    table = ", ".join(f"{level} {held[depth]}" for depth, level in enumerate(levels))
-    facts = f"{_who(members)}: {_pods(count)}; the largest domain holds {table}; all eligible nodes {held[-1]}"
-    down = (
-        0
-        if inventory.settled() is inventory
-        else sum(inventory.unavailable(placement.nodeLabels, placement.levels).values())
-    )
-    if down:
-        facts += f" (counting the {down} not Ready, cordoned or tainted node.kubernetes.io/* now)"
+    facts = f"{_who(members)}: {_pods(count)}; {_held_text(held, placement, inventory)}"
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
     for depth in range(len(levels) - 1, top - 1, -1):
         if held[depth] < count:
@@ -167,26 +181,62 @@ def choose(
     return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
 
 
+#: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
+GROUP_NAME_MAX = 256
+
+
+def _roles(present: Sequence[PodSet], roles: CoPlacement) -> tuple[PodSet, PodSet] | None:
+    """The driver and the workers ``roles`` name among the workload's podsets ``present``."""
+    if roles.driver is None:  # by shape: two podsets, the driver of 1 pod (both: the second)
+        ones = [p for p in present if p.count == 1]
+        if len(present) != 2 or not ones:
+            return None
+        driver = ones[-1]
+        return driver, present[0] if driver is present[1] else present[1]
+    drivers = [p for p in present if p.name == roles.driver]
+    if roles.workers is not None:
+        workers = [p for p in present if p.name == roles.workers]
+    else:  # the workload's one other podset, whoever placed it
+        workers = [p for p in present if p.name not in (roles.driver, *roles.besides)]
+    if len(drivers) != 1 or len(workers) != 1:
+        return None
+    return drivers[0], workers[0]
+
+
+def _group_name(driver: PodSet, workers: PodSet) -> str:
+    return f"{driver.name}-{workers.name}"
+
+
 def _pair(
     units: Sequence[list[PodSet]], present: Sequence[PodSet], roles: CoPlacement, groups: set[str]
 ) -> tuple[int, int] | None:
     """Indexes in ``units`` of the driver and the workers ``roles`` name, when they can be
     grouped: each alone and ungrouped, the driver of one pod, the workers of at least one, and
-    the group name free. ``present``: every podset of the workload (placed by the user or not)."""
-    alone = {i: u[0] for i, u in enumerate(units) if len(u) == 1 and u[0].group is None}
-    drivers = [i for i, p in alone.items() if p.name == roles.driver and p.count == 1]
-    if len(drivers) != 1:
+    the group name free and no longer than Kueue takes. ``present``: every podset of the
+    workload (placed by the user or not)."""
+    found = _roles(present, roles)
+    if found is None:
         return None
-    if roles.workers is not None:
-        workers = [i for i, p in alone.items() if p.name == roles.workers]
-    else:  # the workload's one other podset, whoever placed it
-        others = [p for p in present if p.name not in (roles.driver, *roles.besides)]
-        workers = [i for i, p in alone.items() if len(others) == 1 and p is others[0]]
-    if len(workers) != 1 or alone[workers[0]].count < 1:
+    driver, workers = found
+    alone = {id(u[0]): i for i, u in enumerate(units) if len(u) == 1 and u[0].group is None}
+    if id(driver) not in alone or id(workers) not in alone or driver.count != 1 or workers.count < 1:
         return None
-    if f"{roles.driver}-{alone[workers[0]].name}" in groups:
+    name = _group_name(driver, workers)
+    if name in groups or len(name) > GROUP_NAME_MAX:
         return None
-    return drivers[0], workers[0]
+    return alone[id(driver)], alone[id(workers)]
+
+
+def _driver_why(roles: CoPlacement, driver: PodSet, workers: PodSet) -> str:
+    """Why ``driver`` is taken as the driver, when the kind does not name it (a JobSet)."""
+    if roles.driver is not None:
+        return ""
+    if workers.count == 1:
+        return (
+            f" ({driver.name!r} and {workers.name!r}, the workload's two podsets, have 1 pod each: the second is "
+            "the driver, as Kueue's TAS takes it)"
+        )
+    return f" ({driver.name!r} is the one of the workload's two podsets with 1 pod, {workers.name!r} its workers)"
 
 
 def _coplaced(
@@ -219,11 +269,11 @@ def _coplaced(
                 else f"together they need {placement.levels[together.depth]}"
             )
             return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
-        name = f"{driver.name}-{workers.name}"
+        name = _group_name(driver, workers)
         reason = f"auto: the driver {driver.name!r} placed with {workers.name!r} (podset group {name!r})"
         explanation = (
-            f"{together.explanation}; grouped as {name!r}: together they need no broader level than "
-            f"{workers.name!r} alone"
+            f"{together.explanation}; grouped as {name!r}{_driver_why(roles, driver, workers)}: together they "
+            f"need no broader level than {workers.name!r} alone"
         )
         if apart.depth is not None and SLICE_REQUIRED in apart.annotations:
             explanation += " (so no slices: Kueue takes none on a group)"
