@@ -1,22 +1,26 @@
 """Topology mode auto for the workloads whose shape the kind does not name: a JobSet's driver found
-as the one podset of 1 pod beside its workers.
+as the one podset of 1 pod beside its workers, and one Pod of a Kueue pod group sized by its
+``kueue.x-k8s.io/pod-group-total-count``.
 
 Inventories are the AWS-labelled p5 nodes of ``support.aws_nodes`` (blocks × racks × hosts, 8 GPUs
 each); the group rules checked are Kueue v0.19.2's (``jobframework.ValidatePodSetGroupingTopology``,
-``ValidateTASPodSetRequest``, ``tas_flavor_snapshot.findLeaderAndWorkers``).
+``ValidateTASPodSetRequest``, ``tas_flavor_snapshot.findLeaderAndWorkers``), the pod group's podsets
+are Kueue's (``pod_controller.constructGroupPodSets``: one per pod role).
 """
 
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from support import AWS_LEVELS, aws_nodes, platform_with, review_body, teams_from
+from support import AWS_LEVELS, CASES, aws_nodes, load_documents, needs_cases, platform_with, review_body, teams_from
 
 from webhook.core.kinds import find_kind
 from webhook.core.patch import apply_patch
 from webhook.core.review import review
+from webhook.core.rules.capacity import crowded_role
 from webhook.core.view import kueue_view
 
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS
@@ -198,3 +202,135 @@ def test_a_grouped_jobset_is_idempotent_and_never_stranded() -> None:
         patched = apply_patch(obj, outcome.patch)
         again = run(patched, STRICT, inventory=inventory)
         assert again.patch == [] and again.plan.denials == [], shape
+
+
+# -- a pod group's Pod, sized by its total count -------------------------------------------------
+def group_pod(total: int, gpus: int, name: str = "sample-leader-x7k2p") -> dict[str, Any]:
+    """A bare Pod of a Kueue pod group, as in Kueue's ``pods-kueue/kueue-pod-group.yaml``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "generateName": name.rsplit("-", 1)[0] + "-",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "sample-group"},
+            "annotations": {TOTAL: str(total)},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "sleep",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "sleep 3"],
+                    "resources": {"requests": {"cpu": "3", "nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def pod_annotations(obj: dict[str, Any], outcome: Any) -> dict[str, str]:
+    annotations: dict[str, str] = apply_patch(obj, outcome.patch)["metadata"]["annotations"]
+    return {key: value for key, value in annotations.items() if key != TOTAL}
+
+
+@pytest.mark.parametrize(
+    ("total", "level"),
+    [
+        (1, HOST),  # one pod of 8 GPUs: a host
+        (2, RACK),  # racks of 2 hosts
+        (3, BLOCK),  # blocks of 4 hosts: 2 of them, each keeping room for any role of 1 to 3 pods
+        (4, BLOCK),
+        (8, SPINE),
+    ],
+)
+def test_a_pod_groups_pod_requires_the_level_of_its_total_count(total: int, level: str) -> None:
+    obj = group_pod(total, 8)
+    outcome = run(obj, STRICT, inventory=aws_nodes())
+    assert pod_annotations(obj, outcome) == {REQUIRED: level}  # never a podset-group-name
+    assert outcome.plan.denials == [] and outcome.plan.warnings == []
+    (note,) = outcome.plan.notes
+    pods = "1 pod" if total == 1 else f"{total} pods"
+    assert note.startswith(
+        "topology auto: 'main' (1 pod of {cpu: 3, nvidia.com/gpu: 8}), one of a pod group of "
+        f"{pods} (pod-group-total-count): its role has at most {pods} of its request, an upper bound; "
+    )
+    assert note.endswith(
+        f"→ required {level}, the narrowest level one domain of which holds {total}; whichever nodes the "
+        f"group's other pods take, a {level} domain keeps room for this pod's role"
+    )
+
+
+def test_a_pod_group_whose_other_pods_could_crowd_this_role_out_gets_preferred() -> None:
+    # One rack of 2 hosts, pods of 4 GPUs (2 a host), a group of 4: only the rack holds 4 such
+    # pods, and were this pod's role a single pod, the group's 3 others could take both hosts.
+    obj = group_pod(4, 4)
+    outcome = run(obj, STRICT, inventory=aws_nodes(blocks=1, racks=1, hosts=2))
+    assert pod_annotations(obj, outcome) == {PREFERRED: RACK}
+    assert outcome.plan.denials == [] and outcome.plan.warnings == []
+    assert outcome.plan.notes[0].endswith(
+        f"→ preferred {RACK}, where one domain holds 4: not required, as a role of 1 pod like this one could "
+        f"find no {RACK} domain with room once the group's other 3 pods took their nodes"
+    )
+    # Two such racks: whatever hosts the other 4 - k pods take, a rack keeps room for k.
+    outcome = run(obj, STRICT, inventory=aws_nodes(blocks=1, racks=2, hosts=2))
+    assert pod_annotations(obj, outcome) == {REQUIRED: RACK}
+
+
+def test_a_pod_group_larger_than_every_domain_it_may_require_is_preferred_at_the_cap() -> None:
+    obj = group_pod(3, 8)
+    policy = {"queue": {"enforcement": "warn"}, "topology": {"mode": "auto", "level": RACK}}
+    outcome = run(obj, policy, inventory=aws_nodes())
+    assert pod_annotations(obj, outcome) == {PREFERRED: RACK}
+    assert outcome.plan.notes[0].endswith(f"→ preferred {RACK} (too large to require)")
+    assert (
+        "auto: a pod group of 3 pods (pod-group-total-count, an upper bound on this pod's role) exceeds the "
+        f"largest {RACK} domain (2), so preferred"
+    ) in [change.reason.partition(": ")[2] for change in outcome.plan.changes]
+
+
+def test_a_pod_group_under_auto_constraint_preferred_is_preferred() -> None:
+    obj = group_pod(2, 8)
+    policy = {"queue": {}, "topology": {"mode": "auto", "autoConstraint": "preferred"}}
+    assert pod_annotations(obj, run(obj, policy, inventory=aws_nodes())) == {PREFERRED: RACK}
+
+
+def test_a_pod_group_pod_the_user_placed_gets_nothing() -> None:
+    obj = group_pod(2, 8)
+    obj["metadata"]["annotations"][PREFERRED] = HOST
+    assert pod_annotations(obj, run(obj, inventory=aws_nodes())) == {PREFERRED: HOST}
+
+
+def test_crowded_role_counts_whole_nodes_taken_by_the_other_pods() -> None:
+    team = teams_from(platform_with(AUTO)).policies.teams[0]
+    assert team.topology is not None
+    row = find_kind("v1", "Pod")
+    assert row is not None
+    rack = AWS_LEVELS.index(RACK)
+    cases = [
+        # 2 racks of 2 hosts: the group's other pods take a host each.
+        ((1, 2, 2), 2, 8, None),  # a role of 1: the other pod leaves 3 hosts; of 2: the racks are free
+        ((1, 2, 2), 3, 8, 3),  # no rack holds 3 pods of 8 GPUs at all
+        ((1, 2, 2), 4, 4, None),  # 2 a host: any 4 - k pods leave a rack with room for k
+        # 1 rack of 2 hosts: a role of 1 pod, the group's 3 others on both hosts.
+        ((1, 1, 2), 4, 4, 1),
+        ((1, 1, 2), 2, 8, None),
+        ((1, 1, 2), 3, 4, 1),
+    ]
+    for shape, total, gpus, crowded in cases:
+        [member] = kueue_view(group_pod(total, gpus), row).podsets
+        assert member.requests is not None and member.requests["nvidia.com/gpu"] == Decimal(gpus)
+        found = crowded_role(member, rack, team.topology, aws_nodes(*shape), team)
+        assert found == crowded, (shape, total, gpus)
+
+
+@needs_cases
+def test_kueues_own_pod_group_example_is_sized_by_its_total_count() -> None:
+    """Kueue's ``pods-kueue/kueue-pod-group.yaml``: two Pods of 3 CPUs, a group of 2; a p5 host
+    holds 64 such pods."""
+    for pod in load_documents(CASES / "pods-kueue" / "kueue-pod-group.yaml"):
+        pod["metadata"]["name"] = pod["metadata"]["generateName"] + "abcde"
+        outcome = run(pod, STRICT, inventory=aws_nodes())
+        assert pod_annotations(pod, outcome) == {REQUIRED: HOST}
+        assert "one of a pod group of 2 pods (pod-group-total-count)" in outcome.plan.notes[0]

@@ -1070,11 +1070,16 @@ def test_auto_without_an_inventory_or_a_known_size_prefers_at_the_level_or_the_n
         },
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
     }
-    member = "podset 'main': auto: one member of a pod group, its size unknown, so preferred"
+    # One pod of a group of 2: sized by the total count, an upper bound on its role.
+    bound = "podset 'main': auto: a pod group of 2 pods (pod-group-total-count, an upper bound on this pod's role)"
     plan = _review(pod, {"queue": {}, "topology": {"mode": "auto"}}, inventory=aws_nodes()).plan
-    assert [(c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [(HOST, member)]
-    plan = _review(pod, {"queue": {}, "topology": {"mode": "auto", "level": RACK}}, inventory=aws_nodes()).plan
-    assert [(c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [(RACK, member)]
+    assert [(c.path[-1], c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [
+        (REQUIRED, RACK, f"{bound} fits in one {RACK} domain (the largest holds 2), whatever its other roles take")
+    ]
+    plan = _review(pod, {"queue": {}, "topology": {"mode": "auto", "level": HOST}}, inventory=aws_nodes()).plan
+    assert [(c.path[-1], c.value, c.reason) for c in plan.changes if c.rule == "topology"] == [
+        (PREFERRED, HOST, f"{bound} exceeds the largest {HOST} domain (1), so preferred")
+    ]
 
 
 def test_auto_too_large_for_every_domain_prefers_the_broadest_level() -> None:

@@ -520,7 +520,7 @@ def test_slice_rule_only_when_the_podset_divides_into_whole_slices() -> None:
 
 
 # -- groups, updates, enforcement strength, priorities, Kueue's own requirements ------------------
-def test_pod_group_member_is_sized_by_the_group_and_auto_never_requires() -> None:
+def test_pod_group_member_is_sized_by_the_groups_total_count() -> None:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -539,8 +539,10 @@ def test_pod_group_member_is_sized_by_the_group_and_auto_never_requires() -> Non
     [ref] = kueue_view(pod, row).podsets
     assert (ref.count, ref.partial) == (2, True)
     annotations = apply_patch(pod, run(pod, AUTO, inventory=aws_nodes()).patch)["metadata"]["annotations"]
-    assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "kubernetes.io/hostname"
-    assert "kueue.x-k8s.io/podset-required-topology" not in annotations
+    # 2 pods of 8 GPUs at most in its role: a rack of 2 hosts; 4 such racks, so required is safe.
+    assert annotations["kueue.x-k8s.io/podset-required-topology"] == "topology.k8s.aws/network-node-layer-3"
+    assert "kueue.x-k8s.io/podset-preferred-topology" not in annotations
+    assert "kueue.x-k8s.io/podset-group-name" not in annotations
 
 
 def _lws(group: bool) -> dict[str, Any]:

@@ -37,6 +37,14 @@ needs no broader level than the workers alone (Kueue takes no slices on a group,
 two podsets, one of one pod, the same level on both, no slices, a name that is no number
 (``ValidatePodSetGroupingTopology``) and of at most 256 characters (the Workload's
 ``podSetGroupName``).
+
+**A Pod of a Kueue pod group** (:func:`pod_group_choice`): the webhook sees one pod, but Kueue
+makes a podset of each pod role of at most ``pod-group-total-count`` pods of that pod's requests,
+so the level is chosen for that upper bound; ``required`` only when the group's other pods,
+whatever they are, cannot crowd this pod's role out of every domain of the level
+(:func:`~webhook.core.rules.capacity.crowded_role`), else ``preferred``. Never slices, never a
+``podset-group-name`` (Kueue's pod webhook does not check groups, and a pod group may have more
+than two roles).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from webhook.core.kind_model import CoPlacement
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.rules.capacity import (
     UnitCapacity,
+    crowded_role,
     leader_fits_workers_nodes,
     requests_text,
     unit_capacity,
@@ -93,7 +102,7 @@ def _unsized(members: Sequence[PodSet], inventory: NodeInventory | None) -> str:
     """Why the members cannot be sized ("" when they can)."""
     if inventory is None or not len(inventory):
         return "auto: no node inventory, so preferred (never blocks admission)"
-    if any(p.partial for p in members):
+    if any(p.partial for p in members) and (len(members) > 1 or members[0].count < 1):
         return "auto: one member of a pod group, its size unknown, so preferred"
     if any(p.requests is None for p in members):
         return (
@@ -115,6 +124,55 @@ def _held_text(held: Sequence[int], placement: TopologyPlacement, inventory: Nod
     if down:
         text += f" (counting the {down} not Ready, cordoned or tainted node.kubernetes.io/* now)"
     return text
+
+
+def pod_group_choice(
+    member: PodSet,
+    held: Sequence[int],
+    top: int,
+    placement: TopologyPlacement,
+    inventory: NodeInventory,
+    team: TeamPolicyCompiled,
+) -> Choice:
+    """One Pod of a Kueue pod group of N pods (``member.count``, its ``pod-group-total-count``):
+    Kueue makes a podset of each pod role, of at most N pods of one pod's requests, so N pods
+    of this pod's requests bound its role's podset from above. The narrowest level one domain of
+    which holds N such pods (``held``: the largest domain of each level, :meth:`UnitCapacity.held`)
+    gets ``required`` only when no role of this pod's size, whatever the group's other pods
+    take, could be left without a domain (:func:`~webhook.core.rules.capacity.crowded_role`),
+    else ``preferred``; never slices (the role's own count is unknown) nor a podset group."""
+    levels, count = placement.levels, member.count
+    facts = (
+        f"{member.name!r} (1 pod of {requests_text(member.requests)}), one of a pod group of {_pods(count)} "
+        f"(pod-group-total-count): its role has at most {_pods(count)} of its request, an upper bound; "
+        f"{_held_text(held, placement, inventory)}"
+    )
+    bound = f"a pod group of {_pods(count)} (pod-group-total-count, an upper bound on this pod's role)"
+    for depth in range(len(levels) - 1, top - 1, -1):
+        if held[depth] < count:
+            continue
+        level = levels[depth]
+        fits = f"auto: {bound} fits in one {level} domain (the largest holds {held[depth]})"
+        if placement.autoConstraint == "preferred":
+            return Choice(
+                {PREFERRED: (level, f"{fits}; preferred there (autoConstraint)")}, depth, f"{facts} → preferred {level}"
+            )
+        crowded = crowded_role(member, depth, placement, inventory.settled(), team)
+        if crowded is None:
+            why = (
+                f"{facts} → required {level}, the narrowest level one domain of which holds {count}; "
+                f"whichever nodes the group's other pods take, a {level} domain keeps room for this pod's role"
+            )
+            return Choice({REQUIRED: (level, f"{fits}, whatever its other roles take")}, depth, why)
+        others = count - crowded
+        why = (
+            f"{facts} → preferred {level}, where one domain holds {count}: not required, as a role of "
+            f"{_pods(crowded)} like this one could find no {level} domain with room once the group's other "
+            f"{_pods(others)} took their nodes"
+        )
+        return Choice({PREFERRED: (level, f"{fits}; preferred: its other roles could crowd it out")}, depth, why)
+    reason = f"auto: {bound} exceeds the largest {levels[top]} domain ({held[top]}), so preferred"
+    return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
 
 
 def _slices(capacity: UnitCapacity, depth: int) -> tuple[int, int] | None:
@@ -143,6 +201,8 @@ def choose(
     capacity = unit_capacity(members, placement, inventory.settled(), team)
     count = capacity.count
     held = capacity.held()
+    if len(members) == 1 and members[0].partial:
+        return pod_group_choice(members[0], held, top, placement, inventory, team)
     facts = f"{_who(members)}: {_pods(count)}; {_held_text(held, placement, inventory)}"
     pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
     for depth in range(len(levels) - 1, top - 1, -1):

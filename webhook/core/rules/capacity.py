@@ -10,6 +10,7 @@ per slice-level domain summed up to the broader domain.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,7 +22,14 @@ from webhook.core.prepared import prepared
 from webhook.core.quantity import format_quantity
 from webhook.core.view import PodSet
 
-__all__ = ["UnitCapacity", "constraints", "leader_fits_workers_nodes", "requests_text", "unit_capacity"]
+__all__ = [
+    "UnitCapacity",
+    "constraints",
+    "crowded_role",
+    "leader_fits_workers_nodes",
+    "requests_text",
+    "unit_capacity",
+]
 
 
 def requests_text(requests: Mapping[str, Decimal] | None) -> str:
@@ -133,3 +141,40 @@ def leader_fits_workers_nodes(
     mine, theirs = constraints(leader, team), constraints(workers, team)
     nodes = inventory.select(placement.nodeLabels, placement.levels)
     return all(n.admits(mine, tolerations) for n in nodes if n.admits(theirs, tolerations))
+
+
+def crowded_role(
+    member: PodSet, depth: int, placement: TopologyPlacement, inventory: NodeInventory, team: TeamPolicyCompiled
+) -> int | None:
+    """For one Pod of a Kueue pod group of ``member.count`` pods in all (N, its
+    ``pod-group-total-count``): the smallest k (1..N) such that, were this pod's role a podset of
+    k pods, the group's other N−k pods could leave no ``levels[depth]`` domain room for those k
+    pods on an empty cluster; None when there is no such k, so that requiring the level never
+    makes the group unadmittable, whatever its other roles are.
+
+    Kueue v0.19.2 makes one podset per pod role (``pod_controller.constructGroupPodSets``, pods of
+    one role have the same requests) and places them one after another, each taking room from
+    the next. Each of the other N−k pods sits on one node, so at worst it takes a whole node: the
+    role has room unless N−k nodes can bring every domain below k pods, which takes, per domain,
+    its largest nodes (in pods of this role) until fewer than k are left."""
+    count = member.count
+    shape = constraints(member, team)
+    nodes = [
+        n for n in inventory.select(placement.nodeLabels, placement.levels) if n.admits(shape, placement.tolerations)
+    ]
+    prefixes: list[list[int]] = []  # per domain: pods held by its 0, 1, 2... largest nodes
+    for members in inventory.domains(placement.levels, depth, nodes).values():
+        sums = [0]
+        for pods in sorted((n.pods_fitting(shape.requests) for n in members), reverse=True):
+            sums.append(sums[-1] + pods)
+        prefixes.append(sums)
+    for k in range(1, count + 1):
+        others, taken = count - k, 0
+        for sums in prefixes:
+            if sums[-1] >= k:
+                taken += bisect_right(sums, sums[-1] - k)  # its largest nodes to take to leave < k
+                if taken > others:
+                    break
+        if taken <= others:
+            return k
+    return None
