@@ -1438,8 +1438,20 @@ def test_a_pod_group_member_is_not_judged_by_its_groups_size() -> None:
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
     }
     plan = _fits(pod, {"mode": "auto"})
-    assert plan.warnings == []
-    assert plan.denied_rules == ["queue"]  # 100 pods of 8 GPUs exceed the quota; the topology is not judged
+    # 100 pods of 8 GPUs would exceed the quota, but the group's other pods may request no GPU:
+    # a warning, not a denial; the topology is not judged (a level only preferred).
+    assert plan.denials == []
+    assert plan.warnings == [
+        "queue: the workload may never be admitted: were all 100 pods of its pod group (pod-group-total-count) "
+        "like this one, they would need 800 nvidia.com/gpu, more than team 'ml''s nominalQuota + "
+        "borrowingLimit of 64"
+    ]
+    # This pod alone exceeding the quota: never admitted, whatever the others are.
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "65"
+    assert _fits(pod, {"mode": "auto"}).denials == [
+        "queue: the workload can never be admitted: it needs 65 nvidia.com/gpu ('main' 1 × 65), more than team "
+        "'ml''s nominalQuota + borrowingLimit of 64"
+    ]
 
 
 def test_fits_together_counts_only_nodes_with_every_level_and_the_flavors_tolerations() -> None:

@@ -121,12 +121,16 @@ class WorkloadView:
     podsets: tuple[PodSet, ...]
     problems: tuple[Problem, ...] = ()
 
-    def total(self) -> Requests:
-        """Requests of the whole workload: Σ count × per-pod requests over sized podsets."""
+    def total(self, certain: bool = False) -> Requests:
+        """Requests of the whole workload: Σ count × per-pod requests over sized podsets.
+        ``certain``: a ``partial`` podset (one Pod of a pod group, whose count is the group's)
+        counts its one pod only, the least the workload needs (the group's other pods may request
+        none of a resource); otherwise its count is an upper bound."""
         out: Requests = {}
         for podset in self.podsets:
+            count = 1 if certain and podset.partial else podset.count
             for name, amount in (podset.requests or {}).items():
-                out[name] = out.get(name, Decimal(0)) + amount * podset.count
+                out[name] = out.get(name, Decimal(0)) + amount * count
         return out
 
 

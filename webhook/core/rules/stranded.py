@@ -256,26 +256,43 @@ def check_fits_together(
     plan.report("warn", "topology", message)
 
 
-def _podset_share(podset: PodSet, resource: str) -> str:
+def _podset_share(podset: PodSet, resource: str, certain: bool) -> str:
     amount = (podset.requests or {}).get(resource, Decimal(0))
-    return f"{podset.name!r} {podset.count} × {format_quantity(amount)}"
+    count = 1 if certain and podset.partial else podset.count
+    return f"{podset.name!r} {count} × {format_quantity(amount)}"
 
 
 def check_quota(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
-    """Report each resource the workload needs more of than the team's ClusterQueue can ever hold."""
-    totals = view.total()
+    """Report each resource the workload needs more of than the team's ClusterQueue can ever hold.
+
+    One Pod of a pod group (a ``partial`` podset) is judged by itself alone, the least its
+    workload needs: the group's other pods may request none of the resource. When its
+    ``pod-group-total-count`` pods, were they all like it, would need more, that is a warning."""
     limits = prepared(team).quota_limits
+    certain, bound = view.total(certain=True), view.total()
     for resource, limit_text in team.quotaLimits.items():
-        needed = totals.get(resource, Decimal(0))
         limit = limits[resource]
-        if needed <= limit:
+        ceiling = f"more than team {team.team!r}'s nominalQuota + borrowingLimit of {limit_text}"
+        needed = certain.get(resource, Decimal(0))
+        if needed > limit:
+            parts = ", ".join(
+                _podset_share(p, resource, True) for p in view.podsets if (p.requests or {}).get(resource)
+            )
+            message = (
+                f"the workload can never be admitted: it needs {format_quantity(needed)} {resource} ({parts}), "
+                f"{ceiling}"
+            )
+            plan.report(_loud(team.queue.enforcement), "queue", message)
             continue
-        parts = ", ".join(_podset_share(p, resource) for p in view.podsets if (p.requests or {}).get(resource))
-        message = (
-            f"the workload can never be admitted: it needs {format_quantity(needed)} {resource} ({parts}), more "
-            f"than team {team.team!r}'s nominalQuota + borrowingLimit of {limit_text}"
-        )
-        plan.report(_loud(team.queue.enforcement), "queue", message)
+        most = bound.get(resource, Decimal(0))
+        if most > limit:
+            pods = sum(p.count for p in view.podsets if p.partial)
+            message = (
+                f"the workload may never be admitted: were all {pods} pods of its pod group "
+                f"(pod-group-total-count) like this one, they would need {format_quantity(most)} {resource}, "
+                f"{ceiling}"
+            )
+            plan.report("warn", "queue", message)
 
 
 def check_covered(view: WorkloadView, team: TeamPolicyCompiled, queue: str | None, plan: Plan) -> None:
