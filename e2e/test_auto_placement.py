@@ -7,8 +7,13 @@ be admitted with the topology assignment it asks for:
 
 * a PyTorchJob and an MPIJob whose driver (1 pod, 1 CPU) is grouped with 2 workers of 8 GPUs
   (``podset-group-name``, required at the rack): Kueue places driver and workers in one rack;
+* a JobSet whose podset of 1 pod (its one other podset of 2 workers of 8 GPUs) is grouped the same
+  way (``driver-workers``): Kueue's JobSet webhook accepts the group and places it in one rack;
 * a Job of 4 pods of 8 GPUs, larger than a rack: required at the block, in slices of 2 at the
-  rack: Kueue places 2 pods in each of the two racks of one block.
+  rack: Kueue places 2 pods in each of the two racks of one block;
+* a Kueue pod group of 3 bare Pods of 8 GPUs: each Pod, sized by its ``pod-group-total-count``
+  (3, more than a rack holds), comes back required at the block, without ``podset-group-name``;
+  Kueue admits the group with all 3 pods in one block.
 
 Kueue's own refusals of the groups auto never makes (three podsets, a slice annotation on a
 member, different levels) are checked in a namespace of no team, where only Kueue decides.
@@ -16,6 +21,7 @@ member, different levels) are checked in a namespace of no team, where only Kueu
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import secrets
 from collections.abc import Callable
@@ -25,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import ConflictError, NotFoundError
 
 from e2e.support import (
     BUNDLED_PLATFORM,
@@ -33,6 +40,7 @@ from e2e.support import (
     Refused,
     create_with_warnings,
     decode_topology_assignment,
+    delete,
     is_true,
     list_objects,
     pause_pod_spec,
@@ -50,6 +58,10 @@ GROUP = "kueue.x-k8s.io/podset-group-name"
 BLOCK = "topology.k8s.aws/network-node-layer-2"
 RACK = "topology.k8s.aws/network-node-layer-3"
 HOSTNAME = "kubernetes.io/hostname"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
 
 
 def unique(prefix: str) -> str:
@@ -138,6 +150,113 @@ async def test_a_driver_grouped_with_its_workers_is_admitted_in_one_rack(
     labels = await node_labels(dynamic)
     racks = {labels[host][RACK] for pods in placed.values() for host in pods}
     assert len(racks) == 1, f"driver and workers in racks {racks}: {placed}"
+
+
+def replicated_job(name: str, replicas: int, gpus: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "replicas": replicas,
+        "template": {"spec": {"parallelism": 1, "completions": 1, "template": template(gpus, "1")}},
+    }
+
+
+@pytest.mark.usefixtures("uncapped_auto")
+async def test_a_jobsets_podset_of_one_pod_grouped_with_the_other_is_admitted_in_one_rack(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    # The workers first: the driver is found by its 1 pod, not by its name or place.
+    body = cleanup.add(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": unique("jobset"), "namespace": RESEARCH},
+            "spec": {"replicatedJobs": [replicated_job("workers", 2, 8), replicated_job("driver", 1, 0)]},
+        }
+    )
+    created = (await create_with_warnings(dynamic, body)).obj
+    group = {GROUP: "driver-workers", REQUIRED: RACK}
+    for job in created["spec"]["replicatedJobs"]:
+        annotations = job["template"]["spec"]["template"]["metadata"]["annotations"]
+        assert {key: annotations.get(key) for key in group} == group, job["name"]
+        assert SLICE_LEVEL not in annotations
+    workload = await admitted(dynamic, created)
+    requests = {podset["name"]: podset["topologyRequest"] for podset in workload["spec"]["podSets"]}
+    for podset in ("driver", "workers"):
+        assert requests[podset]["required"] == RACK, requests
+        assert requests[podset]["podSetGroupName"] == "driver-workers", requests
+    placed = await hosts_by_podset(dynamic, workload)
+    assert sum(placed["driver"].values()) == 1 and sum(placed["workers"].values()) == 2
+    labels = await node_labels(dynamic)
+    racks = {labels[host][RACK] for pods in placed.values() for host in pods}
+    assert len(racks) == 1, f"driver and workers in racks {racks}: {placed}"
+
+
+async def _delete_pods(dynamic: DynamicClient, pods: list[dict[str, Any]]) -> None:
+    """Delete bare pods of a pod group and wait until they are gone: KWOK never stops their
+    containers, so Kueue's finalizer on them is dropped here."""
+    resource = await dynamic.resources.get(api_version="v1", kind="Pod")
+    for pod in pods:
+        await delete(dynamic, pod)
+
+    async def gone() -> bool:
+        left = 0
+        for pod in pods:
+            with contextlib.suppress(NotFoundError):
+                current = dict(
+                    (await dynamic.get(resource, name=pod["metadata"]["name"], namespace=RESEARCH)).to_dict()
+                )
+                left += 1
+                finalizers = current["metadata"].get("finalizers") or []
+                if KUEUE_POD_FINALIZER in finalizers:
+                    kept = [f for f in finalizers if f != KUEUE_POD_FINALIZER]
+                    patch = {
+                        "metadata": {"resourceVersion": current["metadata"]["resourceVersion"], "finalizers": kept}
+                    }
+                    with contextlib.suppress(NotFoundError, ConflictError):  # changed since: the next poll
+                        await dynamic.patch(
+                            resource,
+                            patch,
+                            name=pod["metadata"]["name"],
+                            namespace=RESEARCH,
+                            content_type="application/merge-patch+json",
+                        )
+        return left == 0
+
+    await wait_for(gone, "the pod group's pods to be deleted", timeout=90)
+
+
+@pytest.mark.usefixtures("uncapped_auto")
+async def test_a_pod_group_sized_by_its_total_count_is_admitted_in_one_block(dynamic: DynamicClient) -> None:
+    group = unique("group")
+    pods: list[dict[str, Any]] = []
+    try:
+        for index in range(3):
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{group}-{index}",
+                    "namespace": RESEARCH,
+                    "labels": {POD_GROUP_NAME: group},
+                    "annotations": {POD_GROUP_TOTAL: "3"},
+                },
+                "spec": {"terminationGracePeriodSeconds": 1, **pause_pod_spec(8, "1", "64Mi")},
+            }
+            created = (await create_with_warnings(dynamic, body)).obj
+            pods.append(created)
+            annotations = created["metadata"]["annotations"]
+            # 3 pods of 8 GPUs at most in the pod's role: more than a rack of 2 hosts, a block of 4.
+            assert annotations.get(REQUIRED) == BLOCK, annotations
+            assert PREFERRED not in annotations and GROUP not in annotations and SLICE_LEVEL not in annotations
+        workload = await admitted(dynamic, pods[0])
+        (podset,) = workload["spec"]["podSets"]  # one role: one podset of the whole group
+        assert podset["count"] == 3 and podset["topologyRequest"]["required"] == BLOCK, podset
+        (placed,) = (await hosts_by_podset(dynamic, workload)).values()
+        assert sum(placed.values()) == 3, placed
+        labels = await node_labels(dynamic)
+        assert len({labels[host][BLOCK] for host in placed}) == 1, placed
+    finally:
+        await _delete_pods(dynamic, pods)
 
 
 @pytest.mark.usefixtures("uncapped_auto")
