@@ -40,7 +40,7 @@ from webhook.core.view import (
     WorkloadView,
 )
 
-__all__ = ["check_kueue_tas", "group_problems", "refused_group", "user_groups"]
+__all__ = ["check_kueue_tas", "group_problems", "kueue_tas_findings", "refused_group", "user_groups"]
 
 _REQUEST = "ValidateTASPodSetRequest"
 _BOUND = "ValidateSliceSizeAnnotationUpperBound"
@@ -181,17 +181,30 @@ def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
     return out
 
 
-def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
-    """Report each finding of :func:`kueue_tas_problems` on ``view`` (the planned object): a
-    denial under the topology rule's ``enforce``, else a warning. Returns whether any was made."""
-    problems = kueue_tas_problems(view)
-    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
-    for problem, refused in problems:
+def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
+    """Each finding of :func:`kueue_tas_problems` on ``view`` as a user reads it (Kueue's message,
+    then what follows: ``Kueue refuses the workload``, or that Kueue's TAS assumes the rule of this
+    kind without checking it), with whether Kueue's webhook for the kind refuses it. CREATE
+    (:func:`check_kueue_tas`) and the UPDATE recheck (:mod:`webhook.core.recheck`) both report these."""
+    out: list[tuple[str, bool]] = []
+    for problem, refused in kueue_tas_problems(view):
         outcome = (
             "Kueue refuses the workload"
             if refused
             else f"Kueue's TAS assumes this rule, which it does not check for a {view.row.kind}: "
             "the workload may not be placed as asked"
         )
-        plan.report(level, "topology", f"{problem}; {outcome}")
-    return bool(problems)
+        out.append((f"{problem}; {outcome}", refused))
+    return out
+
+
+def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
+    """Report each finding of :func:`kueue_tas_findings` on ``view`` (the planned object): one Kueue's
+    webhook refuses is a denial under the topology rule's ``enforce``, else a warning; one it does
+    not check for the kind is always a warning (Kueue admits the workload). Returns whether any
+    was made."""
+    findings = kueue_tas_findings(view)
+    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
+    for message, refused in findings:
+        plan.report(level if refused else "warn", "topology", message)
+    return bool(findings)
