@@ -1,11 +1,12 @@
 """The TAS annotation findings of ``webhook.core.rules.kueue_tas`` against the real Kueue v0.19.2.
 
-For each broken set of TAS annotations on a JobSet, LeaderWorkerSet or PyTorchJob (all created
+For each broken set of TAS annotations on a JobSet, LeaderWorkerSet, PyTorchJob or Pod (all created
 with ``dryRun=All``: nothing is stored):
 
 * in a namespace of no team (the governor leaves it alone) the real Kueue webhook decides: it
-  refuses the object with its own message, or (a rule its webhook does not check for the kind, a
-  slice size that does not divide the pods) admits it;
+  refuses the object with its own message, or (a rule its webhook does not check for the kind: a
+  PyTorchJob's group, a Pod's slice size above its pods; a slice size that does not divide the
+  pods) admits it;
 * in team research's namespace (topology under ``default``) the governor warns with Kueue's words
   and lets the object through to Kueue, which then refuses it or not as above (the warning arrives
   with the refusal);
@@ -102,6 +103,15 @@ def leaderworkerset(leader: dict[str, str], worker: dict[str, str]) -> dict[str,
     }
 
 
+def pod(annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"pod-{secrets.token_hex(3)}", "annotations": annotations},
+        "spec": pause_pod_spec(0, "100m", "64Mi"),
+    }
+
+
 @dataclass(frozen=True)
 class Case:
     """A broken annotation set; ``kueue``: the words of Kueue's refusal (None: Kueue admits it);
@@ -159,6 +169,14 @@ def _cases() -> dict[str, Case]:
             None,
             f"podset 'master' + 'worker': {consistent} each other in group 'g' {GROUPING}; Kueue's TAS assumes "
             "this rule, which it does not check for a PyTorchJob: the workload may not be placed as asked",
+        ),
+        # Kueue's Pod webhook does not run ValidateSliceSizeAnnotationUpperBound: it admits this.
+        "pod-slice-size-above-its-pods": Case(
+            pod({REQUIRED: RACK, SLICE_LEVEL: HOST, SLICE_SIZE: "2"}),
+            None,
+            f"podset 'main': {SLICE_SIZE} '2': must not be greater than pod set count 1 (Kueue v0.19.2 "
+            "ValidateSliceSizeAnnotationUpperBound); Kueue's TAS assumes this rule, which it does not check for a "
+            "Pod: the workload may not be placed as asked",
         ),
     }
 

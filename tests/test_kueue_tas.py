@@ -342,3 +342,45 @@ spec:
         f"topology: podset 'launcher' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent "
         f"with each other in group 'g' {GROUPING}{REFUSES}"
     ]
+
+
+POD = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: p, annotations: {{{REQUIRED}: {L3}, {SLICE_LEVEL}: {HOST}, {SLICE_SIZE}: "2"}}}}
+spec: {GPU}
+"""
+
+STATEFULSET = f"""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: s}}
+spec:
+  replicas: 3
+  serviceName: s
+  selector: {{matchLabels: {{app: s}}}}
+  template:
+    metadata: {{labels: {{app: s}}, annotations: {{{REQUIRED}: {L3}, {SLICE_LEVEL}: {HOST}, {SLICE_SIZE}: "5"}}}}
+    spec: {GPU}
+"""
+
+
+@pytest.mark.parametrize(
+    ("manifest", "kind", "finding"),
+    [
+        (POD, "Pod", f"podset 'main': {SLICE_SIZE} '2': must not be greater than pod set count 1"),
+        (STATEFULSET, "StatefulSet", f"podset 'main': {SLICE_SIZE} '5': must not be greater than pod set count 3"),
+    ],
+    ids=["pod", "statefulset"],
+)
+def test_a_slice_size_above_the_pods_of_a_kind_the_pod_webhook_checks_is_only_warned(
+    manifest: str, kind: str, finding: str
+) -> None:
+    """Defect: a Pod asking for slices of 2 was denied under ``enforce`` as refused by Kueue, but
+    Kueue v0.19.2's Pod webhook (which also checks a Deployment's, ReplicaSet's and StatefulSet's
+    pods) does not run ``ValidateSliceSizeAnnotationUpperBound``: it admits the pod."""
+    outcome, _ = run(manifest, teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if "Kueue v0.19.2" in w] == [
+        f"topology: {finding} (Kueue v0.19.2 ValidateSliceSizeAnnotationUpperBound){assumes(kind)}"
+    ]
