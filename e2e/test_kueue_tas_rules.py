@@ -13,6 +13,9 @@ with ``dryRun=All``: nothing is stored):
 * in team data-science's namespace (topology under ``enforce``) the governor refuses, with its
   own message, what Kueue's webhook refuses, and only warns of what Kueue admits.
 
+An UPDATE that breaks a stored JobSet's group is warned by the governor with the same finding as
+CREATE, naming the change, and refused by Kueue with its own words.
+
 The bundled platform's governor (``bundled_governor``) runs throughout.
 """
 
@@ -25,8 +28,17 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import ConflictError
 
-from e2e.support import Created, Refused, create_with_warnings, pause_pod_spec
+from e2e.support import (
+    Cleanup,
+    Created,
+    Refused,
+    create_with_warnings,
+    get,
+    pause_pod_spec,
+    replace_with_warnings,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 
@@ -238,3 +250,38 @@ async def test_the_governor_refuses_under_enforce_only_what_kueue_refuses(dynami
     assert isinstance(outcome, Refused), f"{name} was admitted"
     message = str(outcome.status.get("message"))
     assert message.startswith(GOVERNOR) and f"topology: {case.finding}" in message, message
+
+
+async def refused_update(dynamic: DynamicClient, api_version: str, name: str) -> Refused:
+    """The refusal of a dry-run UPDATE that grows the stored JobSet's podset 'driver' to 2 pods
+    (read again on a conflict: Kueue may update the JobSet meanwhile, admitting it)."""
+    for _ in range(3):
+        stored = await get(dynamic, api_version, "JobSet", name, RESEARCH)
+        assert stored is not None
+        stored["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=2, completions=2)
+        try:
+            await replace_with_warnings(dynamic, stored, dry_run=True)
+        except ConflictError:
+            continue
+        except Refused as refused:
+            return refused
+        pytest.fail("the update was admitted")
+    pytest.fail("the JobSet kept changing")
+
+
+async def test_an_update_that_breaks_a_group_is_warned_as_on_create_and_refused_by_kueue(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    grouped = {GROUP: "g", REQUIRED: RACK}
+    body = cleanup.add(placed(Case(jobset({"driver": (1, grouped), "workers": (2, grouped)}), None, None), RESEARCH))
+    created = await create_with_warnings(dynamic, body)
+    assert governor_findings(created.warnings) == []
+    name = created.obj["metadata"]["name"]
+    multi = "can only define groups where at least one pod set has only 1 replica, got: 2 replica(s) and 2 replica(s)"
+    refused = await refused_update(dynamic, body["apiVersion"], name)
+    message = str(refused.status.get("message"))
+    assert multi in message and "kueue-governor" not in message, message
+    assert governor_findings(refused.warnings) == [
+        f"podset 'driver' + 'workers': {GROUP} 'g': {multi} in the group {GROUPING}{REFUSES}; "
+        "this update changes podset 'driver' from 1 to 2 pods: set it back"
+    ]
