@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError
+from kubernetes_asyncio.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError
 
 T = TypeVar("T")
 
@@ -188,11 +188,14 @@ def _warning_text(header: str) -> str:
 
 
 class Refused(Exception):
-    """The API server refused a request; ``status`` is its ``Status`` object (code, reason, message)."""
+    """The API server refused a request; ``status`` is its ``Status`` object (code, reason, message),
+    ``warnings`` the ``Warning`` headers of the refusal (a mutating webhook's warnings arrive even
+    when a later validating webhook refuses the object)."""
 
-    def __init__(self, status: dict[str, Any]) -> None:
+    def __init__(self, status: dict[str, Any], warnings: list[str] | None = None) -> None:
         super().__init__(f"{status.get('code')} {status.get('reason')}: {status.get('message')}")
         self.status = status
+        self.warnings = warnings or []
 
 
 async def create_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry_run: bool = False) -> Created:
@@ -210,15 +213,45 @@ async def create_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry
             resource, body=body, namespace=namespace, dry_run="All" if dry_run else None, serialize=False
         )
     except DynamicApiError as error:  # a client that raises on an error status
-        raise Refused(json.loads(error.body or "{}")) from None
+        headers = error.headers.getall("Warning", []) if error.headers is not None else []
+        raise Refused(json.loads(error.body or "{}"), [_warning_text(header) for header in headers]) from None
     try:
         headers = response.headers.getall("Warning", [])
         obj = await response.json()
     finally:
         response.release()
+    warnings = [_warning_text(header) for header in headers]
     if response.status >= 400:
-        raise Refused(dict(obj))
-    return Created(obj=dict(obj), warnings=[_warning_text(header) for header in headers])
+        raise Refused(dict(obj), warnings)
+    return Created(obj=dict(obj), warnings=warnings)
+
+
+async def replace_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry_run: bool = False) -> Created:
+    """Replace (PUT) ``body`` (``dryRun=All`` with ``dry_run``); return the stored object and the warnings.
+
+    Raises:
+        Refused: the API server refused it, with the warnings of the refusal.
+        ConflictError: ``body``'s resourceVersion is not the stored one.
+    """
+    resource = await dynamic.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    namespace = body["metadata"].get("namespace") if resource.namespaced else None
+    try:
+        response = await dynamic.replace(
+            resource, body=body, namespace=namespace, dry_run="All" if dry_run else None, serialize=False
+        )
+    except ConflictError:
+        raise
+    except DynamicApiError as error:
+        headers = error.headers.getall("Warning", []) if error.headers is not None else []
+        raise Refused(json.loads(error.body or "{}"), [_warning_text(header) for header in headers]) from None
+    try:
+        warnings = [_warning_text(header) for header in response.headers.getall("Warning", [])]
+        obj = await response.json()
+    finally:
+        response.release()
+    if response.status >= 400:
+        raise Refused(dict(obj), warnings)
+    return Created(obj=dict(obj), warnings=warnings)
 
 
 async def resource_version(dynamic: DynamicClient, api_version: str, kind: str, namespace: str | None) -> str:

@@ -258,11 +258,29 @@ def test_kueue_refusal_is_warned_and_nothing_added(
     assert found == annotations
 
 
-@pytest.mark.parametrize(("manifest", "warnings"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
-def test_kueue_refusal_is_denied_under_enforce(manifest: str, warnings: list[str]) -> None:
+@pytest.mark.parametrize(("manifest", "findings"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
+def test_kueue_refusal_is_denied_under_enforce(manifest: str, findings: list[str]) -> None:
+    """Under ``enforce`` what Kueue's webhook refuses is denied; a group rule Kueue's webhook does
+    not check for the kind (a PyTorchJob's, a Job's) stays a warning: Kueue admits the workload."""
     outcome, _ = run(manifest, teams(enforcement="enforce"))
-    assert outcome.response["response"]["allowed"] is False
-    assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == [f"topology: {w}" for w in warnings]
+    refused = [f"topology: {f}" for f in findings if f.endswith(REFUSES)]
+    assumed = [f"topology: {f}" for f in findings if not f.endswith(REFUSES)]
+    assert outcome.response["response"]["allowed"] is (not refused)
+    assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == refused
+    assert [w for w in outcome.plan.warnings if w.startswith("topology: ")] == assumed
+
+
+def test_a_group_rule_kueue_does_not_check_for_the_kind_is_never_denied() -> None:
+    """Defect: a PyTorchJob whose group's two podsets ask for different levels was denied under
+    ``enforce``, though Kueue v0.19.2's PyTorchJob webhook does not run
+    ``ValidatePodSetGroupingTopology`` and admits it (only the JobSet, LeaderWorkerSet, MPIJob and Ray
+    webhooks refuse it)."""
+    outcome, _ = run(pytorch({GROUP: "g", REQUIRED: HOST}, {GROUP: "g", REQUIRED: L3}), teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if w.startswith("topology: ")] == [
+        f"topology: podset 'master' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent with "
+        f"each other in group 'g' {GROUPING}{assumes('PyTorchJob')}"
+    ]
 
 
 def test_a_valid_user_group_is_completed_and_not_reported() -> None:
@@ -323,4 +341,46 @@ spec:
     assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == [
         f"topology: podset 'launcher' + 'worker': must specify '{REQUIRED}' or '{PREFERRED}' topology consistent "
         f"with each other in group 'g' {GROUPING}{REFUSES}"
+    ]
+
+
+POD = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: p, annotations: {{{REQUIRED}: {L3}, {SLICE_LEVEL}: {HOST}, {SLICE_SIZE}: "2"}}}}
+spec: {GPU}
+"""
+
+STATEFULSET = f"""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: s}}
+spec:
+  replicas: 3
+  serviceName: s
+  selector: {{matchLabels: {{app: s}}}}
+  template:
+    metadata: {{labels: {{app: s}}, annotations: {{{REQUIRED}: {L3}, {SLICE_LEVEL}: {HOST}, {SLICE_SIZE}: "5"}}}}
+    spec: {GPU}
+"""
+
+
+@pytest.mark.parametrize(
+    ("manifest", "kind", "finding"),
+    [
+        (POD, "Pod", f"podset 'main': {SLICE_SIZE} '2': must not be greater than pod set count 1"),
+        (STATEFULSET, "StatefulSet", f"podset 'main': {SLICE_SIZE} '5': must not be greater than pod set count 3"),
+    ],
+    ids=["pod", "statefulset"],
+)
+def test_a_slice_size_above_the_pods_of_a_kind_the_pod_webhook_checks_is_only_warned(
+    manifest: str, kind: str, finding: str
+) -> None:
+    """Defect: a Pod asking for slices of 2 was denied under ``enforce`` as refused by Kueue, but
+    Kueue v0.19.2's Pod webhook (which also checks a Deployment's, ReplicaSet's and StatefulSet's
+    pods) does not run ``ValidateSliceSizeAnnotationUpperBound``: it admits the pod."""
+    outcome, _ = run(manifest, teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if "Kueue v0.19.2" in w] == [
+        f"topology: {finding} (Kueue v0.19.2 ValidateSliceSizeAnnotationUpperBound){assumes(kind)}"
     ]

@@ -227,6 +227,11 @@ def test_a_refused_kueue_priority_change_is_only_refused() -> None:
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GROUP = "kueue.x-k8s.io/podset-group-name"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+#: what follows a group finding on a PyTorchJob, whose Kueue webhook does not check groups
+ASSUMED = (
+    "; Kueue's TAS assumes this rule, which it does not check for a PyTorchJob: the workload may not be placed as asked"
+)
 LAYER_3 = "topology.k8s.aws/network-node-layer-3"
 
 
@@ -282,10 +287,9 @@ def test_an_update_growing_a_groups_one_pod_podset_is_warned_of_kueues_group_rul
     outcome = update_pytorchjob(stored, grown)
     assert outcome.plan.allowed and outcome.patch == []
     assert outcome.plan.warnings == [
-        f"topology: podset group 'master-worker' ({GROUP}) can never be admitted: Kueue takes a group only "
-        "when one of its 2 podsets has 1 pod ('master' 2 pods, 'worker' 3 pods) (Kueue's "
-        "jobframework.ValidatePodSetGroupingTopology); this update changes podset 'master' from 1 to 2 "
-        "pods: set it back"
+        f"topology: podset 'master' + 'worker': {GROUP} 'master-worker': can only define groups where at least "
+        "one pod set has only 1 replica, got: 2 replica(s) and 3 replica(s) in the group (Kueue v0.19.2 "
+        f"ValidatePodSetGroupingTopology){ASSUMED}; this update changes podset 'master' from 1 to 2 pods: set it back"
     ]
 
 
@@ -325,12 +329,13 @@ def test_an_update_dropping_one_grouped_podsets_level_is_warned_of_kueues_group_
     unplaced = copy.deepcopy(stored)
     del unplaced["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][REQUIRED]
     outcome = update_pytorchjob(stored, unplaced)
+    undo = f"this update removes podset 'worker''s {REQUIRED} ('{LAYER_3}'): set it back"
     assert outcome.plan.allowed and outcome.patch == []
     assert outcome.plan.warnings == [
-        f"topology: podset group 'master-worker' ({GROUP}) can never be admitted: Kueue takes a group only "
-        f"when both podsets ask for the same required or preferred level ('master' {REQUIRED}={LAYER_3}; "
-        "'worker' no required or preferred level) (Kueue's jobframework.ValidatePodSetGroupingTopology); "
-        f"this update removes podset 'worker''s {REQUIRED} ('{LAYER_3}'): set it back"
+        f"topology: podset 'worker': {GROUP} 'master-worker': may not be set when neither '{PREFERRED}' nor "
+        f"'{REQUIRED}' is specified (Kueue v0.19.2 ValidateTASPodSetRequest); Kueue refuses the workload; {undo}",
+        f"topology: podset 'master': {GROUP} 'master-worker': can only define groups of exactly 2 pod sets, got: "
+        f"1 pod set(s) (Kueue v0.19.2 ValidatePodSetGroupingTopology){ASSUMED}; {undo}",
     ]
 
 
@@ -342,7 +347,8 @@ def test_an_update_introducing_a_group_name_on_a_lone_podset_is_warned() -> None
     outcome = replay(review_, grouped)
     assert outcome.plan.allowed and outcome.patch == []
     assert outcome.plan.warnings == [
-        f"topology: podset group 'solo' ({GROUP}) can never be admitted: Kueue takes a group of exactly 2 "
-        "podsets (it has 1: 'main') (Kueue's jobframework.ValidatePodSetGroupingTopology); this update sets "
-        f"podset 'main''s {GROUP} to 'solo': set it back"
+        f"topology: podset 'main': {GROUP} 'solo': can only define groups of exactly 2 pod sets, got: 1 pod set(s) "
+        "(Kueue v0.19.2 ValidatePodSetGroupingTopology); Kueue's TAS assumes this rule, which it does not check "
+        f"for a Job: the workload may not be placed as asked; this update sets podset 'main''s {GROUP} to 'solo': "
+        "set it back"
     ]

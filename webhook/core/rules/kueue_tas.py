@@ -8,7 +8,9 @@ tas_validation.go``; each finding here quotes its message:
   ``podset-slice-required-topology`` or ``podset-slice-required-topology-constraints``, and only
   next to required or preferred; ``podset-slice-size`` and ``podset-slice-required-topology``
   only together; a slice size of at least 1;
-- ``ValidateSliceSizeAnnotationUpperBound``: a slice size no greater than the podset's pods;
+- ``ValidateSliceSizeAnnotationUpperBound`` (every kind's webhook but the Pod's, which checks the
+  pods of a Deployment, ReplicaSet or StatefulSet too): a slice size no greater than the podset's
+  pods;
 - ``ValidatePodSetGroupingTopology`` (run by the JobSet, LeaderWorkerSet, MPIJob, RayCluster,
   RayJob and RayService webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every
   kind, and a finding on another kind says so rather than that Kueue refuses it): a group
@@ -40,7 +42,7 @@ from webhook.core.view import (
     WorkloadView,
 )
 
-__all__ = ["check_kueue_tas", "group_problems", "refused_group", "user_groups"]
+__all__ = ["check_kueue_tas", "group_problems", "kueue_tas_findings", "refused_group", "user_groups"]
 
 _REQUEST = "ValidateTASPodSetRequest"
 _BOUND = "ValidateSliceSizeAnnotationUpperBound"
@@ -52,16 +54,21 @@ def _number(name: str) -> bool:
     return name.isascii() and name.isdigit() and int(name) < 2**64
 
 
-def _finding(podset: PodSet, key: str, value: Any, message: str, source: str) -> str:
+def _finding(podset: PodSet, key: str, value: Any, message: str, source: str) -> tuple[str, str]:
     shown = "" if value is None else f" {value!r}"
-    return f"podset {podset.name!r}: {key}{shown}: {message} (Kueue v0.19.2 {source})"
+    return f"podset {podset.name!r}: {key}{shown}: {message} (Kueue v0.19.2 {source})", source
 
 
 def podset_problems(podset: PodSet) -> list[str]:
     """Kueue's findings on one podset's own TAS annotations (``ValidateTASPodSetRequest`` and
     ``ValidateSliceSizeAnnotationUpperBound``), each one line naming the podset and the key."""
+    return [message for message, _ in _podset_findings(podset)]
+
+
+def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
+    """:func:`podset_problems`, each with the Kueue function that finds it."""
     a: Mapping[str, Any] = podset.annotations
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     modes = [key for key in (REQUIRED, PREFERRED, UNCONSTRAINED) if key in a]
     if len(modes) > 1:
         listed = ", ".join(f'"{key}"' for key in (REQUIRED, PREFERRED, UNCONSTRAINED))
@@ -159,6 +166,17 @@ GROUPS_CHECKED = frozenset({"JobSet", "LeaderWorkerSet", "MPIJob", "RayCluster",
 #: Kinds whose pod templates no Kueue webhook checks (an AppWrapper's components; a kind Kueue
 #: manages through an external framework).
 UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
+#: Kinds whose pods Kueue's Pod webhook checks one by one (v0.19.2 ``pod_webhook.go``: only
+#: ``ValidateTASPodSetRequest``; the Deployment, ReplicaSet and StatefulSet webhooks check no TAS
+#: annotation): no webhook bounds their slice size by the pods, which Kueue's TAS only assumes.
+POD_CHECKED = frozenset({"Pod", "Deployment", "ReplicaSet", "StatefulSet"})
+#: Each Kueue check run by every kind's webhook but these.
+_SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED}
+
+
+def _refused(source: str, kind: str) -> bool:
+    """Whether Kueue's webhook for ``kind`` runs the check ``source`` (so refuses what it finds)."""
+    return kind in GROUPS_CHECKED if source == _GROUPING else kind not in _SKIPPED_BY[source]
 
 
 def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
@@ -170,28 +188,41 @@ def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
         return []
     kind = view.row.kind
     podsets = [p for p in view.podsets if p.present]
-    out = [(problem, kind not in UNCHECKED) for podset in podsets for problem in podset_problems(podset)]
+    out = [(problem, _refused(source, kind)) for podset in podsets for problem, source in _podset_findings(podset)]
     if not any(p.partial for p in podsets):
         grouped = group_problems(podsets)
         for name, members in user_groups(podsets).items():
             if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
                 # no member asks for topology, and none is added: say what Kueue refuses once they do
                 grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
-        out.extend((problem, kind in GROUPS_CHECKED) for problem in grouped)
+        out.extend((problem, _refused(_GROUPING, kind)) for problem in grouped)
     return out
 
 
-def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
-    """Report each finding of :func:`kueue_tas_problems` on ``view`` (the planned object): a
-    denial under the topology rule's ``enforce``, else a warning. Returns whether any was made."""
-    problems = kueue_tas_problems(view)
-    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
-    for problem, refused in problems:
+def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
+    """Each finding of :func:`kueue_tas_problems` on ``view`` as a user reads it (Kueue's message,
+    then what follows: ``Kueue refuses the workload``, or that Kueue's TAS assumes the rule of this
+    kind without checking it), with whether Kueue's webhook for the kind refuses it. CREATE
+    (:func:`check_kueue_tas`) and the UPDATE recheck (:mod:`webhook.core.recheck`) both report these."""
+    out: list[tuple[str, bool]] = []
+    for problem, refused in kueue_tas_problems(view):
         outcome = (
             "Kueue refuses the workload"
             if refused
             else f"Kueue's TAS assumes this rule, which it does not check for a {view.row.kind}: "
             "the workload may not be placed as asked"
         )
-        plan.report(level, "topology", f"{problem}; {outcome}")
-    return bool(problems)
+        out.append((f"{problem}; {outcome}", refused))
+    return out
+
+
+def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
+    """Report each finding of :func:`kueue_tas_findings` on ``view`` (the planned object): one Kueue's
+    webhook refuses is a denial under the topology rule's ``enforce``, else a warning; one it does
+    not check for the kind is always a warning (Kueue admits the workload). Returns whether any
+    was made."""
+    findings = kueue_tas_findings(view)
+    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
+    for message, refused in findings:
+        plan.report(level if refused else "warn", "topology", message)
+    return bool(findings)
