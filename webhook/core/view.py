@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, PathPattern, bound, lookup
+from webhook.core.paths import Key, PathPattern, bound, child, lookup
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import (
@@ -209,30 +209,46 @@ def _podset(
     layout = rule.layout
     led = rule.leader is not None and lookup(obj, rule.leader.path) is not None
     pods = _count(obj, rule, bindings, led, problems)  # read first: problems come in document order
+    # Each value is read once below the base; a problem's path is built only for a value that is
+    # set and not of the plain JSON type wanted (the common case: absent, or a dict).
     for suffix in (*layout.maps, layout.labels):  # the maps the rules read and write
-        a_map(lookup(base, suffix), (*path, *suffix), problems)
+        value = lookup(base, suffix)
+        if value is not None and type(value) is not dict:
+            a_map(value, (*path, *suffix), problems)
     requests = None
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
         spec = a_map(lookup(base, layout.spec), spec_path, problems)
         requests = pod_requests(spec, problems, spec_path, whole)
-    slice_size = (*layout.annotations, SLICE_SIZE)
-    count(lookup(base, slice_size), (*path, *slice_size), problems, text=True)
-    group = lookup(base, (*layout.annotations, GROUP_NAME))
+    annotations = lookup(base, layout.annotations)
+    slice_size = child(annotations, SLICE_SIZE)
+    if slice_size is not None:
+        count(slice_size, (*path, *layout.annotations, SLICE_SIZE), problems, text=True)
+    group = child(annotations, GROUP_NAME)
     if group is not None and not isinstance(group, str):
         problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))
-    for suffix in (layout.labels, layout.annotations):
-        string_values(lookup(base, suffix), (*path, *suffix), problems)
+    labels = lookup(base, layout.labels)
+    for suffix, value in ((layout.labels, labels), (layout.annotations, annotations)):
+        if value is not None:
+            string_values(value, (*path, *suffix), problems)
+    name = _name(obj, rule, bindings, led, problems)
+    node_selector = lookup(base, layout.node_selector)
+    affinity = lookup(base, layout.affinity)
+    tolerations = lookup(base, layout.tolerations)
     return PodSet(
-        name=_name(obj, rule, bindings, led, problems),
+        name=name,
         path=path,
         count=pods,
         base=base,
         rule=rule,
         requests=requests,
-        node_selector=_strings(lookup(base, layout.node_selector), (*path, *layout.node_selector), problems),
-        affinity_terms=required_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
-        tolerations=[t for _, t in maps_of(lookup(base, layout.tolerations), (*path, *layout.tolerations), problems)],
+        node_selector={}
+        if node_selector is None
+        else _strings(node_selector, (*path, *layout.node_selector), problems),
+        affinity_terms=None if affinity is None else required_terms(affinity, (*path, *layout.affinity), problems),
+        tolerations=[]
+        if tolerations is None
+        else [t for _, t in maps_of(tolerations, (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
         partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
     )
