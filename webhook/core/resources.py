@@ -32,10 +32,23 @@ Requests = dict[str, Decimal]
 Path = tuple[Key, ...]
 
 
+#: (resource name, quantity string) → its amount, for the strings found well-formed (a string's
+#: check depends on nothing else: ``whole`` concerns JSON numbers). Cleared when full.
+_CHECKED: dict[tuple[str, str], Decimal] = {}
+_CHECKED_MAX = 4096
+
+
 def _quantities(value: Any, path: Path, problems: Problems, whole: bool = False) -> Requests:
     out: Requests = {}
     for name, amount in a_map(value, path, problems).items():
-        parsed = quantity(amount, (*path, name), problems, whole)
+        text = type(amount) is str and type(name) is str
+        parsed = _CHECKED.get((name, amount)) if text else None
+        if parsed is None:
+            parsed = quantity(amount, (*path, name), problems, whole)
+            if parsed is not None and text:
+                if len(_CHECKED) >= _CHECKED_MAX:
+                    _CHECKED.clear()
+                _CHECKED[(name, amount)] = parsed
         if parsed is not None:
             out[str(name)] = parsed
     return out
