@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
@@ -161,8 +162,7 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     last = bindings[-1]
     if isinstance(last, str):
         return last.lower()
-    upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
-    at = bound(upto_last_wildcard, bindings)
+    at = bound(_upto_last_wildcard(rule.template), bindings)
     holder = lookup(obj, at)
     name = holder.get(rule.name) if isinstance(holder, Mapping) else None
     if isinstance(name, str):
@@ -170,6 +170,12 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     if name is not None:
         problems.append(Problem((*at, rule.name), name, "a string"))
     return f"{rule.name}-{last}"
+
+
+@lru_cache(maxsize=256)
+def _upto_last_wildcard(template: PathPattern) -> PathPattern:
+    """The pattern of the item a podset's template is in (its name field's holder); one per kind row."""
+    return template[: len(template) - template[::-1].index("*")]
 
 
 def _defaults(rule: PodSetRule) -> Requests:
