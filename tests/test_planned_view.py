@@ -147,3 +147,33 @@ def test_a_podset_replaced_in_place_of_dataclasses_replace_keeps_every_other_fie
     assert planned._replaced(view, podsets=()) == replace(view, podsets=())
     with pytest.raises(AssertionError, match="no such field"):
         planned._replaced(podset, bsae=base)
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        None,
+        {},
+        "x",
+        {"nodeAffinity": None},
+        {"nodeAffinity": []},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "x"}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": {}}}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}, "bad"]
+                }
+            }
+        },
+    ],
+)
+def test_the_planned_views_terms_are_the_terms_a_checked_read_gives(affinity: Any) -> None:
+    from webhook.core.view import required_terms, terms_of
+
+    assert terms_of(affinity) == required_terms(affinity, ("spec", "affinity"), [])
+    checked = required_terms(affinity, ("spec", "affinity"), [])
+    assert (terms_of(affinity) is None) == (checked is None)
+    if checked is not None:
+        assert terms_of(affinity) is checked

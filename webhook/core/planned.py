@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 from webhook.core.draft import Change
 from webhook.core.kinds import KINDS
 from webhook.core.paths import Key, PathPattern, lookup
-from webhook.core.view import GROUP_NAME, PodSet, WorkloadView, kueue_view, required_terms
-from webhook.core.wellformed import Problems
+from webhook.core.view import GROUP_NAME, PodSet, WorkloadView, kueue_view, terms_of
 
 __all__ = ["VIEW_READ_KEYS", "planned_view"]
 
@@ -109,9 +108,7 @@ def planned_view(view: WorkloadView, doc: Mapping[str, Any], changes: Sequence[C
         base = lookup(doc, podset.path)
         if not isinstance(base, Mapping):  # cannot be: the changes only wrote below it
             return kueue_view(doc, row)
-        at = (*podset.path, *podset.rule.layout.affinity)
-        unused: Problems = []
-        terms = required_terms(lookup(base, podset.rule.layout.affinity), at, unused)
+        terms = terms_of(lookup(base, podset.rule.layout.affinity))  # the changes are well-formed
         podsets[index] = _replaced(podset, base=base, affinity_terms=terms)
     return _replaced(view, podsets=tuple(podsets))
 

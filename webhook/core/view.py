@@ -48,6 +48,7 @@ __all__ = [
     "WorkloadView",
     "kueue_view",
     "required_terms",
+    "terms_of",
 ]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
@@ -193,6 +194,17 @@ def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> li
         node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
     for where, term in maps_of(node, (*at, *_REQUIRED), problems):
         a_list(term.get("matchExpressions"), (*where, "matchExpressions"), problems)
+    return node if isinstance(node, list) else None
+
+
+def terms_of(affinity: Any) -> list[Any] | None:
+    """:func:`required_terms` of an affinity already found well-formed: the same value, without
+    checking each map and list on the way again."""
+    node = affinity
+    for key in _REQUIRED:
+        if type(node) is not dict and not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
     return node if isinstance(node, list) else None
 
 
