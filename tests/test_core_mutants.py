@@ -2226,3 +2226,17 @@ def test_podset_fields_of_the_wrong_type_count_as_absent() -> None:
     obj["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-group-name": 5}}
     [podset] = kueue_view(obj, row).podsets
     assert (podset.affinity_terms, podset.group) == (None, None)
+
+
+def test_bound_paths_are_remembered_per_pattern_and_bindings_and_forgotten_when_full() -> None:
+    from webhook.core import paths
+
+    pattern = ("spec", "replicatedJobs", "*", "template", "*")
+    assert paths.bound(pattern, (1, "a")) == ("spec", "replicatedJobs", 1, "template", "a")
+    assert paths.bound(pattern, (2, "a")) == ("spec", "replicatedJobs", 2, "template", "a")
+    assert paths.bound(("x", "*"), (1,)) == ("x", 1)
+    assert paths.bound(pattern, (1, "a")) == ("spec", "replicatedJobs", 1, "template", "a")
+    assert paths.bound(pattern, ()) is pattern
+    for index in range(paths._BOUND_MAX + 10):
+        assert paths.bound(("n", "*"), (index,)) == ("n", index)
+    assert len(paths._BOUND) <= paths._BOUND_MAX

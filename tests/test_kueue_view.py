@@ -490,3 +490,19 @@ def test_kinds_whose_workloads_belong_to_what_they_create() -> None:
     group) and its CronJob support (one Workload per Job)."""
     below = sorted(row.kind for row in KINDS if row.workloads_below)
     assert below == ["CronJob", "Deployment", "LeaderWorkerSet", "ReplicaSet", "StatefulSet"]
+
+
+def test_a_quantity_checked_once_for_one_resource_is_checked_again_for_another() -> None:
+    """``500m`` is a CPU request but no GPU count: the check of a quantity string kept for one
+    resource name must not let it through for another, read again or in any order."""
+    spec: dict[str, Any] = {"containers": [{"name": "a", "resources": {"requests": {"cpu": "500m"}}}]}
+    gpu: dict[str, Any] = {"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}
+    for _ in range(2):
+        problems: list[Any] = []
+        assert pod_requests(spec, problems, ("spec",)) == {"cpu": Decimal("0.5")}
+        assert problems == []
+        assert pod_requests(gpu, problems, ("spec",)) == {}
+        assert [(p.path, p.found) for p in problems] == [
+            (("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"), "500m")
+        ]
+    assert pod_requests(spec, None, ("spec",)) == {"cpu": Decimal("0.5")}

@@ -128,3 +128,52 @@ def test_a_pod_groups_own_keys_are_read_again() -> None:
     change = Change("add", ("metadata", "labels"), {"kueue.x-k8s.io/pod-group-name": "g"}, "queue", "test")
     fast, fresh = _replanned(pod, change)
     assert fast == fresh and fresh[0].partial
+
+
+def test_a_podset_replaced_in_place_of_dataclasses_replace_keeps_every_other_field() -> None:
+    from dataclasses import fields, replace
+
+    row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert row is not None
+    view = kueue_view(_jobset(), row)
+    podset = view.podsets[0]
+    base = {"metadata": {"annotations": {"a": "b"}}}
+    fast = planned._replaced(podset, base=base, affinity_terms=[{"matchExpressions": []}])
+    assert fast == replace(podset, base=base, affinity_terms=[{"matchExpressions": []}])
+    assert fast.base is base and fast is not podset and podset.base is not base
+    assert [getattr(fast, f.name) for f in fields(fast) if f.name not in ("base", "affinity_terms")] == [
+        getattr(podset, f.name) for f in fields(podset) if f.name not in ("base", "affinity_terms")
+    ]
+    assert planned._replaced(view, podsets=()) == replace(view, podsets=())
+    with pytest.raises(AssertionError, match="no such field"):
+        planned._replaced(podset, bsae=base)
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        None,
+        {},
+        "x",
+        {"nodeAffinity": None},
+        {"nodeAffinity": []},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "x"}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": {}}}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}, "bad"]
+                }
+            }
+        },
+    ],
+)
+def test_the_planned_views_terms_are_the_terms_a_checked_read_gives(affinity: Any) -> None:
+    from webhook.core.view import required_terms, terms_of
+
+    assert terms_of(affinity) == required_terms(affinity, ("spec", "affinity"), [])
+    checked = required_terms(affinity, ("spec", "affinity"), [])
+    assert (terms_of(affinity) is None) == (checked is None)
+    if checked is not None:
+        assert terms_of(affinity) is checked

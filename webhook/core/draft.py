@@ -95,16 +95,23 @@ class Draft:
         # leave copies made on the way: they equal what they replace.
         node: Any = self.doc
         owned = self._owned
-        for index in range(len(path) - 1):
+        last = len(path) - 1
+        for index in range(last):
             key = path[index]
             found = node.get(key) if type(node) is dict else child(node, key)
             if found is None:
-                nested: Any = value
+                nested: Any = _clone(value)  # the maps made around it are new: not copied again
                 for inner in reversed(path[index + 1 :]):
                     nested = {inner: nested}
-                self._put(node, "add", path[: index + 1], nested, rule, reason)
+                self._put(node, "add", path[: index + 1], nested, rule, reason, cloned=True)
                 return
-            expect_container(path[: index + 1], found, path[index + 1])
+            kind = type(found)
+            # The exact JSON types first (no path slice unless a check must run the slow way).
+            if kind is dict:
+                if type(path[index + 1]) is not str:
+                    expect_container(path[: index + 1], found, path[index + 1])
+            elif kind is not list or type(path[index + 1]) is not int:
+                expect_container(path[: index + 1], found, path[index + 1])
             if id(found) not in owned:
                 found = dict(found) if isinstance(found, dict) else list(found)
                 owned.add(id(found))
@@ -137,16 +144,24 @@ class Draft:
         self._put(self._own(path[:-1]), op, path, value, rule, reason)
 
     def _put(
-        self, parent: Any, op: Literal["add", "replace"], path: tuple[Key, ...], value: Any, rule: Rule, reason: str
+        self,
+        parent: Any,
+        op: Literal["add", "replace"],
+        path: tuple[Key, ...],
+        value: Any,
+        rule: Rule,
+        reason: str,
+        cloned: bool = False,
     ) -> None:
-        """Edit ``parent`` (the draft's own container at ``path[:-1]``) and record the change."""
+        """Edit ``parent`` (the draft's own container at ``path[:-1]``) and record the change;
+        ``cloned``: ``value`` is already the change's own copy."""
         key = path[-1]
         # The change gets its own copy of the value: another change made from the same policy
         # value must not share it (nor make YAML anchors in `kgov mutate`). The draft holds the
         # same copy; a later edit below it copies what it changes first (copy-on-write: only
         # containers in ``_owned`` are edited in place), so the change never sees that edit.
-        copy = _clone(value)
-        if isinstance(parent, list):
+        copy = value if cloned else _clone(value)
+        if type(parent) is not dict and isinstance(parent, list):
             assert isinstance(key, int)
             parent.insert(key, copy)
         else:
@@ -168,10 +183,11 @@ def _clone(value: Any) -> Any:
     kind = type(value)
     if kind is str or kind is bool or kind is int:  # the common values: nothing to copy
         return value
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
+    # A string item is kept as it is without a call (label values, expression values).
+    if kind is dict or isinstance(value, dict):
+        return {k: v if type(v) is str else _clone(v) for k, v in value.items()}
+    if kind is list or isinstance(value, list):
+        return [v if type(v) is str else _clone(v) for v in value]
     return value
 
 

@@ -65,8 +65,21 @@ def bound(pattern: PathPattern, bindings: tuple[Key, ...]) -> tuple[Key, ...]:
     """``pattern`` with its wildcards replaced, in order, by ``bindings`` (a concrete path)."""
     if not bindings:
         return pattern
-    keys = iter(bindings)
-    return tuple([next(keys) if head == "*" else head for head in pattern])
+    key = (pattern, bindings)
+    found = _BOUND.get(key)
+    if found is None:
+        keys = iter(bindings)
+        found = tuple([next(keys) if head == "*" else head for head in pattern])
+        if len(_BOUND) >= _BOUND_MAX:
+            _BOUND.clear()
+        _BOUND[key] = found
+    return found
+
+
+#: (pattern, bindings) → the bound path: the same few (a count's path with each podset's index)
+#: come in request after request. Cleared when full.
+_BOUND: dict[tuple[PathPattern, tuple[Key, ...]], tuple[Key, ...]] = {}
+_BOUND_MAX = 4096
 
 
 def dotted(path: tuple[Key, ...]) -> str:

@@ -237,7 +237,11 @@ def plan_object(
         for podset in view.podsets:  # every map the rules read or write must be a map
             if podset.present:
                 for suffix in podset.rule.layout.maps:
-                    string_map(draft, podset.at(*suffix))
+                    # read below the podset's base (the draft has no edit yet); the draft's path
+                    # from the root only for a value that is no dict, where string_map raises
+                    found = lookup(podset.base, suffix)
+                    if found is not None and type(found) is not dict:
+                        string_map(draft, podset.at(*suffix))
         plan_queue(draft, row, team, plan)
         plan_kueue_priority(draft, view, team, plan)
         plan_pod_labels(draft, view, team, plan)

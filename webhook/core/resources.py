@@ -32,10 +32,23 @@ Requests = dict[str, Decimal]
 Path = tuple[Key, ...]
 
 
+#: (resource name, quantity string) → its amount, for the strings found well-formed (a string's
+#: check depends on nothing else: ``whole`` concerns JSON numbers). Cleared when full.
+_CHECKED: dict[tuple[str, str], Decimal] = {}
+_CHECKED_MAX = 4096
+
+
 def _quantities(value: Any, path: Path, problems: Problems, whole: bool = False) -> Requests:
     out: Requests = {}
     for name, amount in a_map(value, path, problems).items():
-        parsed = quantity(amount, (*path, name), problems, whole)
+        text = type(amount) is str and type(name) is str
+        parsed = _CHECKED.get((name, amount)) if text else None
+        if parsed is None:
+            parsed = quantity(amount, (*path, name), problems, whole)
+            if parsed is not None and text:
+                if len(_CHECKED) >= _CHECKED_MAX:
+                    _CHECKED.clear()
+                _CHECKED[(name, amount)] = parsed
         if parsed is not None:
             out[str(name)] = parsed
     return out
@@ -78,22 +91,30 @@ def pod_requests(
     total: Requests = {}
     for path, container in maps_of(pod_spec.get("containers"), (*at, "containers"), found):
         _add(total, _requests(container.get("resources"), (*path, "resources"), found, whole))
-    sidecars: Requests = {}
-    init_peak: Requests = {}
-    for path, container in maps_of(pod_spec.get("initContainers"), (*at, "initContainers"), found):
-        own = _requests(container.get("resources"), (*path, "resources"), found, whole)
-        if container.get("restartPolicy") == "Always":
-            _add(total, own)
-            _add(sidecars, own)
-            _max(init_peak, sidecars)
-        else:
-            needed = dict(own)
-            _add(needed, sidecars)
-            _max(init_peak, needed)
-    _max(total, init_peak)
-    pod_level = _requests(pod_spec.get("resources"), (*at, "resources"), found, whole)
-    for name, amount in pod_level.items():
-        if _supported_at_pod_level(name):
-            total[name] = amount
-    _add(total, _quantities(pod_spec.get("overhead"), (*at, "overhead"), found, whole))
+    # Each optional field below is skipped when absent (a pod without init containers, pod-level
+    # resources or overhead), as reading it would add nothing.
+    init_containers = pod_spec.get("initContainers")
+    if init_containers is not None:
+        sidecars: Requests = {}
+        init_peak: Requests = {}
+        for path, container in maps_of(init_containers, (*at, "initContainers"), found):
+            own = _requests(container.get("resources"), (*path, "resources"), found, whole)
+            if container.get("restartPolicy") == "Always":
+                _add(total, own)
+                _add(sidecars, own)
+                _max(init_peak, sidecars)
+            else:
+                needed = dict(own)
+                _add(needed, sidecars)
+                _max(init_peak, needed)
+        _max(total, init_peak)
+    pod_resources = pod_spec.get("resources")
+    if pod_resources is not None:
+        pod_level = _requests(pod_resources, (*at, "resources"), found, whole)
+        for name, amount in pod_level.items():
+            if _supported_at_pod_level(name):
+                total[name] = amount
+    overhead = pod_spec.get("overhead")
+    if overhead is not None:
+        _add(total, _quantities(overhead, (*at, "overhead"), found, whole))
     return total

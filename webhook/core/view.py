@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, PathPattern, bound, lookup
+from webhook.core.paths import Key, PathPattern, bound, child, lookup
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import (
@@ -47,6 +48,7 @@ __all__ = [
     "WorkloadView",
     "kueue_view",
     "required_terms",
+    "terms_of",
 ]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
@@ -165,8 +167,7 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     last = bindings[-1]
     if isinstance(last, str):
         return last.lower()
-    upto_last_wildcard = rule.template[: len(rule.template) - rule.template[::-1].index("*")]
-    at = bound(upto_last_wildcard, bindings)
+    at = bound(_upto_last_wildcard(rule.template), bindings)
     holder = lookup(obj, at)
     name = holder.get(rule.name) if isinstance(holder, Mapping) else None
     if isinstance(name, str):
@@ -174,6 +175,12 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
     if name is not None:
         problems.append(Problem((*at, rule.name), name, "a string"))
     return f"{rule.name}-{last}"
+
+
+@lru_cache(maxsize=256)
+def _upto_last_wildcard(template: PathPattern) -> PathPattern:
+    """The pattern of the item a podset's template is in (its name field's holder); one per kind row."""
+    return template[: len(template) - template[::-1].index("*")]
 
 
 def _defaults(rule: PodSetRule) -> Requests:
@@ -191,6 +198,17 @@ def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> li
         node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
     for where, term in maps_of(node, (*at, *_REQUIRED), problems):
         a_list(term.get("matchExpressions"), (*where, "matchExpressions"), problems)
+    return node if isinstance(node, list) else None
+
+
+def terms_of(affinity: Any) -> list[Any] | None:
+    """:func:`required_terms` of an affinity already found well-formed: the same value, without
+    checking each map and list on the way again."""
+    node = affinity
+    for key in _REQUIRED:
+        if type(node) is not dict and not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
     return node if isinstance(node, list) else None
 
 
@@ -213,30 +231,46 @@ def _podset(
     layout = rule.layout
     led = rule.leader is not None and lookup(obj, rule.leader.path) is not None
     pods = _count(obj, rule, bindings, led, problems)  # read first: problems come in document order
+    # Each value is read once below the base; a problem's path is built only for a value that is
+    # set and not of the plain JSON type wanted (the common case: absent, or a dict).
     for suffix in (*layout.maps, layout.labels):  # the maps the rules read and write
-        a_map(lookup(base, suffix), (*path, *suffix), problems)
+        value = lookup(base, suffix)
+        if value is not None and type(value) is not dict:
+            a_map(value, (*path, *suffix), problems)
     requests = None
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
         spec = a_map(lookup(base, layout.spec), spec_path, problems)
         requests = pod_requests(spec, problems, spec_path, whole)
-    slice_size = (*layout.annotations, SLICE_SIZE)
-    count(lookup(base, slice_size), (*path, *slice_size), problems, text=True)
-    group = lookup(base, (*layout.annotations, GROUP_NAME))
+    annotations = lookup(base, layout.annotations)
+    slice_size = child(annotations, SLICE_SIZE)
+    if slice_size is not None:
+        count(slice_size, (*path, *layout.annotations, SLICE_SIZE), problems, text=True)
+    group = child(annotations, GROUP_NAME)
     if group is not None and not isinstance(group, str):
         problems.append(Problem((*path, *layout.annotations, GROUP_NAME), group, "a string"))
-    for suffix in (layout.labels, layout.annotations):
-        string_values(lookup(base, suffix), (*path, *suffix), problems)
+    labels = lookup(base, layout.labels)
+    for suffix, value in ((layout.labels, labels), (layout.annotations, annotations)):
+        if value is not None:
+            string_values(value, (*path, *suffix), problems)
+    name = _name(obj, rule, bindings, led, problems)
+    node_selector = lookup(base, layout.node_selector)
+    affinity = lookup(base, layout.affinity)
+    tolerations = lookup(base, layout.tolerations)
     return PodSet(
-        name=_name(obj, rule, bindings, led, problems),
+        name=name,
         path=path,
         count=pods,
         base=base,
         rule=rule,
         requests=requests,
-        node_selector=_strings(lookup(base, layout.node_selector), (*path, *layout.node_selector), problems),
-        affinity_terms=required_terms(lookup(base, layout.affinity), (*path, *layout.affinity), problems),
-        tolerations=[t for _, t in maps_of(lookup(base, layout.tolerations), (*path, *layout.tolerations), problems)],
+        node_selector={}
+        if node_selector is None
+        else _strings(node_selector, (*path, *layout.node_selector), problems),
+        affinity_terms=None if affinity is None else required_terms(affinity, (*path, *layout.affinity), problems),
+        tolerations=[]
+        if tolerations is None
+        else [t for _, t in maps_of(tolerations, (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
         partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
     )

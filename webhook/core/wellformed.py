@@ -234,22 +234,24 @@ def expand_checked(
     """:func:`webhook.core.paths.expand`, recording each value on the way that is set but is not
     the container the next key needs: a map for a name, a list for ``"*"`` (a map when ``keyed``:
     the items are keyed by role names, a Kubeflow job's replica specs)."""
-    if not pattern:
-        yield prefix, (), node
-        return
-    if node is None:
-        return
-    head, rest = pattern[0], pattern[1:]
-    if head == "*":
-        items: list[tuple[Key, Any]]
-        if keyed:
-            items = list(a_map(node, prefix, problems).items())
-        else:
-            items = list(enumerate(a_list(node, prefix, problems)))
-        for key, item in items:
-            for path, bindings, value in expand_checked(item, rest, problems, keyed, (*prefix, key)):
-                yield path, (key, *bindings), value
-    else:
+    # The keys up to the next wildcard are followed in a loop, without a generator per key.
+    for depth, head in enumerate(pattern):
+        if node is None:
+            return
+        if head == "*":
+            items: list[tuple[Key, Any]]
+            if keyed:
+                items = list(a_map(node, prefix, problems).items())
+            else:
+                items = list(enumerate(a_list(node, prefix, problems)))
+            rest = pattern[depth + 1 :]
+            for key, item in items:
+                for path, bindings, value in expand_checked(item, rest, problems, keyed, (*prefix, key)):
+                    yield path, (key, *bindings), value
+            return
         holder = a_map(node, prefix, problems)
-        if head in holder:
-            yield from expand_checked(holder[head], rest, problems, keyed, (*prefix, head))
+        if head not in holder:
+            return
+        node = holder[head]
+        prefix = (*prefix, head)
+    yield prefix, (), node

@@ -99,7 +99,11 @@ def plan_pod_priority(
     if _value(podset) is not None or (layout.pod_priority and lookup(podset.base, layout.pod_priority) is not None):
         return
     if layout.spec is not None:
-        string_map(draft, podset.at(*layout.spec))
+        # The pod spec must be a map; no edit replaces one, so the podset's own reads it (the
+        # draft's path from the root only for a value that is no map, where string_map raises).
+        spec = lookup(podset.base, layout.spec)
+        if spec is not None and type(spec) is not dict:
+            string_map(draft, podset.at(*layout.spec))
     where = f"podset {podset.name!r}"
     chosen: str | None = rule.default
     reason = f"{where}: the default of team {team.team!r}"

@@ -63,6 +63,11 @@ _STRENGTH = {REQUIRED: 2, PREFERRED: 1}
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 
 
+def _user_placed(annotations: Mapping[str, Any]) -> bool:
+    """Whether a podset's own annotations hold any TAS annotation (read once per podset)."""
+    return any(key in annotations for key in TAS_ANNOTATIONS)
+
+
 def elastic_forbidden(obj: Mapping[str, Any], row: WorkloadKind) -> tuple[str, ...]:
     """The TAS annotations Kueue's webhook refuses on ``obj``'s pod templates because ``obj`` is an
     elastic workload (``metadata.annotations["kueue.x-k8s.io/elastic-job"] == "true"``, exactly as
@@ -189,7 +194,7 @@ def plan_topology(
         members
         for members in podset_groups(present)
         # the user placed this podset (or a member of its group): never add one
-        if not any(key in p.annotations for p in members for key in TAS_ANNOTATIONS)
+        if not any(_user_placed(p.annotations) for p in members)
         # Kueue refuses podset-group-name without a required or preferred topology
         and not (placement.mode == "unconstrained" and members[0].group is not None)
         # nor a group of the user's that it refuses whatever they ask for (reported by kueue_tas)
