@@ -61,6 +61,7 @@ __all__ = [
     "JobPlacement",
     "PolicyMetrics",
     "job_placements",
+    "pod_job_and_role",
     "policy_metrics",
     "smallest_feasible_level",
     "trim_snapshot",
@@ -87,7 +88,7 @@ def workload_job(workload: Mapping[str, Any]) -> str:
     return str(metadata.get("name"))
 
 
-def _pod_job_and_role(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def pod_job_and_role(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(job, ``driver``/``worker``) of a pod (an API object) from the JobSet's labels, else from
     the benchmark's own labels of a pod group's pod; None where neither says."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -144,8 +145,8 @@ def trim_snapshot(
         "pods": [
             {
                 "name": p["metadata"]["name"],
-                "job": _pod_job_and_role(p)[0],
-                "role": _pod_job_and_role(p)[1],
+                "job": pod_job_and_role(p)[0],
+                "role": pod_job_and_role(p)[1],
                 "roleHash": (p["metadata"].get("annotations") or {}).get(ROLE_HASH),
                 "nodeName": (p.get("spec") or {}).get("nodeName"),
                 "nodeSelector": (p.get("spec") or {}).get("nodeSelector"),
