@@ -1,8 +1,9 @@
 """Build (once) and locate the binaries and manifests of the local e2e cluster.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kueue manager and KWOK are
-compiled from their Go modules in small wrapper modules under ``e2e/build/<wrapper>/`` whose
-``go.mod``/``go.sum`` pin every dependency (``tool`` directives name the main packages). The
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kueue manager, KWOK and the
+JobSet controller manager are compiled from their Go modules in small wrapper modules under
+``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin every dependency (``tool`` directives
+name the main packages). The
 binaries of one wrapper (the three Kubernetes components) are built by one ``go build``, so
 their common packages are compiled once. Binaries are cached outside the repository in
 ``${KGOV_CACHE:-~/.cache/kueue-governor}/bin/<name>-<version>`` and rebuilt only when missing.
@@ -38,6 +39,9 @@ ETCD_VERSION = "v3.6.16"
 KUBERNETES_VERSION = "v1.36.1"
 KUEUE_VERSION = "v0.19.2"
 KWOK_VERSION = "v0.8.0"
+# The JobSet release Kueue v0.19.2 is built against (its go.mod), so the controller runs the same
+# API types as the CRDs installed and Kueue's jobset integration.
+JOBSET_VERSION = "v0.12.0"
 HELM_VERSION = "v3.22.0"
 
 
@@ -65,6 +69,14 @@ def _kueue_version_ldflags(version: str, commit: str) -> list[str]:
     flags = [f"-X 'sigs.k8s.io/kueue/pkg/version.GitVersion={version}'"]
     if commit:
         flags.append(f"-X 'sigs.k8s.io/kueue/pkg/version.GitCommit={commit}'")
+    return flags
+
+
+def _jobset_version_ldflags(version: str, commit: str) -> list[str]:
+    """JobSet's release build (its Makefile, ``LD_FLAGS``) sets ``pkg/version``."""
+    flags = [f"-X 'sigs.k8s.io/jobset/pkg/version.GitVersion={version}'"]
+    if commit:
+        flags.append(f"-X 'sigs.k8s.io/jobset/pkg/version.GitCommit={commit}'")
     return flags
 
 
@@ -138,6 +150,13 @@ def binaries() -> list[Binary]:
         ),
         Binary(
             "kwok", "sigs.k8s.io/kwok", KWOK_VERSION, "sigs.k8s.io/kwok/cmd/kwok", _kwok_version_ldflags(KWOK_VERSION)
+        ),
+        Binary(  # the JobSet controller manager (its main package is the module root)
+            "jobset",
+            "sigs.k8s.io/jobset",
+            JOBSET_VERSION,
+            "sigs.k8s.io/jobset",
+            _jobset_version_ldflags(JOBSET_VERSION, module_origin_commit("sigs.k8s.io/jobset", JOBSET_VERSION)),
         ),
     ]
 
@@ -278,7 +297,7 @@ def ensure_binaries(force: set[str] | None = None) -> dict[str, Path]:
 
     Returns:
         name ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
-        "kwok", "helm") -> path of the executable.
+        "kwok", "helm", "jobset") -> path of the executable.
     """
     if shutil.which("go") is None and not all(binary_path(b).exists() for b in binaries()):
         raise RuntimeError("the Go toolchain is needed to build the e2e cluster binaries")

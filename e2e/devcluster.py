@@ -18,13 +18,20 @@ Everything runs as local processes on 127.0.0.1 (no containers, no real kubelet)
   scheduler bound them to, and a Job's pods Succeeded after the delay in the pod's
   ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation, 1 s plus up to 5 s jitter by default; the
   ``…/jitter-delay`` annotation, 5 s by default, caps that delay);
+* optionally the JobSet controller manager (``jobset.x-k8s.io``, the release Kueue is built
+  against) out of cluster (``--kubeconfig`` as its release's service account, ``--config``): no
+  leader election, no internal certificate management, its webhook and metrics servers on
+  127.0.0.1 with a certificate from our CA and its webhook configurations not registered (no
+  JobSet webhook is ever called, so a JobSet is written with the fields its defaulting webhook
+  would set); it creates a JobSet's Jobs, which kube-controller-manager's Job controller turns
+  into pods. Off by default;
 * optionally our own webhook, ``kgov serve``, registered as the ``kgov-governor``
   MutatingWebhookConfiguration.
 
 State (pid files, logs, certificates, kubeconfig, etcd data) lives in ``$KGOV_E2E_STATE`` or
 ``e2e/.state``. Command line::
 
-    python -m e2e.devcluster up [--shape 1x2x2x2] [--with-governor platform.yaml]
+    python -m e2e.devcluster up [--shape 1x2x2x2] [--with-governor platform.yaml] [--with-jobset-controller]
     python -m e2e.devcluster status
     python -m e2e.devcluster down [--purge]
 """
@@ -131,8 +138,21 @@ CONTROLLERS = [
 # Client rate limits of the controllers: the Job controller and the scheduler create and bind
 # thousands of pods in the benchmarks; the defaults (20 and 50 QPS) would pace them.
 CONTROLLER_QPS, CONTROLLER_BURST = 200, 400
+# The JobSet controller's user: the service account its release manifests run it as. The governor
+# lets only controllers (``system:`` users outside the team's namespace) create a child of an
+# object Kueue manages, such as a JobSet's Jobs.
+JOBSET_USER = "system:serviceaccount:jobset-system:jobset-controller-manager"
 
-PROCESS_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok", "governor"]
+PROCESS_ORDER = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kueue",
+    "kwok",
+    "jobset",
+    "governor",
+]
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok")
 
 
@@ -160,6 +180,8 @@ class ClusterInfo:
     governor_url: str | None = None
     #: The governor's plain-HTTP metrics port (``/metrics``), None when it runs elsewhere.
     governor_metrics_url: str | None = None
+    #: The JobSet controller's health port (``/readyz``), 0 when it does not run.
+    jobset_health_port: int = 0
     versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -185,6 +207,8 @@ class Paths:
         self.etcd_data = root / "etcd"
         self.kueue_certs = self.pki / "kueue-webhook"
         self.governor_certs = self.pki / "governor"
+        self.jobset_certs = self.pki / "jobset"
+        self.jobset_config = root / "jobset-config.yaml"
         self.ca_crt = self.pki / "ca.crt"
         self.ca_key = self.pki / "ca.key"
         self.kubeconfig = root / "kubeconfig"
@@ -417,6 +441,7 @@ def _write_pki(paths: Paths) -> dict[str, str]:
     )
     serving(paths.kueue_certs, ["localhost"], ["127.0.0.1"])
     serving(paths.governor_certs, ["localhost"], ["127.0.0.1"])
+    serving(paths.jobset_certs, ["localhost"], ["127.0.0.1"])
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     write_private(
@@ -436,6 +461,7 @@ def _write_pki(paths: Paths) -> dict[str, str]:
         "kube-controller-manager": "system:kube-controller-manager",
         "kube-scheduler": "system:kube-scheduler",
         "kwok": "kwok-controller",
+        "jobset": JOBSET_USER,
     }
     tokens = {name: secrets.token_urlsafe(32) for name in users}
     write_private(
@@ -801,6 +827,71 @@ def _kwok_command(binary: Path, kwok_dir: Path, port: int, kubeconfig: Path) -> 
     ]
 
 
+def jobset_configuration(paths: Paths, ports: dict[str, int]) -> dict[str, Any]:
+    """The JobSet manager's Configuration (``config.jobset.x-k8s.io/v1alpha1``, its
+    ``api/config/v1alpha1``) for running out of cluster: no leader election, internal certificate
+    management off (it would otherwise wait for a Secret and inject CA bundles into webhook
+    configurations), webhook and metrics servers on 127.0.0.1 serving our certificate, the same
+    client limits as the other controllers."""
+    certs = str(paths.jobset_certs)
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": certs},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}", "certDir": certs},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
+        "clientConnection": {"qps": CONTROLLER_QPS, "burst": CONTROLLER_BURST},
+    }
+
+
+def start_jobset_controller(root: Path | None = None, timeout: float = 120.0) -> ClusterInfo:
+    """Start the JobSet controller manager on a running cluster (see the module doc) and wait for
+    its ``/readyz``; a JobSet controller already running is left as it is.
+
+    Raises:
+        DevClusterError: no running cluster in the state directory, or the manager did not
+            become ready (its log tail is included).
+    """
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    if info is None or process_alive(paths, "kube-apiserver") is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    if process_alive(paths, "jobset") is not None and info.jobset_health_port:
+        return info
+    binary = build.ensure_binaries()["jobset"]
+    webhook, metrics, health = _free_ports(3)
+    token = next(
+        (line.split(",")[0] for line in paths.tokens.read_text().splitlines() if f",{JOBSET_USER}," in line), None
+    )
+    if token is None:
+        raise DevClusterError(f"the cluster in {paths.root} has no token for {JOBSET_USER}; start it again (down, up)")
+    kubeconfig = paths.root / "jobset.kubeconfig"
+    _write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "jobset-controller-manager", token)
+    configuration = jobset_configuration(paths, {"webhook": webhook, "metrics": metrics, "health": health})
+    paths.jobset_config.write_text(yaml.safe_dump(configuration, sort_keys=False))
+    command = [
+        str(binary),
+        f"--config={paths.jobset_config}",
+        f"--kubeconfig={kubeconfig}",
+        # its zap logger defaults to development mode (debug level): a line per reconcile
+        "--zap-log-level=info",
+    ]
+    start_process(paths, "jobset", command)
+    _wait_until(
+        "the JobSet controller's /readyz",
+        lambda: _http_ok(f"http://127.0.0.1:{health}/readyz"),
+        timeout,
+        paths,
+        "jobset",
+    )
+    info.jobset_health_port = health
+    info.versions["jobset"] = build.JOBSET_VERSION
+    _save(paths, info)
+    return info
+
+
 def _context(ca_file: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca_file))
 
@@ -810,11 +901,15 @@ def up(
     shape: TopologyShape | None = None,
     governor_platform: Path | None = None,
     timeout: float = 180.0,
+    *,
+    jobset_controller: bool = False,
 ) -> ClusterInfo:
     """Bring the cluster up (building binaries first if needed) and return its info.
 
-    A cluster already running in the same state directory is returned as it is. It returns once
-    every fake node is Ready and untainted.
+    A cluster already running in the same state directory is returned as it is (with the JobSet
+    controller and the governor started if asked for and not running). It returns once every fake
+    node is Ready and untainted. ``jobset_controller`` also runs the JobSet controller manager
+    (:func:`start_jobset_controller`).
 
     Raises:
         DevClusterError: a component did not start or become ready (its log tail is included).
@@ -823,6 +918,8 @@ def up(
     shape = shape or TopologyShape()
     existing = load_info(paths.root)
     if existing is not None and all(process_alive(paths, n) for n in CONTROL_PLANE):
+        if jobset_controller:
+            existing = start_jobset_controller(paths.root)
         if governor_platform is not None and existing.governor_url is None:
             start_governor(paths.root, governor_platform)
             existing = load_info(paths.root) or existing
@@ -960,6 +1057,8 @@ def up(
     asyncio.run(install_rest())
     info.node_names = [node["metadata"]["name"] for node in nodes]
     _save(paths, info)
+    if jobset_controller:
+        info = start_jobset_controller(paths.root, timeout)
     if governor_platform is not None:
         info = start_governor(paths.root, governor_platform)
     return info
@@ -1196,11 +1295,15 @@ def status(root: Path | None = None) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_cluster(
-    root: Path, shape: TopologyShape | None = None, governor_platform: Path | None = None
+    root: Path,
+    shape: TopologyShape | None = None,
+    governor_platform: Path | None = None,
+    *,
+    jobset_controller: bool = False,
 ) -> Iterator[ClusterInfo]:
     """``up`` on entry, ``down`` on exit (also when ``up`` fails half-way)."""
     try:
-        yield up(root, shape=shape, governor_platform=governor_platform)
+        yield up(root, shape=shape, governor_platform=governor_platform, jobset_controller=jobset_controller)
     finally:
         down(root)
 
@@ -1238,6 +1341,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="also apply the platform's generated Kueue objects and namespaces, and run kgov serve",
     )
+    up_parser.add_argument(
+        "--with-jobset-controller",
+        action="store_true",
+        help="also run the JobSet controller manager (JobSets then create their Jobs and pods)",
+    )
     down_parser = commands.add_parser("down", help="stop every process up started")
     down_parser.add_argument("--purge", action="store_true", help="also delete the state directory")
     commands.add_parser("status", help="processes and readiness, as JSON")
@@ -1249,7 +1357,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             started = time.monotonic()
-            info = up(root, TopologyShape.parse(args.shape), args.with_governor)
+            info = up(
+                root,
+                TopologyShape.parse(args.shape),
+                args.with_governor,
+                jobset_controller=args.with_jobset_controller,
+            )
             if args.with_governor is not None:
                 apply_platform(root, args.with_governor)
             print(f"control plane up in {time.monotonic() - started:.0f}s ({info.shape} nodes)", file=sys.stderr)

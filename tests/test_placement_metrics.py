@@ -1,6 +1,9 @@
 """The placement benchmark's figures (benchmarks/placement/metrics.py) on snapshots recorded from
-real runs: ``python -m benchmarks.placement --shape 1x2x2x4 --horizon 60 --drain 90 --max-runtime 40
---output DIR`` (Kueue v0.19.2 on the e2e cluster; 16 nodes: 2 blocks of 2 racks of 4 hosts).
+real runs (Kueue v0.19.2 on the e2e cluster; 16 nodes: 2 blocks of 2 racks of 4 hosts): of pod
+groups, ``python -m benchmarks.placement --shape 1x2x2x4 --horizon 60 --drain 90 --max-runtime 40
+--output DIR`` before JobSets were the default (``*-1x2x2x4.json``), and of JobSets,
+``python -m benchmarks.placement --shape 1x2x2x4 --horizon 120 --output DIR``
+(``implicit-jobset-1x2x2x4.json``).
 
 The expected values were read off the snapshots by hand: each job's hosts (its pods'
 ``spec.nodeName``, here equal to its Workload's topology assignment), their racks
@@ -133,3 +136,32 @@ def test_goals_name_each_verdict_with_its_margin() -> None:
     table_lines = table(results).splitlines()
     assert table_lines[0].split() == ["implicit", "auto"]
     assert table_lines[3].split() == ["never", "admitted", "0", "2"]
+
+
+def test_jobsets_are_joined_with_their_workload_by_owner_and_their_pods_by_label() -> None:
+    snapshot = load("implicit-jobset-1x2x2x4.json")
+    # Kueue names a JobSet's Workload jobset-<name>-<hash>; the snapshot keeps its owner's name
+    workload = next(w for w in snapshot["workloads"] if w["job"] == "job-0001")
+    assert workload["name"].startswith("jobset-job-0001-")
+    assert [a["name"] for a in workload["podSetAssignments"]] == ["driver", "workers"]
+    by_name = {p.name: p for p in job_placements(snapshot)}
+    job = by_name["job-0001"]  # 4 whole-node pods: driver (its own replicatedJob) + 3 workers
+    assert (job.pods, job.gpus, job.driver_host) == (4, 32, "gpu-1-1-1-2")
+    assert sorted(job.worker_hosts) == ["gpu-1-1-1-3", "gpu-1-1-1-4", "gpu-1-1-2-1"]
+    assert job.bound == tuple(sorted(job.hosts)) and not job.off_assignment
+    single = by_name["job-0005"]  # one pod: the driver replicatedJob alone
+    assert (single.pods, single.driver_host, single.worker_hosts) == (1, "gpu-1-2-2-3", ())
+    small = by_name["job-0008"]  # 8 pods of 1 GPU on one host
+    assert small.hosts == ("gpu-1-1-1-4",) * 8
+
+
+def test_implicit_jobset_snapshot() -> None:
+    metrics = policy_metrics(load("implicit-jobset-1x2x2x4.json"))
+    assert (metrics.jobs, metrics.admitted, metrics.never_admitted) == (14, 14, ())
+    # multi-node: 0001 0002 0003 0010 (4 nodes), 0004 0007 0009 (2), 0012 0013 (8)
+    assert metrics.multi_node == 9
+    # in one rack: 0003 (nn-rack-1-2-1), 0004 (1-2-2), 0007 (1-1-1); in one block: 0013 (block 1-1)
+    assert metrics.in_smallest_domain == pytest.approx(4 / 9)
+    # 13 jobs with workers; the driver is away from every worker's rack in 0002 0009 0012
+    assert metrics.driver_shares_rack == pytest.approx(10 / 13)
+    assert metrics.off_assignment == 0

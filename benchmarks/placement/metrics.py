@@ -7,10 +7,16 @@ A snapshot (:func:`trim_snapshot` makes one from the API server's objects) is pl
 - ``gpus_per_node``, ``node_count``, ``t0`` (epoch seconds when the stream started),
   ``horizon`` and ``end`` (seconds from ``t0``: the last arrival bound, and when observation stopped);
 - ``jobs``: the stream (:class:`~.stream.Job` fields);
-- ``workloads``: each Workload's name, ``creationTimestamp``, conditions and
-  ``status.admission.podSetAssignments`` (name, count, ``topologyAssignment``);
+- ``workloads``: each Workload's name, its job (:func:`workload_job`), ``creationTimestamp``,
+  conditions and ``status.admission.podSetAssignments`` (name, count, ``topologyAssignment``);
 - ``pods``: each pod's name, job, role (``driver``/``worker``), Kueue's ``role-hash`` annotation
-  (the podset it belongs to) and ``spec.nodeName``.
+  (the podset of a pod group's pod) and ``spec.nodeName``.
+
+A job is a JobSet (its pods labelled ``jobset.sigs.k8s.io/jobset-name`` and
+``…/replicatedjob-name``, ``driver`` or ``workers``; its Workload owned by the JobSet, one podset
+per replicatedJob, named after it) or a Kueue pod group (the benchmark's own job and role labels
+on each pod; the Workload named after the group, the driver's podset named by its pods'
+``role-hash``). Snapshots without a workload's ``job`` (older runs: pod groups) join by name.
 
 Definitions (all from the snapshot, nothing from memory of the run):
 
@@ -32,8 +38,9 @@ Definitions (all from the snapshot, nothing from memory of the run):
 - **GPU utilisation**: GPUs of admitted Workloads (admission to ``Finished``, or to the end of
   observation) integrated over ``[t0, t0 + horizon]``, over all GPUs x horizon;
 - **creation lag**: the Workload's ``creationTimestamp`` minus the job's scheduled arrival (Kueue
-  creates a pod group's Workload once all its pods exist, so this is how late the stream was
-  submitted: the API server's pace under load);
+  creates a JobSet's Workload when it sees the JobSet, a pod group's once all its pods exist, so
+  this is how late the stream was submitted and taken up: the API server's and Kueue's pace under
+  load);
 - **off assignment**: admitted jobs with a bound pod whose node is not a host of the assignment
   (the pods' ``spec.nodeName`` against the topology assignment, as multisets).
 """
@@ -54,15 +61,42 @@ __all__ = [
     "JobPlacement",
     "PolicyMetrics",
     "job_placements",
+    "pod_job_and_role",
     "policy_metrics",
     "smallest_feasible_level",
     "trim_snapshot",
+    "workload_job",
 ]
 
 HOSTNAME = "kubernetes.io/hostname"
 ROLE_HASH = "kueue.x-k8s.io/role-hash"
 JOB_LABEL = "placement-bench.kueue-governor.io/job"
 ROLE_LABEL = "placement-bench.kueue-governor.io/role"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+#: The replicatedJob (and so the podset) of a JobSet job's driver.
+DRIVER = "driver"
+
+
+def workload_job(workload: Mapping[str, Any]) -> str:
+    """The job a Workload (an API object) is of: the JobSet that owns it, else its own name (a pod
+    group's Workload is named after the group)."""
+    metadata = workload.get("metadata") or {}
+    for owner in metadata.get("ownerReferences") or []:
+        if owner.get("kind") == "JobSet":
+            return str(owner.get("name"))
+    return str(metadata.get("name"))
+
+
+def pod_job_and_role(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(job, ``driver``/``worker``) of a pod (an API object) from the JobSet's labels, else from
+    the benchmark's own labels of a pod group's pod; None where neither says."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if JOBSET_NAME_LABEL in labels:
+        replicated = labels.get(REPLICATED_JOB_LABEL)
+        role = None if replicated is None else DRIVER if replicated == DRIVER else "worker"
+        return labels[JOBSET_NAME_LABEL], role
+    return labels.get(JOB_LABEL), labels.get(ROLE_LABEL)
 
 
 def epoch(timestamp: str) -> float:
@@ -95,6 +129,7 @@ def trim_snapshot(
         "workloads": [
             {
                 "name": w["metadata"]["name"],
+                "job": workload_job(w),
                 "creationTimestamp": w["metadata"]["creationTimestamp"],
                 "conditions": [
                     {k: c.get(k) for k in ("type", "status", "lastTransitionTime", "reason")}
@@ -110,8 +145,8 @@ def trim_snapshot(
         "pods": [
             {
                 "name": p["metadata"]["name"],
-                "job": (p["metadata"].get("labels") or {}).get(JOB_LABEL),
-                "role": (p["metadata"].get("labels") or {}).get(ROLE_LABEL),
+                "job": pod_job_and_role(p)[0],
+                "role": pod_job_and_role(p)[1],
                 "roleHash": (p["metadata"].get("annotations") or {}).get(ROLE_HASH),
                 "nodeName": (p.get("spec") or {}).get("nodeName"),
                 "nodeSelector": (p.get("spec") or {}).get("nodeSelector"),
@@ -174,8 +209,8 @@ def _assignment_hosts(assignment: Mapping[str, Any] | None) -> list[str]:
 
 
 def job_placements(snapshot: Mapping[str, Any]) -> list[JobPlacement]:
-    """Every job of the stream joined with its Workload (same name: the pod group's name) and pods."""
-    workloads = {w["name"]: w for w in snapshot["workloads"]}
+    """Every job of the stream joined with its Workload (the JobSet's, or the pod group's) and pods."""
+    workloads = {w.get("job", w["name"]): w for w in snapshot["workloads"]}
     pods_by_job: dict[str, list[Mapping[str, Any]]] = {}
     for pod in snapshot["pods"]:
         pods_by_job.setdefault(pod["job"], []).append(pod)
@@ -188,12 +223,13 @@ def job_placements(snapshot: Mapping[str, Any]) -> list[JobPlacement]:
         created = epoch(workload["creationTimestamp"]) if workload else None
         admitted = _condition_time(workload, "Admitted") if workload else None
         finished = _condition_time(workload, "Finished") if workload else None
-        driver_hash = next((p["roleHash"] for p in pods if p["role"] == "driver"), None)
+        # the driver's podset: the JobSet's replicatedJob, or the pod group's driver's role hash
+        driver_podsets = {DRIVER} | {p["roleHash"] for p in pods if p["role"] == "driver" and p.get("roleHash")}
         driver_hosts: list[str] = []
         worker_hosts: list[str] = []
         for assignment in (workload or {}).get("podSetAssignments") or []:
             hosts = _assignment_hosts(assignment.get("topologyAssignment"))
-            if job["workers"] and assignment["name"] == driver_hash:
+            if job["workers"] and assignment["name"] in driver_podsets:
                 driver_hosts += hosts
             elif job["workers"]:
                 worker_hosts += hosts

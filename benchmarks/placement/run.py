@@ -1,15 +1,26 @@
 """Placement benchmark on real Kueue: four topology policies, one seeded job stream, one table.
 
 For each policy in turn a fresh simulated cluster (``e2e.devcluster``: kube-apiserver, Kueue
-v0.19.2, kube-scheduler, KWOK nodes ``SxBxRxH`` with layer-1/2/3 network labels) is brought up in
-a temporary state directory, the policy's platform file (one team, ``bench``, whose quota is the
-whole cluster) is generated and applied, and ``kgov serve`` runs as the admission webhook with it.
-Then the same stream (:mod:`.stream`) is submitted on its schedule: each job a Kueue pod group
-(plain Pods labelled ``kueue.x-k8s.io/pod-group-name``, ``pod-group-total-count`` annotated), a
-driver pod whose container declares a port (so Kueue gives it a role of its own: a podset) and
-its workers; KWOK runs each bound pod and completes it after the job's run time. Observation ends
-when every job has finished, or ``--drain`` seconds after the horizon. Then the Nodes, Workloads
-and Pods are read and :mod:`.metrics` computes the figures.
+v0.19.2, kube-controller-manager, kube-scheduler, the JobSet controller for JobSets, KWOK nodes
+``SxBxRxH`` with layer-1/2/3 network labels) is brought up in a temporary state directory, the
+policy's platform file (one team, ``bench``, whose quota is the whole cluster) is generated and
+applied, and ``kgov serve`` runs as the admission webhook with it. Then the same stream
+(:mod:`.stream`) is submitted on its schedule (each job a JobSet, or a pod group's Pods); KWOK
+runs each bound pod and completes it after the job's run time. Observation ends when every job
+has finished, or ``--drain`` seconds after the horizon. Then the Nodes, Workloads and Pods are
+read and :mod:`.metrics` computes the figures.
+
+Job shapes (``--shape-kind``):
+
+- ``jobset`` (default): one JobSet (``jobset.x-k8s.io/v1alpha2``) with a replicatedJob ``driver``
+  (one Job of one pod, its container declaring a port) and, with workers, a replicatedJob
+  ``workers`` (one Job of ``workers`` pods, parallelism = completions); Kueue makes one Workload of
+  it with a podset per replicatedJob, and the governor sees the whole job in one admission
+  request (what topology mode ``auto`` needs to place driver and workers together);
+- ``podgroup``: a Kueue pod group (plain Pods labelled ``kueue.x-k8s.io/pod-group-name``,
+  ``pod-group-total-count`` annotated), a driver pod whose container declares a port (so Kueue
+  gives it a role of its own: a podset) and its workers. Each Pod reaches the governor alone, so
+  a rule that needs the whole job cannot apply.
 
 Policies (the team's ``policy.topology`` in the platform file):
 
@@ -45,7 +56,7 @@ from e2e import devcluster
 from e2e.manifests import INSTANCE_TYPE_LABEL, TOPOLOGY_LEVELS, TopologyShape
 from e2e.support import GPU, KUEUE_API, PAUSE_IMAGE, create, is_true, list_objects
 
-from .metrics import JOB_LABEL, ROLE_LABEL, PolicyMetrics, policy_metrics, trim_snapshot
+from .metrics import JOB_LABEL, ROLE_LABEL, PolicyMetrics, policy_metrics, trim_snapshot, workload_job
 from .report import goals, table
 from .stream import Job, StreamParameters, make_stream
 
@@ -57,6 +68,12 @@ GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 DRIVER_PORT = 29500  # torch.distributed's usual master port
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+SHAPE_DESCRIPTIONS = {
+    "jobset": "one JobSet each (replicatedJobs driver and workers; the governor sees the whole job)",
+    "podgroup": "one Kueue pod group of Pods each (driver and workers; the governor sees one Pod at a time)",
+}
+SHAPE_KINDS = tuple(SHAPE_DESCRIPTIONS)
 RACK = TOPOLOGY_LEVELS[2]
 
 #: (name, the team's topology rule) in the order they run.
@@ -102,6 +119,76 @@ def platform_file(shape: TopologyShape, topology_rule: dict[str, Any]) -> dict[s
     }
 
 
+def _container(job: Job, driver: bool) -> dict[str, Any]:
+    """The one container of a pod of ``job``: ``job.gpus_per_pod`` GPUs and 4 CPUs per GPU; the
+    driver's declares the port :data:`DRIVER_PORT`."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": PAUSE_IMAGE,
+        "resources": {
+            "requests": {"cpu": str(4 * job.gpus_per_pod), GPU: str(job.gpus_per_pod)},
+            "limits": {GPU: str(job.gpus_per_pod)},
+        },
+    }
+    if driver:
+        container["ports"] = [{"containerPort": DRIVER_PORT, "name": "master"}]
+    return container
+
+
+def _completion(job: Job) -> dict[str, str]:
+    """KWOK's pod-complete annotations: each pod Succeeded ``job.runtime`` seconds after it runs."""
+    return {COMPLETE_DELAY: f"{job.runtime}s", COMPLETE_JITTER: f"{job.runtime}s"}
+
+
+def job_jobset(job: Job) -> dict[str, Any]:
+    """One job as a JobSet in the team's LocalQueue: replicatedJob ``driver`` (one Job of one
+    pod) and, when ``job.workers``, ``workers`` (one Job of ``job.workers`` pods), each pod as
+    :func:`_container` says, completed by KWOK ``job.runtime`` seconds after it runs.
+
+    No JobSet webhook runs in the benchmark's cluster, so the fields JobSet's defaulting webhook
+    (v0.12.0, ``pkg/webhooks/jobset_webhook.go``) would set are written here: success policy
+    ``All``, startup policy ``AnyOrder``, Indexed completion, the network block (DNS hostnames off:
+    no headless Service per job, nothing here resolves names). Kueue suspends it on creation.
+    """
+
+    def replicated_job(name: str, pods: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "parallelism": pods,
+                    "completions": pods,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 0,
+                    "template": {
+                        "metadata": {"annotations": _completion(job)},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "terminationGracePeriodSeconds": 1,
+                            "containers": [_container(job, driver=name == "driver")],
+                        },
+                    },
+                }
+            },
+        }
+
+    replicated = [replicated_job("driver", 1)]
+    if job.workers:
+        replicated.append(replicated_job("workers", job.workers))
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": job.name, "namespace": NAMESPACE, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
+        "spec": {
+            "replicatedJobs": replicated,
+            "successPolicy": {"operator": "All"},
+            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "network": {"enableDNSHostnames": False, "publishNotReadyAddresses": True},
+        },
+    }
+
+
 def job_pods(job: Job) -> list[dict[str, Any]]:
     """The pods of one job: a Kueue pod group of a driver (container port :data:`DRIVER_PORT`, a
     role of its own) and ``job.workers`` workers, each asking for ``job.gpus_per_pod`` GPUs and 4
@@ -109,16 +196,6 @@ def job_pods(job: Job) -> list[dict[str, Any]]:
     pods = []
     for index in range(job.pods):
         role = "driver" if index == 0 else "worker"
-        container: dict[str, Any] = {
-            "name": "main",
-            "image": PAUSE_IMAGE,
-            "resources": {
-                "requests": {"cpu": str(4 * job.gpus_per_pod), GPU: str(job.gpus_per_pod)},
-                "limits": {GPU: str(job.gpus_per_pod)},
-            },
-        }
-        if role == "driver":
-            container["ports"] = [{"containerPort": DRIVER_PORT, "name": "master"}]
         pods.append(
             {
                 "apiVersion": "v1",
@@ -127,13 +204,13 @@ def job_pods(job: Job) -> list[dict[str, Any]]:
                     "name": f"{job.name}-{'driver' if index == 0 else f'worker-{index}'}",
                     "namespace": NAMESPACE,
                     "labels": {QUEUE_LABEL: LOCAL_QUEUE, GROUP_NAME: job.name, JOB_LABEL: job.name, ROLE_LABEL: role},
-                    "annotations": {
-                        GROUP_TOTAL: str(job.pods),
-                        COMPLETE_DELAY: f"{job.runtime}s",
-                        COMPLETE_JITTER: f"{job.runtime}s",
-                    },
+                    "annotations": {GROUP_TOTAL: str(job.pods), **_completion(job)},
                 },
-                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [_container(job, driver=role == "driver")],
+                },
             }
         )
     return pods
@@ -152,14 +229,15 @@ async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namesp
             await asyncio.sleep(max(0.0, t0 + job.arrival - time.time()))
             lags.append(time.time() - t0 - job.arrival)
 
-            async def one(pod: dict[str, Any]) -> None:
+            async def one(body: dict[str, Any]) -> None:
                 async with limit:
                     try:
-                        await create(dynamic, pod)
+                        await create(dynamic, body)
                     except Exception as error:  # reported, counted, never silent
-                        errors.append(f"{pod['metadata']['name']}: {error}")
+                        errors.append(f"{body['kind']} {body['metadata']['name']}: {error}")
 
-            await asyncio.gather(*(one(pod) for pod in job_pods(job)))
+            bodies = [job_jobset(job)] if args.shape_kind == "jobset" else job_pods(job)
+            await asyncio.gather(*(one(body) for body in bodies))
 
         submitting = asyncio.gather(*(submit(job) for job in jobs))
         names = {job.name for job in jobs}
@@ -168,9 +246,7 @@ async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namesp
             await asyncio.sleep(args.poll)
             now = time.time() - t0
             workloads = [
-                w
-                for w in await list_objects(dynamic, KUEUE_API, "Workload", NAMESPACE)
-                if w["metadata"]["name"] in names
+                w for w in await list_objects(dynamic, KUEUE_API, "Workload", NAMESPACE) if workload_job(w) in names
             ]
             admitted = sum(1 for w in workloads if is_true(w, "Admitted") or is_true(w, "Finished"))
             finished = sum(1 for w in workloads if is_true(w, "Finished"))
@@ -208,7 +284,7 @@ def run_one(
     platform_path.write_text(yaml.safe_dump(platform_file(shape, rule), sort_keys=False))
     started = time.monotonic()
     try:
-        info = devcluster.up(root, shape=shape)
+        info = devcluster.up(root, shape=shape, jobset_controller=args.shape_kind == "jobset")
         devcluster.apply_platform(root, platform_path)
         devcluster.start_governor(root, platform_path)
         print(f"  {name}: cluster up in {time.monotonic() - started:.0f} s; submitting {len(jobs)} jobs", flush=True)
@@ -217,6 +293,7 @@ def run_one(
         devcluster.down(root)
     base = {
         "policy": name,
+        "shapeKind": args.shape_kind,
         "topologyRule": rule,
         "levels": list(TOPOLOGY_LEVELS),
         "gpus_per_node": shape.gpus_per_node,
@@ -292,7 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-share", type=float, default=0.2, help="share of sub-node jobs")
     parser.add_argument("--drain", type=float, default=180.0, help="seconds observed after the horizon at most")
     parser.add_argument("--poll", type=float, default=5.0, help="seconds between progress reads")
-    parser.add_argument("--concurrency", type=int, default=8, help="pod creations in flight")
+    parser.add_argument("--concurrency", type=int, default=8, help="object creations in flight")
+    parser.add_argument(
+        "--shape-kind",
+        choices=SHAPE_KINDS,
+        default="jobset",
+        help="each job a JobSet (default: the governor sees the whole job) or a Kueue pod group of Pods",
+    )
     parser.add_argument(
         "--policies",
         default=",".join(n for n, _ in POLICIES),
@@ -335,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{shape.racks * shape.hosts} nodes per layer-2 block, {shape.hosts} per layer-3 rack)\n"
         f"stream: {parameters.describe()}\n"
         f"        {describe_stream(jobs)}\n"
+        f"jobs: {SHAPE_DESCRIPTIONS[args.shape_kind]}\n"
         f"observation: until every job finished or {args.drain:.0f} s after the horizon; a fresh cluster per policy"
     )
     if args.from_dir is not None:
