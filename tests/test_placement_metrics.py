@@ -138,6 +138,23 @@ def test_goals_name_each_verdict_with_its_margin() -> None:
     assert table_lines[3].split() == ["never", "admitted", "0", "2"]
 
 
+def test_goals_judge_auto_and_auto_preferred_each_in_its_own_block() -> None:
+    # one run measures autoConstraint required (auto) and preferred (auto-preferred) side by side
+    results = {
+        "implicit": policy_metrics(load("implicit-1x2x2x4.json")),
+        "auto-preferred": policy_metrics(load("implicit-1x2x2x4.json")),
+        "auto": policy_metrics(load("required-L3-1x2x2x4.json")),
+    }
+    lines = goals(results).splitlines()
+    assert [line for line in lines if line.startswith("goals")] == [
+        "goals for auto (against implicit):",
+        "goals for auto-preferred (against implicit):",
+    ]
+    assert lines[7] == "  met    no job unadmitted that implicit admits: 0 such jobs"
+    assert lines[9] == "  met    mean wait <= 1.1x implicit's: 9.0 s vs 9.0 s (1.00x)"
+    assert goals({"auto-preferred": results["auto"]}) == "goals: need both 'auto' and 'implicit' in one run"
+
+
 def test_jobsets_are_joined_with_their_workload_by_owner_and_their_pods_by_label() -> None:
     snapshot = load("implicit-jobset-1x2x2x4.json")
     # Kueue names a JobSet's Workload jobset-<name>-<hash>; the snapshot keeps its owner's name

@@ -10,6 +10,9 @@ __all__ = ["goals", "table"]
 
 BASELINE = "implicit"
 CANDIDATE = "auto"
+#: Every policy the goals are judged for, when the run has it: ``auto`` as configured by default
+#: (``autoConstraint: required``) and with ``autoConstraint: preferred``, so one run decides the default.
+CANDIDATES = (CANDIDATE, "auto-preferred")
 
 
 def _share(value: float | None) -> str:
@@ -55,12 +58,17 @@ def _lost(results: Mapping[str, PolicyMetrics], metrics: PolicyMetrics) -> str:
 
 
 def goals(results: Mapping[str, PolicyMetrics]) -> str:
-    """Issue 10's goals for ``auto`` (against ``implicit``, Kueue without a topology annotation),
-    each ``met`` or ``missed`` with the margin."""
-    auto, base = results.get(CANDIDATE), results.get(BASELINE)
-    if auto is None or base is None:
+    """Issue 10's goals for each of :data:`CANDIDATES` in ``results`` (against ``implicit``, Kueue
+    without a topology annotation), each ``met`` or ``missed`` with the margin; one block per
+    candidate."""
+    present = [name for name in CANDIDATES if name in results]
+    if not present or BASELINE not in results:
         return f"goals: need both {CANDIDATE!r} and {BASELINE!r} in one run"
-    lines = [f"goals for {CANDIDATE} (against {BASELINE}):"]
+    return "\n".join(_goals(name, results[name], results[BASELINE]) for name in present)
+
+
+def _goals(name: str, auto: PolicyMetrics, base: PolicyMetrics) -> str:
+    lines = [f"goals for {name} (against {BASELINE}):"]
 
     def line(ok: bool, text: str) -> None:
         lines.append(f"  {'met   ' if ok else 'MISSED'} {text}")

@@ -28,7 +28,10 @@ Policies (the team's ``policy.topology`` in the platform file):
   podset as if unconstrained (its implied topology request);
 - ``required-L3``: ``mode: required`` at layer 3 (a rack), HyperPod's manual habit;
 - ``preferred-L3``: ``mode: preferred`` at layer 3;
-- ``auto``: ``mode: auto`` with no ``level`` (whatever the governor's ``auto`` does).
+- ``auto``: ``mode: auto`` with no ``level`` (whatever the governor's ``auto`` does: ``required``
+  at the level it picks, the default ``autoConstraint``);
+- ``auto-preferred``: the same with ``autoConstraint: preferred``, so that one run measures both
+  and decides the default.
 
     python -m benchmarks.placement                                # 4x4x4x4: 256 nodes (long)
     python -m benchmarks.placement --shape 1x2x2x4 --horizon 120  # 16 nodes, a few minutes per policy
@@ -82,6 +85,7 @@ POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("required-L3", {"mode": "required", "level": RACK}),
     ("preferred-L3", {"mode": "preferred", "level": RACK}),
     ("auto", {"mode": "auto"}),
+    ("auto-preferred", {"mode": "auto", "autoConstraint": "preferred"}),
 )
 
 
