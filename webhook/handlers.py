@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import structlog
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_protocol import RequestPayloadError
@@ -24,12 +23,13 @@ from webhook.connections import GuardedHandler
 from webhook.core.admission import MalformedReview, build_response, clip, decode_body, json_bytes
 from webhook.core.draft import Plan
 from webhook.core.review import MESSAGE_PREFIX, ReviewOutcome, review
+from webhook.logs import get_logger
 from webhook.metrics import Metrics, kind_label, operation_label, rule_label
 from webhook.state import GovernorState
 
 __all__ = ["MAX_BODY_BYTES", "STATE_KEY", "JsonAccessLogger", "make_app", "make_metrics_app"]
 
-log = structlog.get_logger("kgov.server")
+log = get_logger("kgov.server")
 
 #: SPEC §5: bodies up to at least 3 MiB (an object and its oldObject near etcd's 1.5 MiB limit).
 MAX_BODY_BYTES = 8 * 1024 * 1024
