@@ -112,6 +112,8 @@ async def _read_body(request: web.Request, state: GovernorState) -> tuple[str, w
     if refusal is not None:
         return refusal
     try:
+        if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
+            return await request.read()
         async with asyncio.timeout(state.config.limits.body_timeout):
             return await request.read()
     except TimeoutError:
