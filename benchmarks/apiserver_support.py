@@ -166,18 +166,17 @@ BREAKDOWN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-async def admission_breakdown(api: Api) -> dict[tuple[str, ...], tuple[float, int, dict[float, int]]]:
+async def admission_breakdown(api: Api) -> dict[tuple[str, ...], tuple[float, int]]:
     """The API server's own account of where a create's time goes, from its ``/metrics``: for each
     part (the whole POST of a Job; each admission step, ``admit`` is mutation and ``validate``
-    validation; each admission plugin; each webhook by name), the seconds spent in it, how many
-    times it ran, and its histogram's cumulative bucket counts (upper bound in seconds → count), summed
-    since the API server started. Keys: ``(kind, *label values)`` with the kind and labels of
-    :data:`BREAKDOWN_FAMILIES`."""
+    validation; each admission plugin; each webhook by name), the seconds spent in it and how many
+    times it ran, summed since the API server started. Keys: ``(kind, *label values)`` with the kind
+    and labels of :data:`BREAKDOWN_FAMILIES`."""
     from prometheus_client.parser import text_string_to_metric_families
 
     async with api.session.get(f"{api.url}/metrics", timeout=aiohttp.ClientTimeout(total=30)) as response:
         text = await response.text()
-    totals: dict[tuple[str, ...], tuple[float, int, dict[float, int]]] = {}
+    totals: dict[tuple[str, ...], tuple[float, int]] = {}
     for family in text_string_to_metric_families(text):
         if family.name not in BREAKDOWN_FAMILIES:
             continue
@@ -189,34 +188,12 @@ async def admission_breakdown(api: Api) -> dict[tuple[str, ...], tuple[float, in
             if kind == "request" and (found.get("resource") != "jobs" or found.get("verb") not in ("POST", "CREATE")):
                 continue
             key = (kind, *(found.get(label, "") for label in labels))
-            seconds, count, buckets = totals.get(key, (0.0, 0, {}))
+            seconds, count = totals.get(key, (0.0, 0))
             if sample.name.endswith("_sum"):
-                totals[key] = (seconds + sample.value, count, buckets)
+                totals[key] = (seconds + sample.value, count)
             elif sample.name.endswith("_count"):
-                totals[key] = (seconds, count + int(sample.value), buckets)
-            elif sample.name.endswith("_bucket"):
-                bound = float(found["le"])
-                buckets[bound] = buckets.get(bound, 0) + int(sample.value)
-                totals[key] = (seconds, count, buckets)
+                totals[key] = (seconds, count + int(sample.value))
     return totals
-
-
-def bucket_quantile(buckets: dict[float, float], fraction: float) -> float:
-    """The ``fraction`` quantile (seconds) of a histogram given by its cumulative bucket counts,
-    interpolated linearly inside the bucket it falls in (as Prometheus' ``histogram_quantile``)."""
-    bounds = sorted(buckets)
-    if not bounds or buckets[bounds[-1]] <= 0:
-        return 0.0
-    rank = fraction * buckets[bounds[-1]]
-    lower, below = 0.0, 0.0
-    for bound in bounds:
-        if buckets[bound] >= rank:
-            if bound == float("inf"):
-                return lower
-            inside = buckets[bound] - below
-            return lower + (bound - lower) * ((rank - below) / inside if inside else 0.0)
-        lower, below = bound, buckets[bound]
-    return lower
 
 
 def admin_token(root: Path) -> str:

@@ -54,7 +54,6 @@ from apiserver_support import (
     admission_breakdown,
     api_session,
     bench_cluster,
-    bucket_quantile,
     delete_jobs,
     expected_labels,
     hold_cluster_queues,
@@ -92,8 +91,6 @@ class Figures:
     server_cpu_seconds: float = 0.0  # CPU time of the configuration's webhook server process
     #: Over the sequential creates: the API server's seconds and calls per part (admission_breakdown).
     breakdown: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
-    #: ... and the cumulative bucket counts of each part's histogram (upper bound in seconds → count).
-    buckets: dict[tuple[str, ...], dict[float, float]] = field(default_factory=dict)
     #: Over the sequential creates: kgov serve's own handler time (kgov_admission_duration_seconds).
     handler_seconds: float = 0.0
     handler_calls: int = 0
@@ -226,14 +223,11 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                         figures[name].webhook_seconds += calls_after[0] - calls_before[0]
                         figures[name].webhook_calls += calls_after[1] - calls_before[1]
                         figures[name].server_cpu_seconds += cpu
-                        for key, (seconds_after, count_after, buckets_after) in parts_after.items():
-                            seconds_before, count_before, buckets_before = parts_before.get(key, (0.0, 0, {}))
+                        for key, (seconds_after, count_after) in parts_after.items():
+                            seconds_before, count_before = parts_before.get(key, (0.0, 0))
                             part = figures[name].breakdown.setdefault(key, [0.0, 0.0])
                             part[0] += seconds_after - seconds_before
                             part[1] += count_after - count_before
-                            buckets = figures[name].buckets.setdefault(key, {})
-                            for bound, cumulative in buckets_after.items():
-                                buckets[bound] = buckets.get(bound, 0) + cumulative - buckets_before.get(bound, 0)
                         if name == "kgov":
                             figures[name].handler_seconds += handler_after[0] - handler_before[0]
                             figures[name].handler_calls += int(handler_after[1] - handler_before[1])
@@ -263,7 +257,6 @@ def report_breakdown(figures: dict[str, Figures], args: argparse.Namespace) -> N
         f"\n   where a sequential create's time goes ({args.rounds * args.sequential} creates per configuration; "
         "the API server's histograms, mean ms per create, calls per create in parentheses):"
     )
-    print("   (p50 ms from the histograms' buckets for the request and the webhooks in the last lines)")
     print(f"   {'part':78} {'none':>13} {'no-op':>13} {'kgov':>13} {'kgov-no-op':>10}")
     for key in keys:
         cells, means = [], {}
@@ -275,12 +268,6 @@ def report_breakdown(figures: dict[str, Figures], args: argparse.Namespace) -> N
             continue
         added = means["kgov"] - means["no-op"]
         print(f"   {' '.join(key):78} {cells[0]:>13} {cells[1]:>13} {cells[2]:>13} {added:+10.3f}")
-    for key in keys:
-        if key[0] not in ("request", "webhook", "step"):
-            continue
-        p50s = {name: 1000 * bucket_quantile(figures[name].buckets.get(key, {}), 0.5) for name in CONFIGURATIONS}
-        row = " ".join(f"{p50s[name]:13.3f}" for name in CONFIGURATIONS)
-        print(f"   p50 {' '.join(key):74} {row} {p50s['kgov'] - p50s['no-op']:+10.3f}")
     kgov = figures["kgov"]
     if kgov.handler_calls:
         print(
