@@ -138,7 +138,6 @@ async def _admit(request: web.Request) -> web.Response:
     state: GovernorState = request.app[STATE_KEY]
     metrics = state.metrics
     started = time.perf_counter()
-    metrics.in_flight.inc()
     state.in_flight += 1
     outcome_label = "error"
     try:
@@ -186,7 +185,6 @@ async def _admit(request: web.Request) -> web.Response:
         )
         return web.Response(body=json_bytes(outcome.response), content_type="application/json", charset="utf-8")
     finally:
-        metrics.in_flight.dec()
         state.in_flight -= 1
         metrics.child(metrics.latency, outcome_label).observe(time.perf_counter() - started)
 
