@@ -156,6 +156,46 @@ async def webhook_call_totals(api: Api, webhook: str) -> tuple[float, int]:
     return seconds, calls
 
 
+#: The API server's histograms that split a create into its parts, with the labels that name a part.
+#: Only CREATE admissions and POSTs of Jobs are counted (``operation`` / ``verb`` and ``resource``).
+BREAKDOWN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "apiserver_request_duration_seconds": ("request", ("verb", "resource", "dry_run")),
+    "apiserver_admission_step_admission_duration_seconds": ("step", ("type",)),
+    "apiserver_admission_controller_admission_duration_seconds": ("plugin", ("name", "type")),
+    "apiserver_admission_webhook_admission_duration_seconds": ("webhook", ("name", "type")),
+}
+
+
+async def admission_breakdown(api: Api) -> dict[tuple[str, ...], tuple[float, int]]:
+    """The API server's own account of where a create's time goes, from its ``/metrics``: for each
+    part (the whole POST of a Job; each admission step, ``admit`` is mutation and ``validate``
+    validation; each admission plugin; each webhook by name), the seconds spent in it and how many
+    times it ran, summed since the API server started. Keys: ``(kind, *label values)`` with the kind
+    and labels of :data:`BREAKDOWN_FAMILIES`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with api.session.get(f"{api.url}/metrics", timeout=aiohttp.ClientTimeout(total=30)) as response:
+        text = await response.text()
+    totals: dict[tuple[str, ...], tuple[float, int]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in BREAKDOWN_FAMILIES:
+            continue
+        kind, labels = BREAKDOWN_FAMILIES[family.name]
+        for sample in family.samples:
+            found = sample.labels
+            if found.get("operation", "CREATE") != "CREATE":
+                continue
+            if kind == "request" and (found.get("resource") != "jobs" or found.get("verb") not in ("POST", "CREATE")):
+                continue
+            key = (kind, *(found.get(label, "") for label in labels))
+            seconds, count = totals.get(key, (0.0, 0))
+            if sample.name.endswith("_sum"):
+                totals[key] = (seconds + sample.value, count)
+            elif sample.name.endswith("_count"):
+                totals[key] = (seconds, count + int(sample.value))
+    return totals
+
+
 def admin_token(root: Path) -> str:
     tokens = devcluster.Paths(root).tokens.read_text().splitlines()
     return next(line.split(",")[0] for line in tokens if ",kgov-admin," in line)

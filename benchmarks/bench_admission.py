@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import signal
 import socket
 import ssl
@@ -233,10 +234,23 @@ class LoadResult:
     requests: int
     seconds: float
     latencies_ms: Latencies
+    server_cpu_seconds: float = 0.0  # the server process's CPU time over the round
 
     @property
     def throughput(self) -> float:
         return self.requests / self.seconds
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        """The server's CPU time per request, µs: what a request costs it on an idle CPU, hardly
+        moved by other work on the machine (unlike the throughput)."""
+        return 1e6 * self.server_cpu_seconds / self.requests if self.requests else 0.0
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def load(
@@ -318,7 +332,9 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
                     for server in servers if round_number % 2 else reversed(servers):
                         uids = [str(uuid.uuid4()) for _ in range(total if round_number else total // 5)]
                         bodies = [json.dumps(jobset_review(uid)).encode() for uid in uids]
+                        cpu_before = process_cpu_seconds(server.process.pid)
                         result = await load(server.port, context, bodies, uids, concurrency)
+                        result.server_cpu_seconds = process_cpu_seconds(server.process.pid) - cpu_before
                         if round_number:
                             results[server.name].append(result)
                 return results
@@ -346,6 +362,15 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
     verdict = "met" if ratio >= THROUGHPUT_GOAL else "not met"
     print(f"   goal throughput >= {THROUGHPUT_GOAL}x the no-op floor: {verdict}")
     print(f"   (median round by throughput; kgov wrote {log_lines} JSON log lines, one per request)")
+    cpu = {name: statistics.median(r.cpu_us_per_request for r in runs) for name, runs in results.items()}
+    rounds_cpu = "; ".join(
+        f"{name} " + ", ".join(f"{r.cpu_us_per_request:.0f}" for r in runs) for name, runs in results.items()
+    )
+    print(
+        f"   server CPU time per request (median round, µs): kgov {cpu['kgov serve']:.0f}, "
+        f"no-op {cpu['no-op server']:.0f}, ratio {cpu['kgov serve'] / cpu['no-op server']:.2f}x "
+        f"(per round: {rounds_cpu})"
+    )
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ from apiserver_support import (
     Api,
     Bench,
     BenchError,
+    admission_breakdown,
     api_session,
     bench_cluster,
     delete_jobs,
@@ -58,6 +59,7 @@ from apiserver_support import (
     hold_cluster_queues,
     job,
     kgov_server,
+    metric,
     noop_count,
     noop_server,
     register,
@@ -87,6 +89,11 @@ class Figures:
     webhook_seconds: float = 0.0  # the API server's own time in calls to our webhook
     webhook_calls: int = 0
     server_cpu_seconds: float = 0.0  # CPU time of the configuration's webhook server process
+    #: Over the sequential creates: the API server's seconds and calls per part (admission_breakdown).
+    breakdown: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
+    #: Over the sequential creates: kgov serve's own handler time (kgov_admission_duration_seconds).
+    handler_seconds: float = 0.0
+    handler_calls: int = 0
 
     def cpu_ms_per_call(self) -> float:
         return 1000 * self.server_cpu_seconds / self.webhook_calls if self.webhook_calls else 0.0
@@ -182,9 +189,13 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                     serving = servers_by_name.get(name)
                     cpu_before = serving.cpu_seconds() if serving else 0.0
                     prefix = f"b{run}-{round_number}-{name.replace('-', '')}"
+                    parts_before = await admission_breakdown(api)
+                    handler_before = await asyncio.to_thread(handler_totals, metrics_port)
                     sequential = await create_sequential(
                         api, args.namespace, queue, run, prefix, max(1, args.sequential // scale), params
                     )
+                    parts_after = await admission_breakdown(api)
+                    handler_after = await asyncio.to_thread(handler_totals, metrics_port)
                     concurrent, seconds = await create_concurrent(
                         api,
                         args.namespace,
@@ -212,6 +223,14 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                         figures[name].webhook_seconds += calls_after[0] - calls_before[0]
                         figures[name].webhook_calls += calls_after[1] - calls_before[1]
                         figures[name].server_cpu_seconds += cpu
+                        for key, (seconds_after, count_after) in parts_after.items():
+                            seconds_before, count_before = parts_before.get(key, (0.0, 0))
+                            part = figures[name].breakdown.setdefault(key, [0.0, 0.0])
+                            part[0] += seconds_after - seconds_before
+                            part[1] += count_after - count_before
+                        if name == "kgov":
+                            figures[name].handler_seconds += handler_after[0] - handler_before[0]
+                            figures[name].handler_calls += int(handler_after[1] - handler_before[1])
                 if args.store:
                     await delete_jobs(api, [args.namespace], run, timeout=600)
             await register(api, None)
@@ -222,6 +241,39 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
         for server in servers:
             server.stop()
     return figures
+
+
+def handler_totals(metrics_port: int) -> tuple[float, float]:
+    """``kgov serve``'s own time in its handler: seconds and calls (``kgov_admission_duration_seconds``)."""
+    url = f"http://127.0.0.1:{metrics_port}"
+    return metric(url, "kgov_admission_duration_seconds_sum"), metric(url, "kgov_admission_duration_seconds_count")
+
+
+def report_breakdown(figures: dict[str, Figures], args: argparse.Namespace) -> None:
+    """Where a sequential create's time goes, by the API server's histograms: mean ms per create."""
+    creates = {name: len(figures[name].sequential) or 1 for name in CONFIGURATIONS}
+    keys = sorted({key for name in CONFIGURATIONS for key in figures[name].breakdown})
+    print(
+        f"\n   where a sequential create's time goes ({args.rounds * args.sequential} creates per configuration; "
+        "the API server's histograms, mean ms per create, calls per create in parentheses):"
+    )
+    print(f"   {'part':78} {'none':>13} {'no-op':>13} {'kgov':>13} {'kgov-no-op':>10}")
+    for key in keys:
+        cells, means = [], {}
+        for name in CONFIGURATIONS:
+            seconds, count = figures[name].breakdown.get(key, [0.0, 0.0])
+            means[name] = 1000 * seconds / creates[name]
+            cells.append(f"{means[name]:7.3f} ({count / creates[name]:.1f})")
+        if not any(figures[name].breakdown.get(key, [0, 0])[1] for name in CONFIGURATIONS):
+            continue
+        added = means["kgov"] - means["no-op"]
+        print(f"   {' '.join(key):78} {cells[0]:>13} {cells[1]:>13} {cells[2]:>13} {added:+10.3f}")
+    kgov = figures["kgov"]
+    if kgov.handler_calls:
+        print(
+            f"   kgov serve's own handler time (kgov_admission_duration_seconds, mean): "
+            f"{1000 * kgov.handler_seconds / kgov.handler_calls:.3f} ms ({kgov.handler_calls} calls)"
+        )
 
 
 def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
@@ -277,6 +329,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
     )
     spread = statistics.pstdev(figures["none"].round_p50s) if len(figures["none"].round_p50s) > 1 else 0.0
     print(f"   spread of the baseline's sequential p50 across rounds: {spread:.2f} ms (standard deviation)")
+    report_breakdown(figures, args)
 
 
 def main() -> int:

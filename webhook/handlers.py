@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import structlog
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_protocol import RequestPayloadError
@@ -24,12 +23,13 @@ from webhook.connections import GuardedHandler
 from webhook.core.admission import MalformedReview, build_response, clip, decode_body, json_bytes
 from webhook.core.draft import Plan
 from webhook.core.review import MESSAGE_PREFIX, ReviewOutcome, review
+from webhook.logs import get_logger
 from webhook.metrics import Metrics, kind_label, operation_label, rule_label
 from webhook.state import GovernorState
 
 __all__ = ["MAX_BODY_BYTES", "STATE_KEY", "JsonAccessLogger", "make_app", "make_metrics_app"]
 
-log = structlog.get_logger("kgov.server")
+log = get_logger("kgov.server")
 
 #: SPEC §5: bodies up to at least 3 MiB (an object and its oldObject near etcd's 1.5 MiB limit).
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -112,6 +112,8 @@ async def _read_body(request: web.Request, state: GovernorState) -> tuple[str, w
     if refusal is not None:
         return refusal
     try:
+        if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
+            return await request.read()
         async with asyncio.timeout(state.config.limits.body_timeout):
             return await request.read()
     except TimeoutError:
@@ -136,7 +138,6 @@ async def _admit(request: web.Request) -> web.Response:
     state: GovernorState = request.app[STATE_KEY]
     metrics = state.metrics
     started = time.perf_counter()
-    metrics.in_flight.inc()
     state.in_flight += 1
     outcome_label = "error"
     try:
@@ -184,7 +185,6 @@ async def _admit(request: web.Request) -> web.Response:
         )
         return web.Response(body=json_bytes(outcome.response), content_type="application/json", charset="utf-8")
     finally:
-        metrics.in_flight.dec()
         state.in_flight -= 1
         metrics.child(metrics.latency, outcome_label).observe(time.perf_counter() - started)
 

@@ -89,7 +89,10 @@ class GovernorState:
         #: ``await wait(name, timeout)``: whether the namespace cache knows ``name`` within ``timeout``
         #: seconds (None without --watch-cluster: unknown labels are then final).
         self.namespace_wait: Callable[[str, float], Awaitable[bool]] | None = None
+        #: POST /mutate requests being answered; ``kgov_admission_in_flight_requests`` reads it when
+        #: scraped, so a request updates one integer instead of the gauge twice.
         self.in_flight = 0
+        metrics.in_flight.set_function(lambda: self.in_flight)
         self.shutting_down = False
         #: Why the policy file on disk was rejected while an older policy is served (None: it was not).
         self.policy_rejected: str | None = None
