@@ -576,3 +576,16 @@ def test_mutate_refuses_a_malformed_admission_review(tmp_path: Path) -> None:
     result = invoke("mutate", "--platform", str(PLATFORM), "-n", "default", "-f", str(path))
     assert result.exit_code == 1
     assert result.stderr == "kgov: document 1 refused: malformed AdmissionReview: AdmissionReview.request is missing\n"
+
+
+def test_mutate_explains_a_delete_review_and_prints_no_object(tmp_path: Path) -> None:
+    body = json.loads((ADMISSION / "v1-job-update-queue-label.json").read_text())
+    body["request"].update(operation="DELETE", object=None)
+    path = tmp_path / "review.json"
+    path.write_text(json.dumps(body))
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(path), "--explain")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""  # was "{}": an empty object printed for the DELETE's null object
+    name = body["request"]["oldObject"]["metadata"]["name"]
+    assert result.stderr.splitlines()[0] == f"# document 1 (DELETE): Job {name}"
+    assert "#   unchanged: operation DELETE is not mutated" in result.stderr

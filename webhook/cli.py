@@ -337,7 +337,12 @@ class _Reviewer:
             )
         obj = request.get("object")
         where = f"{where} ({request.get('operation')})"
-        return self._answer(where, obj if isinstance(obj, Mapping) else {}, outcome)
+        if not isinstance(obj, Mapping):  # a DELETE: no object to print
+            old = request.get("oldObject")
+            if self.explain:
+                _explain(where, old if isinstance(old, Mapping) else {}, outcome)
+            return None, outcome.patch
+        return self._answer(where, obj, outcome)
 
 
 def _is_admission_review(document: Mapping[str, Any]) -> bool:
