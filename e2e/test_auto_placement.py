@@ -21,6 +21,7 @@ member, different levels) are checked in a namespace of no team, where only Kueu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import secrets
@@ -42,6 +43,7 @@ from e2e.support import (
     decode_topology_assignment,
     delete,
     is_true,
+    job_manifest,
     list_objects,
     pause_pod_spec,
     wait_for,
@@ -392,6 +394,31 @@ async def test_kueue_refuses_a_group_of_three_podsets(dynamic: DynamicClient, na
     with pytest.raises(Refused) as refused:
         await create_with_warnings(dynamic, body, dry_run=True)
     assert "can only define groups of exactly 2 pod sets, got: 3 pod set(s)" in str(refused.value.status)
+
+
+async def test_kueue_never_creates_the_workload_of_a_group_name_over_256_characters(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    """Kueue copies a podset's ``podset-group-name`` (next to required or preferred) into its
+    Workload's ``podSetGroupName``, whose CRD schema takes at most 256 characters: a Job whose
+    group name is longer gets no Workload (the governor warns, ``kueue_tas``); one of 256 gets one."""
+    jobs = {}
+    for length in (256, 257):
+        body = job_manifest(unique(f"g{length}"), namespace, 1, template(0, "1"), {"kueue.x-k8s.io/queue-name": "q"})
+        body["spec"]["template"]["metadata"] = {"annotations": {GROUP: "g" * length, REQUIRED: RACK}}
+        jobs[length] = (await create_with_warnings(dynamic, body)).obj
+    try:
+        fits = await wait_for(
+            lambda: workload_for(dynamic, namespace, jobs[256]["metadata"]["uid"]),
+            "the Workload of the 256",
+            timeout=60,
+        )
+        assert fits["spec"]["podSets"][0]["topologyRequest"]["podSetGroupName"] == "g" * 256
+        await asyncio.sleep(10)  # the 257 was created with it: well past its first reconcile, still none
+        assert await workload_for(dynamic, namespace, jobs[257]["metadata"]["uid"]) is None
+    finally:
+        for job in jobs.values():
+            await delete(dynamic, job)
 
 
 @pytest.mark.usefixtures("uncapped_auto")
