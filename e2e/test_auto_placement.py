@@ -21,6 +21,7 @@ member, different levels) are checked in a namespace of no team, where only Kueu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import secrets
@@ -42,6 +43,7 @@ from e2e.support import (
     decode_topology_assignment,
     delete,
     is_true,
+    job_manifest,
     list_objects,
     pause_pod_spec,
     wait_for,
@@ -260,6 +262,48 @@ async def test_a_pod_group_sized_by_its_total_count_is_admitted_in_one_block(dyn
 
 
 @pytest.mark.usefixtures("uncapped_auto")
+async def test_a_pod_group_named_by_annotation_is_one_group_to_kueue_and_to_the_governor(
+    dynamic: DynamicClient,
+) -> None:
+    """Kueue v0.19.2 names a pod group by the ``kueue.x-k8s.io/pod-group-name`` annotation too
+    (WorkloadIdentifierAnnotations, on by default): 3 Pods so named are one Workload of 3 pods, and
+    the governor plans each as one member. A member of 8 GPUs in a group of 13 is warned about the
+    quota (were all 13 like it), not denied as one podset of 13 pods; a group name without its
+    total count is refused, as Kueue's pod webhook refuses it."""
+
+    def member(group: str, index: int, annotations: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{group}-{index}", "namespace": RESEARCH, "annotations": annotations},
+            "spec": {"terminationGracePeriodSeconds": 1, **pause_pod_spec(8, "1", "64Mi")},
+        }
+
+    large = unique("large")
+    created = await create_with_warnings(
+        dynamic, member(large, 0, {POD_GROUP_NAME: large, POD_GROUP_TOTAL: "13"}), dry_run=True
+    )
+    assert any("were all 13 pods of its pod group" in w for w in created.warnings), created.warnings
+    with pytest.raises(Refused) as refused:
+        await create_with_warnings(dynamic, member(large, 1, {POD_GROUP_NAME: large}), dry_run=True)
+    message = str(refused.value.status.get("message"))
+    assert f"metadata.annotations.{POD_GROUP_TOTAL} must be set" in message, message
+
+    group = unique("agroup")
+    pods: list[dict[str, Any]] = []
+    try:
+        for index in range(3):
+            body = member(group, index, {POD_GROUP_NAME: group, POD_GROUP_TOTAL: "3"})
+            pods.append((await create_with_warnings(dynamic, body)).obj)
+            assert POD_GROUP_NAME not in (pods[-1]["metadata"].get("labels") or {})
+        workload = await admitted(dynamic, pods[0])
+        (podset,) = workload["spec"]["podSets"]
+        assert podset["count"] == 3, podset
+    finally:
+        await _delete_pods(dynamic, pods)
+
+
+@pytest.mark.usefixtures("uncapped_auto")
 async def test_a_job_larger_than_a_rack_is_admitted_in_rack_slices_of_one_block(
     dynamic: DynamicClient, cleanup: Cleanup
 ) -> None:
@@ -350,6 +394,31 @@ async def test_kueue_refuses_a_group_of_three_podsets(dynamic: DynamicClient, na
     with pytest.raises(Refused) as refused:
         await create_with_warnings(dynamic, body, dry_run=True)
     assert "can only define groups of exactly 2 pod sets, got: 3 pod set(s)" in str(refused.value.status)
+
+
+async def test_kueue_never_creates_the_workload_of_a_group_name_over_256_characters(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    """Kueue copies a podset's ``podset-group-name`` (next to required or preferred) into its
+    Workload's ``podSetGroupName``, whose CRD schema takes at most 256 characters: a Job whose
+    group name is longer gets no Workload (the governor warns, ``kueue_tas``); one of 256 gets one."""
+    jobs = {}
+    for length in (256, 257):
+        body = job_manifest(unique(f"g{length}"), namespace, 1, template(0, "1"), {"kueue.x-k8s.io/queue-name": "q"})
+        body["spec"]["template"]["metadata"] = {"annotations": {GROUP: "g" * length, REQUIRED: RACK}}
+        jobs[length] = (await create_with_warnings(dynamic, body)).obj
+    try:
+        fits = await wait_for(
+            lambda: workload_for(dynamic, namespace, jobs[256]["metadata"]["uid"]),
+            "the Workload of the 256",
+            timeout=60,
+        )
+        assert fits["spec"]["podSets"][0]["topologyRequest"]["podSetGroupName"] == "g" * 256
+        await asyncio.sleep(10)  # the 257 was created with it: well past its first reconcile, still none
+        assert await workload_for(dynamic, namespace, jobs[257]["metadata"]["uid"]) is None
+    finally:
+        for job in jobs.values():
+            await delete(dynamic, job)
 
 
 @pytest.mark.usefixtures("uncapped_auto")

@@ -531,3 +531,61 @@ def test_mutate_takes_an_empty_node_list(tmp_path: Path) -> None:
     nodes.write_text('{"apiVersion": "v1", "kind": "NodeList", "items": []}')
     result = _mutate(tmp_path, yaml.safe_dump(job()), "--nodes", str(nodes))
     assert result.exit_code == 0, result.stderr
+
+
+ADMISSION = REPO / "tests" / "data" / "admission"
+
+
+def test_mutate_answers_an_admission_review_as_the_server_does() -> None:
+    """An AdmissionReview given to ``kgov mutate`` (an UPDATE with its oldObject) was taken for a
+    manifest of an unknown kind: echoed unchanged with exit 0. It is answered as ``kgov review``
+    answers it, with the same decision, and the result is its object patched."""
+    recorded = ADMISSION / "v1-job-update-queue-label.json"
+    served = json.loads(invoke("review", "--platform", str(PLATFORM), stdin=recorded.read_text()).stdout)
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(recorded))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    message = served["response"]["status"]["message"].removeprefix("kueue-governor: ")
+    assert result.stderr == f"kgov: document 1 (UPDATE) denied: {message}\n"
+
+
+def test_mutate_prints_an_admitted_review_object_patched_and_names_another_namespace(tmp_path: Path) -> None:
+    body = json.loads((ADMISSION / "v1-job-update-queue-label.json").read_text())
+    request = body["request"]
+    request["object"]["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": "training-priority"}
+    path = tmp_path / "review.json"
+    path.write_text(json.dumps(body))
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "default", "-f", str(path), "--explain")
+    assert result.exit_code == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["metadata"]["labels"] == {
+        "kueue.x-k8s.io/priority-class": "training-priority",
+        "kueue.x-k8s.io/queue-name": "hyperpod-ns-research-localqueue",  # put back, as the server does
+    }
+    assert result.stderr.startswith(
+        "kgov: document 1 is an AdmissionReview of namespace 'hyperpod-ns-research'; answered in it, not in "
+        "'default' (-n)\n# document 1 (UPDATE): Job "
+    )
+    assert "Warning: document 1 (UPDATE): queue: this update removes metadata.labels.kueue.x-k8s.io/queue-name" in (
+        result.stderr
+    )
+
+
+def test_mutate_refuses_a_malformed_admission_review(tmp_path: Path) -> None:
+    path = tmp_path / "review.json"
+    path.write_text('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}')
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "default", "-f", str(path))
+    assert result.exit_code == 1
+    assert result.stderr == "kgov: document 1 refused: malformed AdmissionReview: AdmissionReview.request is missing\n"
+
+
+def test_mutate_explains_a_delete_review_and_prints_no_object(tmp_path: Path) -> None:
+    body = json.loads((ADMISSION / "v1-job-update-queue-label.json").read_text())
+    body["request"].update(operation="DELETE", object=None)
+    path = tmp_path / "review.json"
+    path.write_text(json.dumps(body))
+    result = invoke("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(path), "--explain")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""  # was "{}": an empty object printed for the DELETE's null object
+    name = body["request"]["oldObject"]["metadata"]["name"]
+    assert result.stderr.splitlines()[0] == f"# document 1 (DELETE): Job {name}"
+    assert "#   unchanged: operation DELETE is not mutated" in result.stderr

@@ -1421,8 +1421,31 @@ def test_a_group_too_large_for_its_level_names_every_member() -> None:
             template["metadata"]["annotations"][REQUIRED] = RACK
     plan = _fits(lws, {"mode": "auto"})
     assert plan.warnings == [
-        f"topology: podset 'leader', 'worker' can never be admitted: all its pods (4 pods of {{nvidia.com/gpu: 8}}) "
-        f"must fit in one {RACK} domain, and the largest holds 2 such pods on an empty cluster"
+        f"topology: podset 'leader' + 'worker' can never be admitted: all its pods ('leader' 1 pod of "
+        f"{{nvidia.com/gpu: 8}} + 'worker' 3 pods of {{nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the "
+        "largest holds 2 of them on an empty cluster"
+    ]
+
+
+def test_a_group_too_large_for_its_level_describes_each_members_pods() -> None:
+    """A driver and workers of different sizes: once described as 4 pods of the workers' size."""
+    lws = _lws("1", "8", size=4)
+    for template in lws["spec"]["leaderWorkerTemplate"].values():
+        if isinstance(template, dict):
+            template["metadata"]["annotations"][REQUIRED] = RACK
+    assert _fits(lws, {"mode": "auto"}).warnings == [
+        f"topology: podset 'leader' + 'worker' can never be admitted: all its pods ('leader' 1 pod of "
+        f"{{nvidia.com/gpu: 1}} + 'worker' 3 pods of {{nvidia.com/gpu: 8}}) must fit in one {RACK} domain, and the "
+        "largest holds 2 of them on an empty cluster"
+    ]
+    for template in lws["spec"]["leaderWorkerTemplate"].values():
+        if isinstance(template, dict):
+            template["metadata"]["annotations"] = {PREFERRED: RACK, "kueue.x-k8s.io/podset-group-name": "g"}
+    lws["spec"]["leaderWorkerTemplate"]["size"] = 40
+    assert _fits(lws, {"mode": "auto"}).warnings == [
+        "topology: podset 'leader' + 'worker' can never be admitted: its 'leader' 1 pod of {nvidia.com/gpu: 1} + "
+        "'worker' 39 pods of {nvidia.com/gpu: 8} fit on no set of the team's nodes (they hold 8 of them on an "
+        "empty cluster)"
     ]
 
 

@@ -127,6 +127,9 @@ def test_any_json_in_a_workload_gets_an_answer(obj: dict[str, Any], operation: s
                 named = denial.removeprefix("malformed object: ").split(" must be ")[0]
                 if denial.endswith("got null") and named not in present:  # a required field left out
                     named = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", named)  # its parent must be there
+                if " must be set: " in denial:  # a field left out, below maps that may be left out too
+                    while named not in present and "." in named:
+                        named = named.rsplit(".", 1)[0]
                 assert named in present, denial
         return
     if outcome.patch:

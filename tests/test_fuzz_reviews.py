@@ -84,12 +84,17 @@ def _check_reason(path: tuple[Any, ...], value: Any, reason: str) -> None:
 
 
 def _check_denial(body: dict[str, Any], outcome: ReviewOutcome) -> None:
-    """A malformed-object denial names paths the object has (or the parent of a field left out)."""
+    """A malformed-object denial names paths the object has (or the parent of a field left out);
+    a field that ``must be set`` is one left out, below maps that may be left out too."""
     if not outcome.plan.invalid:
         return
     present = present_paths(body["request"]["object"])
+    unset = {d.removeprefix("malformed object: ").split(" must be set: ")[0] for d in outcome.plan.denials}
     for named in named_paths(outcome):
-        if named not in present:
+        if named in unset:
+            while named not in present and "." in named:
+                named = named.rsplit(".", 1)[0]
+        elif named not in present:
             named = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", named)
         assert named in present, outcome.plan.denials
 

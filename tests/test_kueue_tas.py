@@ -384,3 +384,22 @@ def test_a_slice_size_above_the_pods_of_a_kind_the_pod_webhook_checks_is_only_wa
     assert [w for w in outcome.plan.warnings if "Kueue v0.19.2" in w] == [
         f"topology: {finding} (Kueue v0.19.2 ValidateSliceSizeAnnotationUpperBound){assumes(kind)}"
     ]
+
+
+@pytest.mark.parametrize("length", [256, 257])
+def test_a_kept_group_name_over_256_characters_is_refused_for_every_kind(length: int) -> None:
+    """Kueue copies the name into its Workload's podSetGroupName (maxLength 256 in the Workload
+    CRD): longer, the Workload is never created, whatever the kind. Once passed in silence."""
+    name = "g" * int(length)
+    long_group = {GROUP: name, REQUIRED: L3}
+    crd = (
+        f": must be at most 256 characters, got {length}: Kueue copies it into its Workload's podSetGroupName, "
+        "which the API server refuses longer, so the Workload is never created "
+        "(Kueue v0.19.2 Workload CRD podSetGroupName maxLength)"
+    )
+    outcome, _ = run(pytorch(long_group, long_group), teams(enforcement="enforce"))
+    expected = [f"topology: podset '{p}': {GROUP} {name!r}{crd}{REFUSES}" for p in ("master", "worker")]
+    assert [d for d in outcome.plan.denials if d.startswith("topology: ")] == (expected if length == 257 else [])
+    # Not kept (no required or preferred): Kueue drops the name, and refuses it for that reason alone.
+    outcome, _ = run(job({GROUP: name}))
+    assert [w for w in outcome.plan.warnings if "256" in w] == []

@@ -28,6 +28,7 @@ from webhook.core.kinds import WorkloadKind, find_kind
 from webhook.core.paths import Key, dotted
 from webhook.core.resolve import TeamIndex
 from webhook.core.review import ReviewOutcome, review
+from webhook.core.view import kueue_view
 from webhook.core.wellformed import FRACTIONAL_NUMBER, Problems, describe, is_extended_resource, quantity
 
 DATA = Path(__file__).parent / "data" / "admission"
@@ -394,6 +395,77 @@ def test_a_count_kept_in_an_annotation_must_be_an_integer_string(
     message = f'must be a string holding a positive integer (e.g. "4"), got {shown}'
     assert_refused(answer(with_value(KINDS[kind][0](), path, value)), path, message)
     assert_admitted(answer(with_value(KINDS[kind][0](), path, "3")))
+
+
+GROUP_LABEL = ("metadata", "labels", "kueue.x-k8s.io/pod-group-name")
+GROUP_ANNOTATION = ("metadata", "annotations", "kueue.x-k8s.io/pod-group-name")
+#: Kueue v0.19.2's pod webhook (validatePodGroupMetadata) on a group name without a total or the reverse.
+BOTH = (
+    "Kueue v0.19.2's pod webhook refuses a Pod with one and not the other (both the "
+    "'kueue.x-k8s.io/pod-group-total-count' annotation and the 'kueue.x-k8s.io/pod-group-name' label should be set)"
+)
+
+
+def _group_pod(labels: dict[str, Any], annotations: dict[str, Any]) -> dict[str, Any]:
+    pod = KINDS["Pod"][0]()
+    pod["metadata"].update(labels=labels, annotations=annotations)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "path", "message"),
+    [
+        # A group name (label, or annotation: Kueue's WorkloadIdentifierAnnotations) without a total:
+        # once read as a group of 1 pod.
+        ({"kueue.x-k8s.io/pod-group-name": "g"}, {}, POD_GROUP, f"must be set: {BOTH}"),
+        ({}, {"kueue.x-k8s.io/pod-group-name": "g"}, POD_GROUP, f"must be set: {BOTH}"),
+        # A total without a group name: once read as one podset of that many pods.
+        ({}, {"kueue.x-k8s.io/pod-group-total-count": "4"}, GROUP_LABEL, f"must be set: {BOTH}"),
+        (
+            {"kueue.x-k8s.io/pod-group-name": ""},
+            {"kueue.x-k8s.io/pod-group-total-count": "4"},
+            GROUP_LABEL,
+            f'must be a pod group\'s name, not empty: {BOTH}, got string ""',
+        ),
+        (
+            {},
+            {"kueue.x-k8s.io/pod-group-name": "", "kueue.x-k8s.io/pod-group-total-count": "4"},
+            GROUP_LABEL,
+            f"must be set: {BOTH}",
+        ),
+    ],
+)
+def test_a_pod_group_name_and_total_count_go_together(
+    labels: dict[str, Any], annotations: dict[str, Any], path: tuple[Key, ...], message: str
+) -> None:
+    assert_refused(answer(_group_pod(labels, annotations)), path, message)
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations"),
+    [
+        ({"kueue.x-k8s.io/pod-group-name": "g"}, {}),
+        ({}, {"kueue.x-k8s.io/pod-group-name": "g"}),
+        # An empty annotation: Kueue's GetPodGroupName falls back to the label.
+        ({"kueue.x-k8s.io/pod-group-name": "g"}, {"kueue.x-k8s.io/pod-group-name": ""}),
+    ],
+)
+def test_a_pod_group_named_by_label_or_annotation_is_one_member_sized_by_its_total(
+    labels: dict[str, Any], annotations: dict[str, Any]
+) -> None:
+    """Kueue v0.19.2 names a pod group by annotation too (WorkloadIdentifierAnnotations, on by
+    default): such a Pod of 8 GPUs in a group of 9 was read as one podset of 9 pods and denied
+    as needing 72 GPUs, more than the team's 64, though the group's other pods may need none."""
+    pod = _group_pod(labels, {**annotations, "kueue.x-k8s.io/pod-group-total-count": "9"})
+    [podset] = kueue_view(pod, _row("Pod")).podsets
+    assert (podset.count, podset.partial) == (9, True)
+    outcome = answer(pod)
+    assert outcome.plan.denials == []
+    assert outcome.plan.warnings == [
+        "queue: the workload may never be admitted: were all 9 pods of its pod group (pod-group-total-count) "
+        "like this one, they would need 72 nvidia.com/gpu, more than team 'ml''s nominalQuota + "
+        "borrowingLimit of 64"
+    ]
 
 
 QUANTITY_CASES = [

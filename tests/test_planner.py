@@ -793,7 +793,11 @@ def test_non_ascii_digits_are_not_counts() -> None:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "p", "annotations": {"kueue.x-k8s.io/pod-group-total-count": "\u00b2"}},
+        "metadata": {
+            "name": "p",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "g"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "\u00b2"},
+        },
         "spec": {"containers": []},
     }
     # Not counted as 2 (nor a crash of int()): Kueue's strconv.Atoi refuses it, and so do we, by path.

@@ -343,6 +343,37 @@ def test_topology_usage_errors(args: tuple[str, ...], message: str) -> None:
     assert message in result.output
 
 
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        # Once counted as 0 used: the node showed all its GPUs free.
+        (
+            {
+                "metadata": {"name": "p", "namespace": "a"},
+                "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "abc"}}}]},
+            },
+            "items[0] (pod 'a/p'): spec.containers[0].resources.requests.nvidia.com/gpu must be a Kubernetes quantity "
+            '(e.g. 8, 500m, 64Gi), got string "abc"',
+        ),
+        (
+            {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}},
+            "items[0] (pod 'p'): spec.containers[0].resources.limits.nvidia.com/gpu must be a whole number",
+        ),
+        ({"metadata": {"name": "p"}, "spec": "x"}, "items[0] (pod 'p'): spec must be an object, got string \"x\""),
+        (
+            {"metadata": {"name": "p"}, "spec": {"containers": "notalist"}},
+            "items[0] (pod 'p'): spec.containers must be an array, got string \"notalist\"",
+        ),
+    ],
+)
+def test_a_pod_dump_with_an_unreadable_request_is_refused(tmp_path: Path, pod: dict[str, Any], message: str) -> None:
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"apiVersion": "v1", "kind": "PodList", "items": [{"kind": "Pod", **pod}]}))
+    result = kgov("topology", "--nodes", str(NODES), "--pods", str(pods))
+    assert result.exit_code == 2
+    assert f"{pods}: {message}" in result.output
+
+
 def test_non_json_node_dump_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "nodes.json"
     bad.write_text('{"items": [{"kind": "Node", "metadata": {}')

@@ -615,6 +615,32 @@ def test_unreadable_snapshot_is_named(tmp_path: Path) -> None:
         assert done.exit_code == 2 and "cannot read: No such file or directory" in done.output, done.output
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        # Once a traceback (a document that is no object) or, worse, an empty cluster: "not found".
+        ("[1, 2]", "the document must be an object of lists, got array"),
+        ('"x"', 'the document must be an object of lists, got string "x"'),
+        ('{"nodes": "x"}', 'nodes must be a list of objects, got string "x"'),
+        ('{"workloads": {}}', "workloads must be a list of objects, got object"),
+        ('{"jobs": [{"kind": "Job"}, 5]}', "jobs[1] must be an object, got number 5"),
+        ('{"policy": [null]}', "policy[0] must be an object, got null"),
+    ],
+)
+def test_a_snapshot_that_is_not_lists_of_objects_is_named(tmp_path: Path, content: str, reason: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    for args in (["status"], ["why", "job/x"]):
+        done = CliRunner().invoke(main, [*args, "--snapshot", str(bad)])
+        assert done.exit_code == 2, done.output
+        assert done.output == f"kgov: --snapshot {bad}: not a snapshot (JSON with lists of objects): {reason}\n"
+
+
+def test_a_snapshot_keeps_keys_it_does_not_read_and_null_lists() -> None:
+    snapshot = Snapshot.from_dump({"recorded": "2026-12-01", "nodes": None, "pods": [], "jobs": [{"kind": "Job"}]})
+    assert (snapshot.nodes, snapshot.objects) == ([], [{"kind": "Job"}])
+
+
 def _unconstrained(count: int, now: int, empty: int, nodes: int) -> WhyReport:
     """A pending podset without a required level: Kueue places it on the flavor's nodes as a whole."""
     from webhook.why.causes import classify

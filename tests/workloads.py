@@ -134,9 +134,9 @@ def build(row: WorkloadKind, pick: Pick = first, name: str | None = None) -> dic
             if not pick([True, False]):
                 continue
             put(obj, rule.only_if[0], rule.only_if[1])
-        if rule.partial_if is not None and pick([False, True]):
-            put(obj, rule.partial_if, "group-a")
-        elif rule.partial_if is not None:
+        if rule.partial_if and pick([False, True]):
+            put(obj, pick(list(rule.partial_if)), "group-a")
+        elif rule.partial_if:
             put(obj, rule.template, pod_template(pick, rule))
             continue  # counts only mean something in a group (Pod group total count)
         _place(obj, rule, pick)

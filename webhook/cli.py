@@ -213,7 +213,10 @@ def mutate_command(
     array of its items' patches). The items of a List are reviewed one by one.
     Denied documents are reported on stderr with the policy's
     message; the exit code is 1 if any document was denied. A document whose own
-    metadata.namespace differs from -n is reviewed in -n, with a note on stderr.
+    metadata.namespace differs from -n is reviewed in -n, with a note on stderr. A document
+    that is an AdmissionReview (admission.k8s.io, e.g. an UPDATE with its oldObject) is
+    answered as `kgov review` answers it, in the namespace it names, and its request.object
+    is printed patched.
     """
     if dns1123_label_error(namespace):
         _fail(f"-n {namespace!r}: {dns1123_label_error(namespace)}")
@@ -289,6 +292,8 @@ class _Reviewer:
         if not _is_object(document):
             found = f": {dotted(path)} is {describe(document)}" if path else ""
             _fail(f"{where} is not a Kubernetes object (needs apiVersion and kind){found}")
+        if _is_admission_review(document):
+            return self.run_review(document, where)
         metadata = document.get("metadata")
         own = metadata.get("namespace") if isinstance(metadata, dict) else None
         if own and own != self.namespace:
@@ -299,6 +304,9 @@ class _Reviewer:
             self.denied = True
             click.echo(f"kgov: {where} refused: {str(exc).replace('request.object.', '')}", err=True)
             return None, None
+        return self._answer(where, document, outcome)
+
+    def _answer(self, where: str, document: Any, outcome: ReviewOutcome) -> tuple[Any, list[dict[str, Any]] | None]:
         if self.explain:
             _explain(where, document, outcome)
         if not outcome.plan.allowed:
@@ -309,6 +317,38 @@ class _Reviewer:
         for warning in outcome.plan.warnings:
             click.echo(f"Warning: {where}: {warning}", err=True)
         return apply_patch(document, outcome.patch), outcome.patch
+
+    def run_review(self, document: Mapping[str, Any], where: str) -> tuple[Any, list[dict[str, Any]] | None]:
+        """An AdmissionReview document (an UPDATE with its ``oldObject``, a CREATE as the API server
+        sent it): answered as the server answers it, in the namespace it names; the result is its
+        ``request.object`` patched."""
+        try:
+            outcome = review(document, self.teams, self.labels.get, self.nodes)
+        except MalformedReview as exc:
+            self.denied = True
+            click.echo(f"kgov: {where} refused: malformed AdmissionReview: {exc}", err=True)
+            return None, None
+        request = document["request"]
+        if request.get("namespace") != self.namespace:
+            click.echo(
+                f"kgov: {where} is an AdmissionReview of namespace {request.get('namespace')!r}; "
+                f"answered in it, not in {self.namespace!r} (-n)",
+                err=True,
+            )
+        obj = request.get("object")
+        where = f"{where} ({request.get('operation')})"
+        if not isinstance(obj, Mapping):  # a DELETE: no object to print
+            old = request.get("oldObject")
+            if self.explain:
+                _explain(where, old if isinstance(old, Mapping) else {}, outcome)
+            return None, outcome.patch
+        return self._answer(where, obj, outcome)
+
+
+def _is_admission_review(document: Mapping[str, Any]) -> bool:
+    return document.get("kind") == "AdmissionReview" and str(document.get("apiVersion", "")).startswith(
+        "admission.k8s.io/"
+    )
 
 
 @main.command("serve")

@@ -19,6 +19,8 @@ from pydantic import ValidationError
 from webhook.core.inventory import NodeInventory, allocatable_problem
 from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
+from webhook.core.resources import pod_requests
+from webhook.core.wellformed import Problems, a_map
 from webhook.core.yamlload import YamlLimitError, limited
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
@@ -136,7 +138,8 @@ def load_objects(path: str | Path, kind: str) -> list[dict[str, Any]]:
 
     Raises:
         InputError: unreadable, not YAML/JSON, any other document (a bare array, another kind),
-            an item that is not a ``kind`` with metadata, or a Node with an invalid allocatable.
+            an item that is not a ``kind`` with metadata, a Node with an invalid allocatable, or a
+            Pod with an invalid request, limit or overhead.
     """
     data = _read_dump(path)
     expected = f"expected `kubectl get {kind.lower()}s -o json` output (a {kind}List or List) or one {kind}"
@@ -162,7 +165,22 @@ def load_objects(path: str | Path, kind: str) -> list[dict[str, Any]]:
         problem = allocatable_problem(item) if kind == "Node" else None
         if problem is not None:
             raise InputError(f"{path}: {where} (node {str(item['metadata'].get('name', ''))!r}): {problem}")
+        problem = requests_problem(item) if kind == "Pod" else None
+        if problem is not None:
+            namespace, name = item["metadata"].get("namespace"), str(item["metadata"].get("name", ""))
+            name = f"{namespace}/{name}" if namespace else name
+            raise InputError(f"{path}: {where} (pod {name!r}): {problem}")
     return list(items)
+
+
+def requests_problem(pod: dict[str, Any]) -> str | None:
+    """What is wrong with a Pod's requests, limits and overhead (None: nothing), as Kueue's view
+    reads them (:func:`webhook.core.resources.pod_requests`): each a non-negative Kubernetes
+    quantity, whole for an extended resource, in maps and lists of the right type. For Pods read
+    from a file, which no API server has validated; a malformed amount would count as 0."""
+    problems: Problems = []
+    pod_requests(a_map(pod.get("spec"), ("spec",), problems), problems, ("spec",))
+    return problems[0].message() if problems else None
 
 
 def _json_type(value: Any) -> str:

@@ -90,8 +90,12 @@ class PodSetRule:
     after. ``name``: Kueue's podset name, lower-cased as Kueue's ``NewPodSetReference`` does: a
     fixed name, the wildcard's map key (``name="role"``: ``Worker`` → ``worker``) or a field of
     that name next to the template (``name``, ``groupName``). ``leader``: see :class:`Leader`.
-    ``partial_if``: when this path is set the object is one member of a larger group whose other
-    members are not visible (a Pod of a Kueue pod group), so its size and shape are unknown.
+    ``partial_if``: paths of a group's name (the first holding a non-empty string names it): when
+    one does, the object is one member of a larger group whose other members are not visible (a
+    Pod of a Kueue pod group, named by its ``kueue.x-k8s.io/pod-group-name`` annotation or label),
+    so its size and shape are unknown. Such a rule's ``text`` count factors (the group's
+    ``pod-group-total-count``) go with the name: Kueue's pod webhook refuses either one without
+    the other.
     ``only_if``: the podset exists only when (path, value) holds (a RayJob's submitter).
     ``default_requests``: per-pod requests Kueue assumes when the template is absent.
     ``keyed``: the template's ``"*"`` runs over a map keyed by role names (a Kubeflow job's
@@ -103,7 +107,7 @@ class PodSetRule:
     count_offset: int = 0
     name: str = "main"
     leader: Leader | None = None
-    partial_if: PathPattern | None = None
+    partial_if: tuple[PathPattern, ...] = ()
     only_if: tuple[PathPattern, Any] | None = None
     default_requests: tuple[tuple[str, str], ...] = ()
     layout: PodLayout = TEMPLATE

@@ -277,7 +277,12 @@ KINDS: tuple[WorkloadKind, ...] = (
             PodSetRule(
                 template=(),
                 count=(Factor(("metadata", "annotations", "kueue.x-k8s.io/pod-group-total-count"), text=True),),
-                partial_if=("metadata", "labels", "kueue.x-k8s.io/pod-group-name"),
+                # Kueue's GetPodGroupName: the annotation (WorkloadIdentifierAnnotations, on by
+                # default since v0.18) when not empty, else the label.
+                partial_if=(
+                    ("metadata", "annotations", "kueue.x-k8s.io/pod-group-name"),
+                    ("metadata", "labels", "kueue.x-k8s.io/pod-group-name"),
+                ),
             ),
         ),
     ),

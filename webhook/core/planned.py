@@ -32,7 +32,7 @@ def _read_keys() -> frozenset[str]:
         for rule in row.podsets:
             paths += [factor.path for factor in rule.count]
             paths += [factor.cap for factor in rule.count if factor.cap is not None]
-            paths += [p for p in (rule.partial_if, rule.leader.path if rule.leader else None) if p is not None]
+            paths += [*rule.partial_if, *([rule.leader.path] if rule.leader else [])]
             if rule.only_if is not None:
                 paths.append(rule.only_if[0])
         keys.update(str(p[-1]) for p in paths if len(p) >= 2 and p[-2] in ("labels", "annotations"))

@@ -68,14 +68,19 @@ _SUBDOMAIN_MAX = 253
 @dataclass(frozen=True)
 class Problem:
     """A value at ``path`` (keys from the object root) that is not ``expected`` (a phrase with
-    its article: ``"an object"``, ``"a non-negative integer"``)."""
+    its article: ``"an object"``, ``"a non-negative integer"``); ``missing``: no value is there
+    (``found`` None) and one must be, ``expected`` then saying why."""
 
     path: tuple[Key, ...]
     found: Any
     expected: str
+    missing: bool = False
 
     def message(self) -> str:
-        """``spec.parallelism must be a non-negative integer, got number -3``."""
+        """``spec.parallelism must be a non-negative integer, got number -3``; a missing value:
+        ``metadata.annotations.x must be set: <why>``."""
+        if self.missing:
+            return f"{dotted(self.path)} must be set: {self.expected}"
         return f"{dotted(self.path)} must be {self.expected}, got {describe(self.found)}"
 
 

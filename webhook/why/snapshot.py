@@ -21,6 +21,7 @@ from typing import Any
 
 from webhook.core.kinds import KINDS, WorkloadKind, find_kind, kind_of_group
 from webhook.core.platform_models import dns1123_subdomain_error
+from webhook.core.wellformed import describe
 from webhook.kube.client import ClusterError, get_json, items_of, open_client
 
 __all__ = [
@@ -66,6 +67,10 @@ DESCENDANT_LISTS: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 #: Keys of a recorded dump whose objects may stand between an object and its Workloads.
 _DESCENDANT_KEYS = ("replicasets", "statefulsets", "jobs", "pods")
+#: Keys of a recorded dump that hold workload objects of any kind.
+_OBJECT_KEYS = ("objects", "jobs", "deployments", "statefulsets", "cronjobs", "leaderworkersets")
+#: Every key :meth:`Snapshot.from_dump` reads (each a list of objects).
+_DUMP_KEYS = frozenset((*_LISTS, *_DESCENDANT_KEYS, *_OBJECT_KEYS, "namespaces", "policy"))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -117,27 +122,40 @@ class Snapshot:
         """From a recorded document: ``{"nodes": [...], "pods": [...], ..., "policy": [cm]}``
         (each key a list of objects, as ``kubectl get -o json`` items; missing keys are empty).
         Pods that are not bound or have terminated are dropped, as the live list's field
-        selector does."""
+        selector does.
+
+        Raises:
+            ValueError: ``data`` is not a JSON object, or one of its keys holds something other
+                than a list of objects (``nodes must be a list of objects, got string "x"``,
+                ``pods[2] must be an object, got number 5``): nothing is read as an empty list.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"the document must be an object of lists, got {describe(data)}")
+        for key, value in data.items():
+            if key not in _DUMP_KEYS or value is None:
+                continue
+            if not isinstance(value, list):
+                raise ValueError(f"{key} must be a list of objects, got {describe(value)}")
+            for index, item in enumerate(value):
+                if not isinstance(item, dict):
+                    raise ValueError(f"{key}[{index}] must be an object, got {describe(item)}")
         snapshot = cls()
-        snapshot.descendants = [
-            item for key in _DESCENDANT_KEYS for item in data.get(key) or [] if isinstance(item, dict)
-        ]
+        snapshot.descendants = [item for key in _DESCENDANT_KEYS for item in data.get(key) or []]
         for key in _LISTS:
-            setattr(snapshot, key, [item for item in data.get(key) or [] if isinstance(item, dict)])
+            setattr(snapshot, key, list(data.get(key) or []))
         snapshot.pods = [
             pod
             for pod in snapshot.pods
             if (pod.get("spec") or {}).get("nodeName")
             and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
-        snapshot.namespaces = [item for item in data.get("namespaces") or [] if isinstance(item, dict)]
+        snapshot.namespaces = list(data.get("namespaces") or [])
         snapshot.objects = [
             item
-            for key in ("objects", "jobs", "deployments", "statefulsets", "cronjobs", "leaderworkersets")
+            for key in _OBJECT_KEYS
             for item in data.get(key) or []
-            if isinstance(item, dict)
         ]
-        policies = [item for item in data.get("policy") or [] if isinstance(item, dict) and item]
+        policies = [item for item in data.get("policy") or [] if item]
         snapshot.policy = policies[0] if policies else None
         return snapshot
 

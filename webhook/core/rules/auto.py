@@ -62,6 +62,7 @@ from webhook.core.rules.capacity import (
     requests_text,
     unit_capacity,
 )
+from webhook.core.rules.kueue_tas import GROUP_NAME_MAX
 from webhook.core.view import GROUP_NAME, PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet
 
 __all__ = ["Choice", "choose", "plan_auto", "slice_rule"]
@@ -239,10 +240,6 @@ def choose(
     verb = "exceeds" if count == 1 else "exceed"
     reason = f"auto: {count} {pods} {verb} the largest {levels[top]} domain ({held[top]}), so preferred"
     return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
-
-
-#: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
-GROUP_NAME_MAX = 256
 
 
 def _roles(present: Sequence[PodSet], roles: CoPlacement) -> tuple[PodSet, PodSet] | None:

@@ -11,6 +11,9 @@ tas_validation.go``; each finding here quotes its message:
 - ``ValidateSliceSizeAnnotationUpperBound`` (every kind's webhook but the Pod's, which checks the
   pods of a Deployment, ReplicaSet or StatefulSet too): a slice size no greater than the podset's
   pods;
+- the Workload CRD (every kind, an AppWrapper's components too): a ``podset-group-name`` next to
+  required or preferred, which Kueue copies into the Workload's ``podSetGroupName``, of at most
+  256 characters (``maxLength``), else Kueue never creates the Workload;
 - ``ValidatePodSetGroupingTopology`` (run by the JobSet, LeaderWorkerSet, MPIJob, RayCluster,
   RayJob and RayService webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every
   kind, and a finding on another kind says so rather than that Kueue refuses it): a group
@@ -42,11 +45,16 @@ from webhook.core.view import (
     WorkloadView,
 )
 
-__all__ = ["check_kueue_tas", "group_problems", "kueue_tas_findings", "refused_group", "user_groups"]
+__all__ = ["GROUP_NAME_MAX", "check_kueue_tas", "group_problems", "kueue_tas_findings", "refused_group", "user_groups"]
 
 _REQUEST = "ValidateTASPodSetRequest"
 _BOUND = "ValidateSliceSizeAnnotationUpperBound"
 _GROUPING = "ValidatePodSetGroupingTopology"
+#: The Workload CRD (``kueue.x-k8s.io/v1beta2``): ``podSetGroupName`` has ``maxLength: 256``, so
+#: Kueue cannot create the Workload of a podset whose kept group name is longer.
+_CRD = "Workload CRD podSetGroupName maxLength"
+#: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
+GROUP_NAME_MAX = 256
 
 
 def _number(name: str) -> bool:
@@ -87,6 +95,12 @@ def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
         if SLICE_CONSTRAINTS in a:
             message = f"may not be set when '{SLICE_CONSTRAINTS}' is specified"
             out.append(_finding(podset, GROUP_NAME, group, message, _REQUEST))
+        if len(group) > GROUP_NAME_MAX and (REQUIRED in a or PREFERRED in a):
+            message = (
+                f"must be at most {GROUP_NAME_MAX} characters, got {len(group)}: Kueue copies it into its "
+                "Workload's podSetGroupName, which the API server refuses longer, so the Workload is never created"
+            )
+            out.append(_finding(podset, GROUP_NAME, group, message, _CRD))
     size = a.get(SLICE_SIZE)
     if isinstance(size, str) and size.isascii() and size.lstrip("+-").isdigit():
         if int(size) < 1:
@@ -171,7 +185,7 @@ UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
 #: annotation): no webhook bounds their slice size by the pods, which Kueue's TAS only assumes.
 POD_CHECKED = frozenset({"Pod", "Deployment", "ReplicaSet", "StatefulSet"})
 #: Each Kueue check run by every kind's webhook but these.
-_SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED}
+_SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED, _CRD: frozenset[str]()}
 
 
 def _refused(source: str, kind: str) -> bool:

@@ -98,13 +98,16 @@ def _unit_problems(
     capacity = unit_capacity(members, placement, inventory, team)
     count = capacity.count
     requests = capacity.requests if len(members) == 1 or capacity.leader is not None else members[0].requests
+    # A group's members may differ (a driver of {cpu: 1} and workers of 8 GPUs): each is named.
+    described = " + ".join(f"{p.name!r} {_pods(p.count, p.requests)}" for p in members)
+    described, such = (_pods(count, requests), "such pods") if len(members) == 1 else (described, "of them")
     level = annotations.get(REQUIRED)
     required = levels.index(level) if isinstance(level, str) and level in levels else None
     problems = []
     if required is not None and capacity.largest(required) < count:
         problems.append(
-            f"all its pods ({_pods(count, requests)}) must fit in one {level} domain, and the largest "
-            f"holds {capacity.largest(required)} such pods {scope}"
+            f"all its pods ({described}) must fit in one {level} domain, and the largest "
+            f"holds {capacity.largest(required)} {such} {scope}"
         )
     sliced = _slice_request(annotations, levels)
     if sliced is not None and not problems:
@@ -126,8 +129,7 @@ def _unit_problems(
     if required is None and sliced is None and capacity.whole() < count:
         fit = "fits" if count == 1 else "fit"
         problems.append(
-            f"its {_pods(count, requests)} {fit} on no set of the team's nodes (they hold "
-            f"{capacity.whole()} such pods {scope})"
+            f"its {described} {fit} on no set of the team's nodes (they hold {capacity.whole()} {such} {scope})"
         )
     return problems
 
@@ -198,7 +200,7 @@ def check_topology_fits(
             continue
         if any(podset_problems(p) for p in members) or group_problems(members):
             continue  # annotations Kueue refuses: kueue_tas says why, their capacity means nothing
-        names = ", ".join(repr(p.name) for p in members)
+        names = " + ".join(repr(p.name) for p in members)
         settled = inventory.settled()
         problems = _unit_problems(members, placement, inventory, team, _EMPTY if settled is inventory else _NOW)
         if problems and settled is not inventory:
