@@ -85,7 +85,8 @@ class PodSet:
     ``affinity_terms`` (required ``nodeSelectorTerms``, None when the pod has none),
     ``tolerations``: the pod's own node constraints. ``group``: its ``podset-group-name``.
     ``partial``: one member of a group whose other members are not visible (size unknown).
-    ``rule``: the row's rule it came from (where each pod field lives).
+    ``rule``: the row's rule it came from (where each pod field lives). ``annotations``: the
+    pod template's annotations map in ``base`` ({} when absent or no map), read once.
     """
 
     name: str
@@ -100,14 +101,11 @@ class PodSet:
     group: str | None = None
     partial: bool = False
     present: bool = True
+    annotations: Mapping[str, Any] = field(default_factory=dict)
 
     def at(self, *suffix: Key) -> tuple[Key, ...]:
         """Absolute path of a field below this podset's base."""
         return (*self.path, *suffix)
-
-    @property
-    def annotations(self) -> Mapping[str, Any]:
-        return _map(lookup(self.base, self.rule.layout.annotations))
 
 
 @dataclass(frozen=True)
@@ -273,6 +271,7 @@ def _podset(
         else [t for _, t in maps_of(tolerations, (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
         partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
+        annotations=_map(annotations),
     )
 
 
