@@ -1620,6 +1620,33 @@ def test_draft_set_refuses_a_path_through_a_value_of_the_wrong_type() -> None:
     )
 
 
+def test_draft_set_below_a_base_edits_as_set_does_and_follows_a_replaced_or_moved_base() -> None:
+    original = {"spec": {"jobs": [{"t": {"x": 1}}, {"t": {}}]}}
+    draft = Draft(original)
+    draft.set_below(("spec", "jobs", 0, "t"), ("a", "b"), "1", "queue", "first")
+    draft.set_below(("spec", "jobs", 0, "t"), ("x",), 2, "queue", "second")
+    draft.set_below(("spec", "jobs", 1, "t"), ("c",), "3", "queue", "third")
+    assert draft.doc == {"spec": {"jobs": [{"t": {"x": 2, "a": {"b": "1"}}}, {"t": {"c": "3"}}]}}
+    assert original == {"spec": {"jobs": [{"t": {"x": 1}}, {"t": {}}]}}
+    assert draft.changes == [
+        Change("add", ("spec", "jobs", 0, "t", "a"), {"b": "1"}, "queue", "first"),
+        Change("replace", ("spec", "jobs", 0, "t", "x"), 2, "queue", "second"),
+        Change("add", ("spec", "jobs", 1, "t", "c"), "3", "queue", "third"),
+    ]
+    # a base replaced whole, a job appended to the list: later edits land in what is there now
+    draft.set(("spec", "jobs", 0, "t"), {"new": True}, "queue", "whole")
+    draft.set_below(("spec", "jobs", 0, "t"), ("y",), "4", "queue", "after")
+    draft.append(("spec", "jobs"), {"t": {}}, "queue", "more")
+    draft.set_below(("spec", "jobs", 2, "t"), ("z",), "5", "queue", "appended")
+    assert draft.doc == {"spec": {"jobs": [{"t": {"new": True, "y": "4"}}, {"t": {"c": "3"}}, {"t": {"z": "5"}}]}}
+    assert [c.path for c in draft.changes[-2:]] == [("spec", "jobs", 2), ("spec", "jobs", 2, "t", "z")]
+    # a base that is missing or of another type: the walk from the root adds the maps or says which
+    assert Draft({"spec": {}}).set_below(("spec", "t"), ("a",), "1", "queue", "r") is None
+    with pytest.raises(Shape) as through_string:
+        Draft({"spec": {"t": "x"}}).set_below(("spec", "t"), ("a",), "1", "queue", "r")
+    assert (through_string.value.path, through_string.value.found) == (("spec", "t"), "x")
+
+
 def test_draft_edits_a_copy_and_records_each_change() -> None:
     original = {"spec": {"items": [{"a": 1}]}, "metadata": {"labels": {"x": "1"}}}
     draft = Draft(original)

@@ -40,7 +40,8 @@ def plan_node_affinity(draft: Draft, podset: PodSet, expressions: list[dict[str,
     reason = f"{where}: team node affinity"
     new_term = {"matchExpressions": expressions}
     if terms is None:
-        draft.set(terms_path, [new_term], "nodeAffinity", reason)
+        suffix = (*podset.rule.layout.affinity, "nodeAffinity", required, "nodeSelectorTerms")
+        draft.set_below(podset.path, suffix, [new_term], "nodeAffinity", reason)
         return
     if not isinstance(terms, list):
         raise Shape(terms_path, terms, "array")
