@@ -23,6 +23,7 @@ from webhook.core.patch import apply_patch, pointer, to_json_patch
 from webhook.core.paths import child, dotted
 from webhook.core.planner import managed_child, plan_object
 from webhook.core.platform import LabelSelector
+from webhook.core.prepared import prepared
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
 from webhook.core.resolve import TeamIndex, selector_matches
 from webhook.core.resources import pod_requests
@@ -623,6 +624,30 @@ def test_node_affinity_changes_carry_their_rule_and_reason() -> None:
         [],
         [],
     )
+
+
+def test_each_podsets_new_term_is_its_own_copy_of_the_team_expressions() -> None:
+    teams = teams_from(
+        platform_with({"queue": {}, "nodeAffinity": [TEAM_EXPRESSION, {"key": "a", "operator": "Exists"}]})
+    )
+    team = teams.resolve("ml", None).team
+    assert team is not None
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = {}
+    twins = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j"}}
+    twins["spec"] = {
+        "replicatedJobs": [{"name": n, "template": {"spec": {"template": obj["spec"]["template"]}}} for n in "ab"]
+    }
+    changes = [c for c in review(review_body(twins, "ml"), teams).plan.changes if c.rule == "nodeAffinity"]
+    team_expressions = prepared(team).affinity
+    expected = [{"matchExpressions": [TEAM_EXPRESSION, {"key": "a", "operator": "Exists"}]}]
+    assert [c.path[-1] for c in changes] == ["nodeAffinity", "nodeAffinity"]  # a whole map added
+    terms = [c.value[TERMS[-1]]["nodeSelectorTerms"] for c in changes]
+    assert terms == [expected, expected]
+    first, second = (t[0]["matchExpressions"] for t in terms)
+    objects = [id(x) for x in (*first, *second, first[0]["values"], second[0]["values"], *team_expressions)]
+    assert len(set(objects)) == len(objects), "a new term shares a map or list with another or with the team's"
+    assert team_expressions[0]["values"] is not first[0]["values"]
 
 
 def test_a_term_of_fields_only_gets_the_team_expressions() -> None:

@@ -96,10 +96,19 @@ class Draft:
         """
         self._set_from(self.doc, path, 0, value, rule, reason)
 
-    def set_below(self, base: tuple[Key, ...], suffix: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
+    def set_below(
+        self,
+        base: tuple[Key, ...],
+        suffix: tuple[Key, ...],
+        value: Any,
+        rule: Rule,
+        reason: str,
+        copied: bool = False,
+    ) -> None:
         """:meth:`set` of ``(*base, *suffix)``, where ``base`` is a podset's base (a map the
         rules edit below, never replace): the draft's own copy of that map is found once per draft
-        and each later edit below it walks ``suffix`` only.
+        and each later edit below it walks ``suffix`` only. ``copied``: ``value`` is a copy the
+        caller made for this change alone (shared with nothing), kept as it is, not cloned again.
 
         Raises:
             Shape: as :meth:`set`.
@@ -108,11 +117,11 @@ class Draft:
         if node is None:
             node = self._own_base(base)
             if node is None:  # missing or of another type on the way: the walk from the root says which
-                self.set((*base, *suffix), value, rule, reason)
+                self._set_from(self.doc, (*base, *suffix), 0, value, rule, reason, copied)
                 return
             self._bases[base] = node
             self._base_len = max(self._base_len, len(base))
-        self._set_from(node, (*base, *suffix), len(base), value, rule, reason)
+        self._set_from(node, (*base, *suffix), len(base), value, rule, reason, copied)
 
     def _own_base(self, base: tuple[Key, ...]) -> dict[str, Any] | None:
         """The draft's own map at ``base``, each container on the way copied into the draft; None
@@ -132,8 +141,11 @@ class Draft:
             node = found
         return node if type(node) is dict else None
 
-    def _set_from(self, node: Any, path: tuple[Key, ...], start: int, value: Any, rule: Rule, reason: str) -> None:
-        """:meth:`set` of ``path`` from ``node``, the draft's own container at ``path[:start]``."""
+    def _set_from(
+        self, node: Any, path: tuple[Key, ...], start: int, value: Any, rule: Rule, reason: str, copied: bool = False
+    ) -> None:
+        """:meth:`set` of ``path`` from ``node``, the draft's own container at ``path[:start]``;
+        ``copied``: as :meth:`set_below`."""
         # One walk down the path: each container on it is checked, then copied into the draft
         # (copy-on-write) so that the edit below lands in the draft's own copy. A Shape error may
         # leave copies made on the way: they equal what they replace.
@@ -143,7 +155,7 @@ class Draft:
             key = path[index]
             found = node.get(key) if type(node) is dict else child(node, key)
             if found is None:
-                nested: Any = _clone(value)  # the maps made around it are new: not copied again
+                nested: Any = value if copied else _clone(value)  # the maps made around it are new
                 for inner in reversed(path[index + 1 :]):
                     nested = {inner: nested}
                 self._put(node, "add", path[: index + 1], nested, rule, reason, cloned=True)
@@ -161,7 +173,7 @@ class Draft:
                 node[key] = found
             node = found
         existed = type(node) is dict and node.get(path[-1]) is not None
-        self._put(node, "replace" if existed else "add", path, value, rule, reason)
+        self._put(node, "replace" if existed else "add", path, value, rule, reason, copied)
 
     def append(self, list_path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
         """Append to the list at ``list_path`` (which must exist)."""
