@@ -2292,3 +2292,15 @@ def test_bound_paths_are_remembered_per_pattern_and_bindings_and_forgotten_when_
     for index in range(paths._BOUND_MAX + 10):
         assert paths.bound(("n", "*"), (index,)) == ("n", index)
     assert len(paths._BOUND) <= paths._BOUND_MAX
+
+
+def test_made_builds_a_frozen_dataclass_as_its_init_would_and_names_a_missing_field() -> None:
+    from webhook.core.frozen import made
+
+    built = made(Change, op="add", path=("a",), value=1, rule="queue", reason="r")
+    assert built == Change("add", ("a",), 1, "queue", "r")
+    assert hash(built) == hash(Change("add", ("a",), 1, "queue", "r"))
+    with pytest.raises(TypeError, match=r"Change fields \['reason'\] missing or unknown"):
+        made(Change, op="add", path=("a",), value=1, rule="queue")
+    with pytest.raises(TypeError, match=r"Change fields \['extra'\] missing or unknown"):
+        made(Change, op="add", path=("a",), value=1, rule="queue", reason="r", extra=2)

@@ -19,8 +19,9 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from webhook.core.frozen import made
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, PathPattern, bound, child, lookup
+from webhook.core.paths import Key, PathPattern, bound, child, lookup, parse_dotted
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import (
@@ -255,7 +256,8 @@ def _podset(
     node_selector = lookup(base, layout.node_selector)
     affinity = lookup(base, layout.affinity)
     tolerations = lookup(base, layout.tolerations)
-    return PodSet(
+    return made(  # PodSet(...) without its per-field __init__
+        PodSet,
         name=name,
         path=path,
         count=pods,
@@ -271,6 +273,7 @@ def _podset(
         else [t for _, t in maps_of(tolerations, (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
         partial=rule.partial_if is not None and lookup(obj, bound(rule.partial_if, bindings)) is not None,
+        present=True,
         annotations=_map(annotations),
     )
 
@@ -321,20 +324,6 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         yield from _embedded(obj, row, problems)
 
 
-def _aw_path(text: str) -> tuple[Key, ...]:
-    """``template.spec.replicatedJobs[0].template`` → ``("template", "spec", "replicatedJobs", 0, "template")``."""
-    out: list[Key] = []
-    for part in text.split("."):
-        name, _, rest = part.partition("[")
-        if name:
-            out.append(name)
-        while rest:
-            index, _, rest = rest.partition("]")
-            out.append(int(index) if index.isdigit() else index)
-            rest = rest.lstrip("[")
-    return tuple(out)
-
-
 _DECLARED = PodSetRule(template=())
 
 
@@ -348,7 +337,7 @@ def _declared(
         if not isinstance(text, str):
             problems.append(Problem((*where, "path"), text, "a string (the path of a pod template)"))
             continue
-        relative = _aw_path(text)
+        relative = parse_dotted(text)
         base = lookup(component, relative)
         replicas = count(entry.get("replicas"), (*where, "replicas"), problems)
         if not isinstance(base, Mapping):
