@@ -23,6 +23,7 @@ from webhook.core.patch import apply_patch, pointer, to_json_patch
 from webhook.core.paths import child, dotted
 from webhook.core.planner import managed_child, plan_object
 from webhook.core.platform import LabelSelector
+from webhook.core.prepared import prepared
 from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
 from webhook.core.resolve import TeamIndex, selector_matches
 from webhook.core.resources import pod_requests
@@ -623,6 +624,30 @@ def test_node_affinity_changes_carry_their_rule_and_reason() -> None:
         [],
         [],
     )
+
+
+def test_each_podsets_new_term_is_its_own_copy_of_the_team_expressions() -> None:
+    teams = teams_from(
+        platform_with({"queue": {}, "nodeAffinity": [TEAM_EXPRESSION, {"key": "a", "operator": "Exists"}]})
+    )
+    team = teams.resolve("ml", None).team
+    assert team is not None
+    obj = job()
+    obj["spec"]["template"]["spec"]["affinity"] = {}
+    twins = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j"}}
+    twins["spec"] = {
+        "replicatedJobs": [{"name": n, "template": {"spec": {"template": obj["spec"]["template"]}}} for n in "ab"]
+    }
+    changes = [c for c in review(review_body(twins, "ml"), teams).plan.changes if c.rule == "nodeAffinity"]
+    team_expressions = prepared(team).affinity
+    expected = [{"matchExpressions": [TEAM_EXPRESSION, {"key": "a", "operator": "Exists"}]}]
+    assert [c.path[-1] for c in changes] == ["nodeAffinity", "nodeAffinity"]  # a whole map added
+    terms = [c.value[TERMS[-1]]["nodeSelectorTerms"] for c in changes]
+    assert terms == [expected, expected]
+    first, second = (t[0]["matchExpressions"] for t in terms)
+    objects = [id(x) for x in (*first, *second, first[0]["values"], second[0]["values"], *team_expressions)]
+    assert len(set(objects)) == len(objects), "a new term shares a map or list with another or with the team's"
+    assert team_expressions[0]["values"] is not first[0]["values"]
 
 
 def test_a_term_of_fields_only_gets_the_team_expressions() -> None:
@@ -1643,6 +1668,33 @@ def test_draft_set_refuses_a_path_through_a_value_of_the_wrong_type() -> None:
     )
 
 
+def test_draft_set_below_a_base_edits_as_set_does_and_follows_a_replaced_or_moved_base() -> None:
+    original = {"spec": {"jobs": [{"t": {"x": 1}}, {"t": {}}]}}
+    draft = Draft(original)
+    draft.set_below(("spec", "jobs", 0, "t"), ("a", "b"), "1", "queue", "first")
+    draft.set_below(("spec", "jobs", 0, "t"), ("x",), 2, "queue", "second")
+    draft.set_below(("spec", "jobs", 1, "t"), ("c",), "3", "queue", "third")
+    assert draft.doc == {"spec": {"jobs": [{"t": {"x": 2, "a": {"b": "1"}}}, {"t": {"c": "3"}}]}}
+    assert original == {"spec": {"jobs": [{"t": {"x": 1}}, {"t": {}}]}}
+    assert draft.changes == [
+        Change("add", ("spec", "jobs", 0, "t", "a"), {"b": "1"}, "queue", "first"),
+        Change("replace", ("spec", "jobs", 0, "t", "x"), 2, "queue", "second"),
+        Change("add", ("spec", "jobs", 1, "t", "c"), "3", "queue", "third"),
+    ]
+    # a base replaced whole, a job appended to the list: later edits land in what is there now
+    draft.set(("spec", "jobs", 0, "t"), {"new": True}, "queue", "whole")
+    draft.set_below(("spec", "jobs", 0, "t"), ("y",), "4", "queue", "after")
+    draft.append(("spec", "jobs"), {"t": {}}, "queue", "more")
+    draft.set_below(("spec", "jobs", 2, "t"), ("z",), "5", "queue", "appended")
+    assert draft.doc == {"spec": {"jobs": [{"t": {"new": True, "y": "4"}}, {"t": {"c": "3"}}, {"t": {"z": "5"}}]}}
+    assert [c.path for c in draft.changes[-2:]] == [("spec", "jobs", 2), ("spec", "jobs", 2, "t", "z")]
+    # a base that is missing or of another type: the walk from the root adds the maps or says which
+    assert Draft({"spec": {}}).set_below(("spec", "t"), ("a",), "1", "queue", "r") is None
+    with pytest.raises(Shape) as through_string:
+        Draft({"spec": {"t": "x"}}).set_below(("spec", "t"), ("a",), "1", "queue", "r")
+    assert (through_string.value.path, through_string.value.found) == (("spec", "t"), "x")
+
+
 def test_draft_edits_a_copy_and_records_each_change() -> None:
     original = {"spec": {"items": [{"a": 1}]}, "metadata": {"labels": {"x": "1"}}}
     draft = Draft(original)
@@ -2263,3 +2315,15 @@ def test_bound_paths_are_remembered_per_pattern_and_bindings_and_forgotten_when_
     for index in range(paths._BOUND_MAX + 10):
         assert paths.bound(("n", "*"), (index,)) == ("n", index)
     assert len(paths._BOUND) <= paths._BOUND_MAX
+
+
+def test_made_builds_a_frozen_dataclass_as_its_init_would_and_names_a_missing_field() -> None:
+    from webhook.core.frozen import made
+
+    built = made(Change, op="add", path=("a",), value=1, rule="queue", reason="r")
+    assert built == Change("add", ("a",), 1, "queue", "r")
+    assert hash(built) == hash(Change("add", ("a",), 1, "queue", "r"))
+    with pytest.raises(TypeError, match=r"Change fields \['reason'\] missing or unknown"):
+        made(Change, op="add", path=("a",), value=1, rule="queue")
+    with pytest.raises(TypeError, match=r"Change fields \['extra'\] missing or unknown"):
+        made(Change, op="add", path=("a",), value=1, rule="queue", reason="r", extra=2)

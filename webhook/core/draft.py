@@ -80,6 +80,10 @@ class Draft:
         self.doc: dict[str, Any] = dict(obj)
         self._owned: set[int] = {id(self.doc)}
         self.changes: list[Change] = []
+        #: A podset's base path → the draft's own map there (:meth:`set_below`), and the longest
+        #: such path: an edit at a path no longer than that may replace one (then forgotten).
+        self._bases: dict[tuple[Key, ...], dict[str, Any]] = {}
+        self._base_len = -1
 
     def get(self, path: tuple[Key, ...]) -> Any:
         return lookup(self.doc, path)
@@ -90,17 +94,68 @@ class Draft:
         Raises:
             Shape: a value on the way is not the map (or list) the next key needs.
         """
+        self._set_from(self.doc, path, 0, value, rule, reason)
+
+    def set_below(
+        self,
+        base: tuple[Key, ...],
+        suffix: tuple[Key, ...],
+        value: Any,
+        rule: Rule,
+        reason: str,
+        copied: bool = False,
+    ) -> None:
+        """:meth:`set` of ``(*base, *suffix)``, where ``base`` is a podset's base (a map the
+        rules edit below, never replace): the draft's own copy of that map is found once per draft
+        and each later edit below it walks ``suffix`` only. ``copied``: ``value`` is a copy the
+        caller made for this change alone (shared with nothing), kept as it is, not cloned again.
+
+        Raises:
+            Shape: as :meth:`set`.
+        """
+        node = self._bases.get(base)
+        if node is None:
+            node = self._own_base(base)
+            if node is None:  # missing or of another type on the way: the walk from the root says which
+                self._set_from(self.doc, (*base, *suffix), 0, value, rule, reason, copied)
+                return
+            self._bases[base] = node
+            self._base_len = max(self._base_len, len(base))
+        self._set_from(node, (*base, *suffix), len(base), value, rule, reason, copied)
+
+    def _own_base(self, base: tuple[Key, ...]) -> dict[str, Any] | None:
+        """The draft's own map at ``base``, each container on the way copied into the draft; None
+        when a step is missing or is not the exact JSON container the next key needs."""
+        node: Any = self.doc
+        owned = self._owned
+        for index, key in enumerate(base):
+            found: Any = node.get(key) if type(node) is dict else child(node, key)
+            kind = type(found)
+            wanted = dict if index + 1 == len(base) or type(base[index + 1]) is str else list
+            if kind is not wanted:
+                return None
+            if id(found) not in owned:
+                found = dict(found) if kind is dict else list(found)
+                owned.add(id(found))
+                node[key] = found
+            node = found
+        return node if type(node) is dict else None
+
+    def _set_from(
+        self, node: Any, path: tuple[Key, ...], start: int, value: Any, rule: Rule, reason: str, copied: bool = False
+    ) -> None:
+        """:meth:`set` of ``path`` from ``node``, the draft's own container at ``path[:start]``;
+        ``copied``: as :meth:`set_below`."""
         # One walk down the path: each container on it is checked, then copied into the draft
         # (copy-on-write) so that the edit below lands in the draft's own copy. A Shape error may
         # leave copies made on the way: they equal what they replace.
-        node: Any = self.doc
         owned = self._owned
         last = len(path) - 1
-        for index in range(last):
+        for index in range(start, last):
             key = path[index]
             found = node.get(key) if type(node) is dict else child(node, key)
             if found is None:
-                nested: Any = _clone(value)  # the maps made around it are new: not copied again
+                nested: Any = value if copied else _clone(value)  # the maps made around it are new
                 for inner in reversed(path[index + 1 :]):
                     nested = {inner: nested}
                 self._put(node, "add", path[: index + 1], nested, rule, reason, cloned=True)
@@ -118,7 +173,7 @@ class Draft:
                 node[key] = found
             node = found
         existed = type(node) is dict and node.get(path[-1]) is not None
-        self._put(node, "replace" if existed else "add", path, value, rule, reason)
+        self._put(node, "replace" if existed else "add", path, value, rule, reason, copied)
 
     def append(self, list_path: tuple[Key, ...], value: Any, rule: Rule, reason: str) -> None:
         """Append to the list at ``list_path`` (which must exist)."""
@@ -156,6 +211,8 @@ class Draft:
         """Edit ``parent`` (the draft's own container at ``path[:-1]``) and record the change;
         ``cloned``: ``value`` is already the change's own copy."""
         key = path[-1]
+        if self._base_len >= len(path) or (self._bases and type(parent) is not dict):
+            self._forget(path, type(parent) is not dict)
         # The change gets its own copy of the value: another change made from the same policy
         # value must not share it (nor make YAML anchors in `kgov mutate`). The draft holds the
         # same copy; a later edit below it copies what it changes first (copy-on-write: only
@@ -167,6 +224,15 @@ class Draft:
         else:
             parent[key] = copy
         self.changes.append(Change(op, path, copy, rule, reason))
+
+    def _forget(self, path: tuple[Key, ...], into_list: bool) -> None:
+        """Drop the remembered bases an edit at ``path`` may replace or move: those at or below
+        ``path`` and, for an insert into a list (``into_list``), every one below that list."""
+        items = path[:-1]
+        for base in list(self._bases):
+            if base[: len(path)] == path or (into_list and base[: len(items)] == items):
+                del self._bases[base]
+        self._base_len = max(map(len, self._bases), default=-1)
 
 
 def expect_container(path: tuple[Key, ...], found: Any, next_key: Key) -> None:

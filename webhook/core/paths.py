@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Key", "PathPattern", "bound", "child", "dotted", "expand", "lookup"]
+__all__ = ["Key", "PathPattern", "bound", "child", "dotted", "expand", "lookup", "parse_dotted"]
 
 Key = str | int
 PathPattern = tuple[str, ...]
@@ -88,3 +88,18 @@ def dotted(path: tuple[Key, ...]) -> str:
     for key in path:
         out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
     return out or "<object>"
+
+
+def parse_dotted(text: str) -> tuple[Key, ...]:
+    """The key path of a :func:`dotted` text (an AppWrapper's ``podSets[].path``):
+    ``template.spec.replicatedJobs[0].template`` → ``("template", "spec", "replicatedJobs", 0, "template")``."""
+    out: list[Key] = []
+    for part in text.split("."):
+        name, _, rest = part.partition("[")
+        if name:
+            out.append(name)
+        while rest:
+            index, _, rest = rest.partition("]")
+            out.append(int(index) if index.isdigit() else index)
+            rest = rest.lstrip("[")
+    return tuple(out)

@@ -108,8 +108,12 @@ def planned_view(view: WorkloadView, doc: Mapping[str, Any], changes: Sequence[C
         base = lookup(doc, podset.path)
         if not isinstance(base, Mapping):  # cannot be: the changes only wrote below it
             return kueue_view(doc, row)
-        terms = terms_of(lookup(base, podset.rule.layout.affinity))  # the changes are well-formed
-        podsets[index] = _replaced(podset, base=base, affinity_terms=terms)
+        layout = podset.rule.layout
+        terms = terms_of(lookup(base, layout.affinity))  # the changes are well-formed
+        annotations = lookup(base, layout.annotations)
+        podsets[index] = _replaced(
+            podset, base=base, affinity_terms=terms, annotations=annotations if isinstance(annotations, Mapping) else {}
+        )
     return _replaced(view, podsets=tuple(podsets))
 
 

@@ -19,8 +19,10 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from webhook.core.frozen import made
 from webhook.core.kinds import Factor, PodSetRule, WorkloadKind, find_kind
-from webhook.core.paths import Key, PathPattern, bound, child, lookup
+from webhook.core.paths import Key, PathPattern, bound, child, lookup, parse_dotted
+from webhook.core.podgroup import group_member
 from webhook.core.quantity import parse_quantity
 from webhook.core.resources import Requests, pod_requests
 from webhook.core.wellformed import (
@@ -85,7 +87,8 @@ class PodSet:
     ``affinity_terms`` (required ``nodeSelectorTerms``, None when the pod has none),
     ``tolerations``: the pod's own node constraints. ``group``: its ``podset-group-name``.
     ``partial``: one member of a group whose other members are not visible (size unknown).
-    ``rule``: the row's rule it came from (where each pod field lives).
+    ``rule``: the row's rule it came from (where each pod field lives). ``annotations``: the
+    pod template's annotations map in ``base`` ({} when absent or no map), read once.
     """
 
     name: str
@@ -100,14 +103,11 @@ class PodSet:
     group: str | None = None
     partial: bool = False
     present: bool = True
+    annotations: Mapping[str, Any] = field(default_factory=dict)
 
     def at(self, *suffix: Key) -> tuple[Key, ...]:
         """Absolute path of a field below this podset's base."""
         return (*self.path, *suffix)
-
-    @property
-    def annotations(self) -> Mapping[str, Any]:
-        return _map(lookup(self.base, self.rule.layout.annotations))
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,8 @@ def _podset(
     node_selector = lookup(base, layout.node_selector)
     affinity = lookup(base, layout.affinity)
     tolerations = lookup(base, layout.tolerations)
-    return PodSet(
+    return made(  # PodSet(...) without its per-field __init__
+        PodSet,
         name=name,
         path=path,
         count=pods,
@@ -272,37 +273,10 @@ def _podset(
         if tolerations is None
         else [t for _, t in maps_of(tolerations, (*path, *layout.tolerations), problems)],
         group=group if isinstance(group, str) else None,
-        partial=_group_member(obj, rule, bindings, problems),
+        partial=group_member(obj, rule, bindings, problems),
+        present=True,
+        annotations=_map(annotations),
     )
-
-
-def _group_member(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], problems: Problems) -> bool:
-    """Whether the object is one member of a group (a path of ``rule.partial_if`` holds a non-empty
-    name, as Kueue's ``GetPodGroupName`` reads it). The group's name and its total count (the
-    rule's ``text`` count factors) go together: one without the other is a problem, as Kueue
-    v0.19.2's pod webhook refuses it (``validatePodGroupMetadata``: "both the
-    'kueue.x-k8s.io/pod-group-total-count' annotation and the 'kueue.x-k8s.io/pod-group-name'
-    label should be set")."""
-    if not rule.partial_if:
-        return False
-    names = [bound(p, bindings) for p in rule.partial_if]
-    member = any(isinstance(lookup(obj, at), str) and lookup(obj, at) for at in names)
-    totals = [bound(f.path, bindings) for f in rule.count if f.text]
-    both = " and the ".join(f"{at[-1]!r} {str(at[-2]).removesuffix('s')}" for at in (*totals, names[-1]))
-    why = f"Kueue v0.19.2's pod webhook refuses a Pod with one and not the other (both the {both} should be set)"
-    if not all(isinstance(lookup(obj, at[:-1]), Mapping | None) for at in (*names, *totals)):
-        return member  # a label or annotation map that is no map: a problem of its own
-    if member:
-        problems.extend(Problem(at, None, why, missing=True) for at in totals if lookup(obj, at) is None)
-    elif any(lookup(obj, at) is not None for at in totals):
-        # Kueue names the label (its getGroupNamePath) unless the annotation holds a name.
-        at = names[-1]
-        found = lookup(obj, at)
-        if found is None:
-            problems.append(Problem(at, None, why, missing=True))
-        elif isinstance(found, str):
-            problems.append(Problem(at, found, f"a pod group's name, not empty: {why}"))
-    return member
 
 
 def kueue_reencodes(obj: Mapping[str, Any], row: WorkloadKind) -> bool:
@@ -351,20 +325,6 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
         yield from _embedded(obj, row, problems)
 
 
-def _aw_path(text: str) -> tuple[Key, ...]:
-    """``template.spec.replicatedJobs[0].template`` → ``("template", "spec", "replicatedJobs", 0, "template")``."""
-    out: list[Key] = []
-    for part in text.split("."):
-        name, _, rest = part.partition("[")
-        if name:
-            out.append(name)
-        while rest:
-            index, _, rest = rest.partition("]")
-            out.append(int(index) if index.isdigit() else index)
-            rest = rest.lstrip("[")
-    return tuple(out)
-
-
 _DECLARED = PodSetRule(template=())
 
 
@@ -378,7 +338,7 @@ def _declared(
         if not isinstance(text, str):
             problems.append(Problem((*where, "path"), text, "a string (the path of a pod template)"))
             continue
-        relative = _aw_path(text)
+        relative = parse_dotted(text)
         base = lookup(component, relative)
         replicas = count(entry.get("replicas"), (*where, "replicas"), problems)
         if not isinstance(base, Mapping):

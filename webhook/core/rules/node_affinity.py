@@ -40,7 +40,8 @@ def plan_node_affinity(draft: Draft, podset: PodSet, expressions: list[dict[str,
     reason = f"{where}: team node affinity"
     new_term = {"matchExpressions": expressions}
     if terms is None:
-        draft.set(terms_path, [new_term], "nodeAffinity", reason)
+        suffix = (*podset.rule.layout.affinity, "nodeAffinity", required, "nodeSelectorTerms")
+        draft.set_below(podset.path, suffix, [_own_term(expressions)], "nodeAffinity", reason, copied=True)
         return
     if not isinstance(terms, list):
         raise Shape(terms_path, terms, "array")
@@ -64,6 +65,13 @@ def plan_node_affinity(draft: Draft, podset: PodSet, expressions: list[dict[str,
             if not any(normalize(e) == expression for e in existing if isinstance(e, Mapping)):
                 draft.append((*term_path, "matchExpressions"), expression, "nodeAffinity", reason)
                 existing = draft.get((*term_path, "matchExpressions"))
+
+
+def _own_term(expressions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A new term of its own copy of ``expressions``, the team's prepared expressions
+    (:attr:`~webhook.core.prepared.Prepared.affinity`: ``key`` and ``operator`` strings, ``values``
+    a list of strings when set): each map and its ``values`` list copied, nothing else to copy."""
+    return {"matchExpressions": [{**e, "values": [*e["values"]]} if "values" in e else {**e} for e in expressions]}
 
 
 def warn_disjoint(existing: list[Any], expression: Mapping[str, Any], where: str, plan: Plan) -> None:

@@ -117,4 +117,4 @@ def plan_pod_priority(
             chosen, reason = candidate, f"{where}: {why}"
             break
     if chosen:
-        draft.set(podset.at(*layout.priority), chosen, "podPriority", reason)
+        draft.set_below(podset.path, layout.priority, chosen, "podPriority", reason)

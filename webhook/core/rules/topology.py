@@ -212,8 +212,8 @@ def plan_topology(
             wanted = _elastic(members, wanted, forbidden, plan)
         for podset in members:
             for key, (value, reason) in wanted.items():
-                path = podset.at(*podset.rule.layout.annotations, key)
-                draft.set(path, value, "topology", f"podset {podset.name!r}: {reason}")
+                suffix = (*podset.rule.layout.annotations, key)
+                draft.set_below(podset.path, suffix, value, "topology", f"podset {podset.name!r}: {reason}")
 
 
 def _elastic(
