@@ -111,11 +111,22 @@ def test_of_two_podsets_of_one_pod_the_second_is_the_driver() -> None:
         "grouped as 'b-a' ('b' and 'a', the workload's two podsets, have 1 pod each: the second is the driver, "
         "as Kueue's TAS takes it): together they need no broader level than 'a' alone"
     )
-    # Two pods of 8 GPUs need a rack, one alone a host: apart, as for any kind.
+    # Two pods of 8 GPUs need a rack, one alone a host: the workers are 1 pod, on one host at any
+    # level, so the rack only brings the driver next to them.
     obj = jobset(replicated_job("a", 1, 8), replicated_job("b", 1, 8))
     outcome = run(obj, inventory=aws_nodes())
-    assert annotations_by_podset(obj, outcome.patch) == {"a": {REQUIRED: HOST}, "b": {REQUIRED: HOST}}
-    assert outcome.plan.notes[-1].endswith(f"; 'b' not grouped with 'a': together they need {RACK}")
+    found = annotations_by_podset(obj, outcome.patch)
+    assert found["a"] == found["b"] == {GROUP: "b-a", REQUIRED: RACK}
+    assert outcome.plan.notes[-1].endswith(
+        "grouped as 'b-a' ('b' and 'a', the workload's two podsets, have 1 pod each: the second is the driver, "
+        "as Kueue's TAS takes it): 'a' is 1 pod, on one host at any level, so the group's broader level only "
+        "brings the driver next to it"
+    )
+    assert outcome.plan.denials == []
+    # Racks of 1 host: no rack holds the two, a block does, so they are grouped at the block.
+    obj = jobset(replicated_job("a", 1, 8), replicated_job("b", 1, 8))
+    found = annotations_by_podset(obj, run(obj, inventory=aws_nodes(hosts=1)).patch)
+    assert found["a"] == found["b"] == {GROUP: "b-a", REQUIRED: BLOCK}
 
 
 @pytest.mark.parametrize(

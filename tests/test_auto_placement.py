@@ -122,6 +122,16 @@ def test_a_group_that_needs_a_broader_level_than_the_workers_is_not_made() -> No
     assert outcome.plan.notes[-1].endswith(f"; 'master' not grouped with 'worker': together they need {BLOCK}")
 
 
+def test_a_master_and_one_worker_are_grouped_at_the_broader_level_the_pair_needs() -> None:
+    # One worker of 8 GPUs alone needs a host; with its master of 8 GPUs, a rack. The worker is on
+    # one host at any level, so the rack costs it nothing and brings the master next to it.
+    obj = pytorchjob(1)
+    outcome = run(obj, inventory=aws_nodes())
+    found = annotations_by_podset(obj, outcome.patch)
+    assert found["master"] == found["worker"] == {GROUP: "master-worker", REQUIRED: RACK}
+    assert outcome.plan.denials == []
+
+
 def test_user_multi_layer_slices_get_nothing_added() -> None:
     """Defect: a podset with only podset-slice-required-topology-constraints was taken as unplaced,
     so auto added podset-slice-required-topology and -size next to it, which Kueue refuses."""

@@ -33,8 +33,9 @@ of 1 pod of its two, the second when both have 1) is grouped with its workers by
 ``kueue.x-k8s.io/podset-group-name: <driver>-<workers>``, both getting the level chosen for the
 group's total size, when neither has a group or a TAS annotation of the user's, and the group
 needs no broader level than the workers alone (Kueue takes no slices on a group,
-``jobframework.ValidateTASPodSetRequest``). The group is what Kueue v0.19.2 accepts: exactly these
-two podsets, one of one pod, the same level on both, no slices, a name that is no number
+``jobframework.ValidateTASPodSetRequest``) or the workers are 1 pod (on one host at any level, so
+a broader level costs them nothing and brings the driver next to them). The group is what Kueue
+v0.19.2 accepts: exactly these two podsets, one of one pod, the same level on both, no slices, a name that is no number
 (``ValidatePodSetGroupingTopology``) and of at most 256 characters (the Workload's
 ``podSetGroupName``).
 
@@ -319,7 +320,9 @@ def _coplaced(
             return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
         members = [p for u in units for p in u if p is driver or p is workers]  # the workload's order
         together, apart = choose(members, placement, inventory, team), choose([workers], placement, inventory, team)
-        if together.depth is None or together.depth != apart.depth:
+        # A broader level for the group would spread workers of several pods; workers of one pod
+        # sit on one host at any level, so only the driver's place changes: next to them.
+        if together.depth is None or (together.depth != apart.depth and workers.count > 1):
             why = (
                 "no domain it may require holds them together"
                 if together.depth is None
@@ -328,9 +331,11 @@ def _coplaced(
             return pair, f"{driver.name!r} not grouped with {workers.name!r}: {why}"
         name = _group_name(driver, workers)
         reason = f"auto: the driver {driver.name!r} placed with {workers.name!r} (podset group {name!r})"
-        explanation = (
-            f"{together.explanation}; grouped as {name!r}{_driver_why(roles, driver, workers)}: together they "
-            f"need no broader level than {workers.name!r} alone"
+        explanation = f"{together.explanation}; grouped as {name!r}{_driver_why(roles, driver, workers)}: " + (
+            f"together they need no broader level than {workers.name!r} alone"
+            if together.depth == apart.depth
+            else f"{workers.name!r} is 1 pod, on one host at any level, so the group's broader level only brings "
+            "the driver next to it"
         )
         if apart.depth is not None and SLICE_REQUIRED in apart.annotations:
             explanation += " (so no slices: Kueue takes none on a group)"
