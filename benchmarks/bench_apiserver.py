@@ -43,7 +43,7 @@ webhook server's CPU time per call for each of the three server processes (on a 
 work shares, CPU time is what the wall time would be on an idle one), and where a sequential
 create's time goes by the API server's own histograms.
 
-    python benchmarks/bench_apiserver.py                 # about 10 minutes on 2 loaded CPUs, cluster start included
+    python benchmarks/bench_apiserver.py                 # 2 minutes at load average 1 to 3, cluster start included
     python benchmarks/bench_apiserver.py --sequential 10 --concurrent 64 --rounds 2
 """
 
