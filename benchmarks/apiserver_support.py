@@ -1,6 +1,6 @@
 """What the benchmarks through the real kube-apiserver share: the simulated cluster with the
-bundled platform applied, our webhook registered as the chart registers it, ``kgov serve`` and a
-no-op webhook as processes of their own, and a plain aiohttp client of the API server.
+bundled platform applied, our webhook registered as the chart registers it, ``kgov serve`` and the
+no-op (or canned) webhook as processes of their own, and a plain aiohttp client of the API server.
 
 Imported by ``bench_apiserver.py`` and ``bench_faults.py`` as a plain module (a script's own
 directory is on ``sys.path`` when it runs as ``python benchmarks/bench_x.py``). Only 127.0.0.1 is
@@ -402,8 +402,9 @@ def kgov_server(root: Path, platform: Path, port: int, metrics_port: int) -> Ser
     return Server("kgov serve", command, port, root / "kgov-serve.log", "/readyz", {"KUBECONFIG": str(kubeconfig)})
 
 
-def noop_server(root: Path, port: int) -> Server:
-    """The no-op webhook (``noop_webhook.py``) on the same serving certificate as ``kgov serve``."""
+def noop_server(root: Path, port: int, patch_file: Path | None = None) -> Server:
+    """The no-op webhook (``noop_webhook.py``) on the same serving certificate as ``kgov serve``;
+    with ``patch_file``, the canned webhook answering every review with that JSON Patch."""
     paths = devcluster.Paths(root)
     command = [
         sys.executable,
@@ -412,16 +413,40 @@ def noop_server(root: Path, port: int) -> Server:
         str(paths.governor_certs / "tls.crt"),
         str(paths.governor_certs / "tls.key"),
     ]
-    return Server("no-op webhook", command, port, root / "noop-webhook.log", "/healthz")
+    if patch_file is None:
+        return Server("no-op webhook", command, port, root / "noop-webhook.log", "/healthz")
+    command += ["--patch-file", str(patch_file)]
+    return Server("canned webhook", command, port, root / "canned-webhook.log", "/healthz")
 
 
-def noop_count(port: int, context: ssl.SSLContext) -> int:
-    """How many AdmissionReviews the no-op webhook has answered."""
+def _loopback_https(port: int, path: str, context: ssl.SSLContext, body: bytes | None = None) -> bytes:
+    """GET (or with ``body``, POST as JSON) ``https://127.0.0.1:port/path``; the answer's bytes."""
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), urllib.request.ProxyHandler({}))
-    with opener.open(f"https://{LOOPBACK}:{port}/count", timeout=5) as response:
-        return int(response.read())
+    request = urllib.request.Request(f"https://{LOOPBACK}:{port}{path}", data=body)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    with opener.open(request, timeout=10) as response:
+        answer: bytes = response.read()
+        return answer
+
+
+def noop_count(port: int, context: ssl.SSLContext) -> int:
+    """How many AdmissionReviews the no-op (or canned) webhook has answered."""
+    return int(_loopback_https(port, "/count", context))
+
+
+def noop_last_review(port: int, context: ssl.SSLContext) -> bytes:
+    """The last AdmissionReview the no-op (or canned) webhook received, as the API server sent it."""
+    return _loopback_https(port, "/last", context)
+
+
+def webhook_answer(port: int, review: bytes, context: ssl.SSLContext) -> dict[str, Any]:
+    """The ``response`` of the webhook on ``port`` (``POST /mutate``) to the AdmissionReview ``review``."""
+    answer = json.loads(_loopback_https(port, "/mutate", context, review))
+    response: dict[str, Any] = answer["response"]
+    return response
 
 
 def metric(url: str, name: str, **labels: str) -> float:

@@ -1,33 +1,49 @@
-"""Job creation through the real kube-apiserver: what our webhook adds to each create.
+"""Job creation through the real kube-apiserver: what our webhook adds to each create, and how much
+of that is changing the object rather than our computation.
 
 Brings up the e2e cluster (``e2e.devcluster``: etcd, kube-apiserver, controllers, Kueue, KWOK) in
-a temporary state directory with the bundled platform applied, and runs two webhook servers, each
-its own process on 127.0.0.1: ``kgov serve`` and a no-op webhook (``noop_webhook.py``: the same
-aiohttp, TLS context and serving certificate; ``allowed`` with no patch). Three configurations
-take turns, a round at a time:
+a temporary state directory with the bundled platform applied, and runs three webhook servers,
+each its own process on 127.0.0.1: ``kgov serve``, a no-op webhook (``noop_webhook.py``: the same
+aiohttp, TLS context and serving certificate; ``allowed`` with no patch) and a canned webhook (the
+same program with ``--patch-file``: ``allowed`` with a fixed JSON Patch, no policy work). The
+canned patch is ``kgov serve``'s own, taken once at the start: with the no-op configuration
+registered, one dry-run create; the AdmissionReview the API server sent the no-op webhook (its
+``GET /last``) is posted to ``kgov serve``, and the ``patch`` of its answer (base64, ``patchType:
+JSONPatch``) is what the canned webhook answers every review with, the request's uid echoed. The
+canned webhook's answer to that same review is checked to carry the very same patch string before
+the rounds, and kgov's answer to it again after them. Four configurations take turns, a round at a
+time, in a rotated order:
 
 * ``none``: no MutatingWebhookConfiguration of ours (Kueue's own webhooks only);
 * ``no-op``: the chart's MutatingWebhookConfiguration (``helm template`` of
   ``helm/kueue-governor``: rules, matchConditions, timeout, failurePolicy, caBundle) calling the
   no-op webhook;
+* ``canned``: the same configuration calling the canned webhook;
 * ``kgov``: the same configuration calling ``kgov serve``.
 
+So ``canned - no-op`` is what changing the object costs the API server and Kueue (applying the
+patch, the second pass of the mutating admission chain, Kueue's webhooks on the changed Job),
+``kgov - canned`` what our own computation adds, and ``kgov - no-op`` the whole.
+
 After each switch a server-side dry-run create proves the configuration is the one the API
-server calls. In each configuration: ``--sequential`` Jobs created one after the other, then
+server calls: the team's labels come back (``expected_labels``) for ``canned`` and ``kgov`` only,
+and only the named server among the no-op and the canned one counts one more review (``GET
+/count``). In each configuration: ``--sequential`` Jobs created one after the other, then
 ``--concurrent`` Jobs by ``--clients`` clients at once (aiohttp on keep-alive connections, the
 admin's token). The creates are server-side dry runs (``dryRun=All``): the whole admission chain
 runs, our webhook and Kueue's included (``sideEffects: None``), the object is validated, and
 nothing is stored, so no Workload has to be made and deleted after each round. With ``--store``
 the Jobs are stored and deleted after each round (Kueue then makes, and must finalize, a Workload
 per Job: on 2 shared CPUs that clean-up takes longer than the measurement). Every Job carries
-its team's queue label, so that Kueue treats the Jobs of the three configurations alike; our
-webhook still plans every rule and adds the priority, placement and suspension. Latency is the
-client's: request sent to answer read. Beside it, the API server's own time in the call to our
-webhook (the mean of its histogram ``apiserver_admission_webhook_admission_duration_seconds``),
-and the webhook server's CPU time per call, for the no-op and for ``kgov``: on a machine other
-work shares, CPU time is what the wall time would be on an idle one.
+its team's queue label, so that Kueue treats the Jobs of the configurations alike; our webhook
+still plans every rule and adds the priority, placement and suspension. Latency is the client's:
+request sent to answer read. Beside it, the API server's own time in the call to our webhook
+(the mean of its histogram ``apiserver_admission_webhook_admission_duration_seconds``), the
+webhook server's CPU time per call for each of the three server processes (on a machine other
+work shares, CPU time is what the wall time would be on an idle one), and where a sequential
+create's time goes by the API server's own histograms.
 
-    python benchmarks/bench_apiserver.py                 # about 8 minutes on 2 loaded CPUs, cluster start included
+    python benchmarks/bench_apiserver.py                 # 2 minutes at load average 1 to 3, cluster start included
     python benchmarks/bench_apiserver.py --sequential 10 --concurrent 64 --rounds 2
 """
 
@@ -35,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import secrets
 import statistics
@@ -61,8 +78,10 @@ from apiserver_support import (
     kgov_server,
     metric,
     noop_count,
+    noop_last_review,
     noop_server,
     register,
+    webhook_answer,
     webhook_call_totals,
     webhook_configuration,
 )
@@ -71,7 +90,18 @@ from timing import load_at_end, machine_at_start
 from e2e import devcluster
 from e2e.helm_support import chart_registration
 
-CONFIGURATIONS = ("none", "no-op", "kgov")
+CONFIGURATIONS = ("none", "no-op", "canned", "kgov")
+#: The configurations served by a webhook process of their own.
+SERVED = ("no-op", "canned", "kgov")
+#: The differences reported, (configuration, its baseline) → what the difference is.
+DIFFERENCES = {
+    ("kgov", "no-op"): "all kgov adds",
+    ("canned", "no-op"): "what changing the object costs the API server and Kueue",
+    ("kgov", "canned"): "what our own computation adds",
+    ("no-op", "none"): "any webhook call",
+}
+#: The configurations whose answer changes the Job (the proof after a switch: the team labels appear).
+PATCHING = ("canned", "kgov")
 SWITCH_TIMEOUT_S = 60.0
 
 
@@ -106,24 +136,49 @@ class Figures:
 
 
 async def switch(
-    api: Api, bench: Bench, configuration: dict[str, Any] | None, name: str, noop_port: int, namespace: str, run: str
+    api: Api,
+    bench: Bench,
+    configuration: dict[str, Any] | None,
+    name: str,
+    counted: dict[str, int],
+    namespace: str,
+    run: str,
 ) -> float:
     """Register ``configuration`` and wait until a dry-run create shows the API server calls what
-    it names (``kgov``: the priority label appears; ``no-op``: no label, the no-op server counts
-    one more review; ``none``: neither). Returns the seconds it took."""
+    it names: the Job comes back with the team's labels (``expected_labels``) exactly when ``name``
+    is ``kgov`` or ``canned``, and of the servers that count their reviews (``counted``: name →
+    port, the no-op and the canned webhook) exactly the one named counts one more. Returns the
+    seconds it took."""
     started = time.monotonic()
     await register(api, configuration)
-    queue = expected_labels(bench.policies(), namespace)
-    body = job(f"probe-{secrets.token_hex(4)}", namespace, run, queue["kueue.x-k8s.io/queue-name"])
+    labels = expected_labels(bench.policies(), namespace)
+    body = job(f"probe-{secrets.token_hex(4)}", namespace, run, labels["kueue.x-k8s.io/queue-name"])
     while time.monotonic() - started < SWITCH_TIMEOUT_S:
-        before = await asyncio.to_thread(noop_count, noop_port, bench.context)
+        before = {server: await asyncio.to_thread(noop_count, port, bench.context) for server, port in counted.items()}
         created = await api.request("POST", JOBS.format(namespace=namespace), body, {"dryRun": "All"})
-        after = await asyncio.to_thread(noop_count, noop_port, bench.context)
-        labelled = PRIORITY_LABEL in (created["metadata"].get("labels") or {})
-        if (name, labelled, after > before) in {("kgov", True, False), ("no-op", False, True), ("none", False, False)}:
+        after = {server: await asyncio.to_thread(noop_count, port, bench.context) for server, port in counted.items()}
+        found = created["metadata"].get("labels") or {}
+        labelled = PRIORITY_LABEL in found and all(found.get(key) == value for key, value in labels.items())
+        called = {server for server in counted if after[server] > before[server]}
+        if labelled == (name in PATCHING) and called == ({name} & set(counted)):
             return time.monotonic() - started
         await asyncio.sleep(0.2)
     raise BenchError(f"the API server did not switch to the configuration {name!r} in {SWITCH_TIMEOUT_S:.0f}s")
+
+
+async def capture_patch(
+    api: Api, bench: Bench, noop: dict[str, Any], noop_port: int, kgov_port: int, namespace: str, run: str
+) -> str:
+    """The JSON Patch ``kgov serve`` gives the benchmark's Job, as base64 (its answer's ``patch``):
+    with the no-op configuration registered, one dry-run create, whose AdmissionReview the no-op
+    webhook keeps as the API server sent it; that review posted to ``kgov serve``'s ``/mutate``.
+    Raises BenchError when kgov's answer is not an allowed JSONPatch."""
+    await switch(api, bench, noop, "no-op", {"no-op": noop_port}, namespace, run)
+    review = await asyncio.to_thread(noop_last_review, noop_port, bench.context)
+    response = await asyncio.to_thread(webhook_answer, kgov_port, review, bench.context)
+    if response.get("allowed") is not True or response.get("patchType") != "JSONPatch" or not response.get("patch"):
+        raise BenchError(f"kgov serve did not patch the benchmark's Job: {response}")
+    return str(response["patch"])
 
 
 async def create_sequential(
@@ -160,31 +215,49 @@ async def create_concurrent(
 
 async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
     run = secrets.token_hex(4)
-    kgov_port, metrics_port, noop_port = devcluster._free_ports(3)
+    kgov_port, metrics_port, noop_port, canned_port = devcluster._free_ports(4)
     ca_pem = devcluster.Paths(bench.root).ca_crt.read_bytes()
     chart = await asyncio.to_thread(chart_registration, "https://127.0.0.1:1/mutate", "Fail", ca_pem)
     configurations: dict[str, dict[str, Any] | None] = {
         "none": None,
         "no-op": webhook_configuration(chart, noop_port, "Fail"),
+        "canned": webhook_configuration(chart, canned_port, "Fail"),
         "kgov": webhook_configuration(chart, kgov_port, "Fail"),
     }
-    servers = [kgov_server(bench.root, bench.platform, kgov_port, metrics_port), noop_server(bench.root, noop_port)]
-    servers_by_name = {"kgov": servers[0], "no-op": servers[1]}
+    patch_file = bench.root / "kgov-patch.json"
+    servers_by_name = {
+        "kgov": kgov_server(bench.root, bench.platform, kgov_port, metrics_port),
+        "no-op": noop_server(bench.root, noop_port),
+        "canned": noop_server(bench.root, canned_port, patch_file),
+    }
+    servers = list(servers_by_name.values())
+    counted = {"no-op": noop_port, "canned": canned_port}
     figures = {name: Figures() for name in CONFIGURATIONS}
     webhook = str(webhook_configuration(chart, kgov_port, "Fail")["webhooks"][0]["name"])
     queue = expected_labels(bench.policies(), args.namespace)["kueue.x-k8s.io/queue-name"]
     params = {} if args.store else {"dryRun": "All"}
     try:
-        for server in servers:
-            await asyncio.to_thread(server.start, bench.context)
+        for name in ("kgov", "no-op"):
+            await asyncio.to_thread(servers_by_name[name].start, bench.context)
         async with api_session(bench.info, bench.token, connections=args.clients) as api:
             held = await hold_cluster_queues(api)
             print(f"ClusterQueues held (no admission, no pods): {', '.join(held)}")
+            noop = configurations["no-op"]
+            assert noop is not None
+            patch = await capture_patch(api, bench, noop, noop_port, kgov_port, args.namespace, run)
+            patch_file.write_bytes(base64.b64decode(patch))
+            await asyncio.to_thread(servers_by_name["canned"].start, bench.context)
+            review = await asyncio.to_thread(noop_last_review, noop_port, bench.context)
+            canned = await asyncio.to_thread(webhook_answer, canned_port, review, bench.context)
+            if canned.get("patch") != patch or canned.get("patchType") != "JSONPatch":
+                raise BenchError(f"the canned webhook's answer is not kgov's patch: {canned}")
+            print(f"kgov's patch for the Job, canned: {base64.b64decode(patch).decode()}")
             for round_number in range(args.rounds + 1):  # round 0 warms every path up
                 scale = 1 if round_number else 5
-                order = CONFIGURATIONS[round_number % 3 :] + CONFIGURATIONS[: round_number % 3]
+                turn = round_number % len(CONFIGURATIONS)
+                order = CONFIGURATIONS[turn:] + CONFIGURATIONS[:turn]
                 for name in order:
-                    took = await switch(api, bench, configurations[name], name, noop_port, args.namespace, run)
+                    took = await switch(api, bench, configurations[name], name, counted, args.namespace, run)
                     calls_before = await webhook_call_totals(api, webhook)
                     serving = servers_by_name.get(name)
                     cpu_before = serving.cpu_seconds() if serving else 0.0
@@ -234,6 +307,9 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                 if args.store:
                     await delete_jobs(api, [args.namespace], run, timeout=600)
             await register(api, None)
+            again = await asyncio.to_thread(webhook_answer, kgov_port, review, bench.context)
+            same = "the same" if again.get("patch") == patch else "DIFFERENT"
+            print(f"kgov's patch for the same review after the rounds: {same}")
         for server in servers:
             if not server.alive():
                 raise BenchError(f"{server.name} died during the run: {server.tail()}")
@@ -257,7 +333,8 @@ def report_breakdown(figures: dict[str, Figures], args: argparse.Namespace) -> N
         f"\n   where a sequential create's time goes ({args.rounds * args.sequential} creates per configuration; "
         "the API server's histograms, mean ms per create, calls per create in parentheses):"
     )
-    print(f"   {'part':78} {'none':>13} {'no-op':>13} {'kgov':>13} {'kgov-no-op':>10}")
+    names = "".join(f" {name:>13}" for name in CONFIGURATIONS)
+    print(f"   {'part':78}{names} {'canned-no-op':>12} {'kgov-canned':>11} {'kgov-no-op':>10}")
     for key in keys:
         cells, means = [], {}
         for name in CONFIGURATIONS:
@@ -266,8 +343,11 @@ def report_breakdown(figures: dict[str, Figures], args: argparse.Namespace) -> N
             cells.append(f"{means[name]:7.3f} ({count / creates[name]:.1f})")
         if not any(figures[name].breakdown.get(key, [0, 0])[1] for name in CONFIGURATIONS):
             continue
-        added = means["kgov"] - means["no-op"]
-        print(f"   {' '.join(key):78} {cells[0]:>13} {cells[1]:>13} {cells[2]:>13} {added:+10.3f}")
+        row = "".join(f" {cell:>13}" for cell in cells)
+        print(
+            f"   {' '.join(key):78}{row} {means['canned'] - means['no-op']:+12.3f} "
+            f"{means['kgov'] - means['canned']:+11.3f} {means['kgov'] - means['no-op']:+10.3f}"
+        )
     kgov = figures["kgov"]
     if kgov.handler_calls:
         print(
@@ -293,7 +373,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
             f"{percentile(f.concurrent, 0.5):11.2f} {percentile(f.concurrent, 0.99):11.2f} {f.throughput():9.0f}"
             f"   {rounds}"
         )
-    for ours, floor in (("kgov", "no-op"), ("no-op", "none")):
+    for ours, floor in DIFFERENCES:
         a, b = figures[ours], figures[floor]
         parts = []
         for label, x, y in (
@@ -304,7 +384,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
             p99 = percentile(x, 0.99) - percentile(y, 0.99)
             ratio = percentile(x, 0.5) / percentile(y, 0.5)
             parts.append(f"{label} p50 {p50:+.2f} ms ({ratio:.2f}x), p99 {p99:+.2f} ms")
-        print(f"   added by {ours} over {floor}: " + "; ".join(parts))
+        print(f"   added by {ours} over {floor}: " + "; ".join(parts) + f"  [{DIFFERENCES[ours, floor]}]")
     added = percentile(figures["kgov"].sequential, 0.5) - percentile(figures["no-op"].sequential, 0.5)
     added_concurrent = percentile(figures["kgov"].concurrent, 0.5) - percentile(figures["no-op"].concurrent, 0.5)
     verdict = "met" if max(added, added_concurrent) <= 1.0 else "not met"
@@ -313,19 +393,20 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
         f"(sequential {added:+.2f} ms, {args.clients} clients {added_concurrent:+.2f} ms)"
     )
     calls = ", ".join(
-        f"{name} {figures[name].webhook_mean_ms():.2f} ms ({figures[name].webhook_calls} calls)"
-        for name in ("no-op", "kgov")
+        f"{name} {figures[name].webhook_mean_ms():.2f} ms ({figures[name].webhook_calls} calls)" for name in SERVED
     )
     call, call_floor = figures["kgov"].webhook_mean_ms(), figures["no-op"].webhook_mean_ms()
     print(
         f"   the API server's own time in the webhook call (apiserver_admission_webhook_admission_duration_seconds, "
         f"mean): {calls}; kgov {call - call_floor:+.2f} ms ({call / call_floor if call_floor else float('nan'):.2f}x)"
     )
-    cpu, cpu_floor = figures["kgov"].cpu_ms_per_call(), figures["no-op"].cpu_ms_per_call()
+    cpu = {name: figures[name].cpu_ms_per_call() for name in SERVED}
+    cpus = ", ".join(f"{name} {cpu[name]:.2f} ms" for name in SERVED)
     print(
         f"   the webhook server's CPU time per call (/proc/<pid>/stat over its turns, background work included): "
-        f"no-op {cpu_floor:.2f} ms, kgov {cpu:.2f} ms; kgov {cpu - cpu_floor:+.2f} ms "
-        f"({cpu / cpu_floor if cpu_floor else float('nan'):.2f}x)"
+        f"{cpus}; kgov {cpu['kgov'] - cpu['no-op']:+.2f} ms over no-op "
+        f"({cpu['kgov'] / cpu['no-op'] if cpu['no-op'] else float('nan'):.2f}x), "
+        f"{cpu['kgov'] - cpu['canned']:+.2f} ms over canned"
     )
     spread = statistics.pstdev(figures["none"].round_p50s) if len(figures["none"].round_p50s) > 1 else 0.0
     print(f"   spread of the baseline's sequential p50 across rounds: {spread:.2f} ms (standard deviation)")
