@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from e2e import build
-from webhook.core.kinds import webhook_rules
+from webhook.core.registration import webhook_rules
 from webhook.generate.chart import status_expression
 
 KUEUE_NAMESPACE = "kueue-system"

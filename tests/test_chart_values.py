@@ -12,9 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from webhook.cli import main
-from webhook.core.kinds import KINDS, webhook_rules
+from webhook.core.kinds import KINDS
 from webhook.core.platform import load_platform
 from webhook.core.policy import compile_policies
+from webhook.core.registration import webhook_rules
 from webhook.generate.chart import kinds_document, managed_child_expression, platform_values
 
 REPO = Path(__file__).resolve().parent.parent

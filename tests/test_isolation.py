@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from support import bundled_teams, review_body
 
-from webhook.core.kinds import webhook_rules
 from webhook.core.planner import made_by_a_controller
+from webhook.core.registration import webhook_rules
 from webhook.core.review import review
 from webhook.generate.chart import kinds_document
 

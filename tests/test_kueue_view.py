@@ -15,8 +15,9 @@ import pytest
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.core.inventory import NodeInventory
-from webhook.core.kinds import KINDS, find_kind, webhook_rules
+from webhook.core.kinds import KINDS, find_kind
 from webhook.core.patch import apply_patch
+from webhook.core.registration import webhook_rules
 from webhook.core.resources import pod_requests
 from webhook.core.review import review
 from webhook.core.view import kueue_view

@@ -4,7 +4,7 @@ Helm templates cannot run the generator, so two documents are written for them:
 
 * :func:`kinds_document` → ``helm/kueue-governor/files/kinds.yaml`` (checked in; drift-checked by
   ``make generate-check``): the webhook ``rules`` of the kinds table
-  (:func:`webhook.core.kinds.webhook_rules`) and the CEL expressions the chart puts into the
+  (:func:`webhook.core.registration.webhook_rules`) and the CEL expressions the chart puts into the
   MutatingWebhookConfiguration's ``matchConditions`` and the ValidatingAdmissionPolicy: which
   objects are children of an owner Kueue manages that a controller made (never sent to the webhook;
   one a user made is refused), which are left alone
@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.kinds import KINDS, WorkloadKind, webhook_rules
+from webhook.core.kinds import KINDS, WorkloadKind
 from webhook.core.planner import QUEUE_LABEL
 from webhook.core.platform import Platform
 from webhook.core.policy import compile_policies
+from webhook.core.registration import webhook_rules
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
 __all__ = ["kinds_document", "managed_child_expression", "platform_values", "status_expression"]
