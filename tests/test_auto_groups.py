@@ -345,3 +345,55 @@ def test_kueues_own_pod_group_example_is_sized_by_its_total_count() -> None:
         outcome = run(pod, STRICT, inventory=aws_nodes())
         assert pod_annotations(pod, outcome) == {REQUIRED: HOST}
         assert "one of a pod group of 2 pods (pod-group-total-count)" in outcome.plan.notes[0]
+
+
+@pytest.mark.parametrize(
+    "topology",
+    [
+        {"mode": "auto", "enforcement": "enforce"},
+        {"mode": "auto", "autoConstraint": "preferred"},
+        {"mode": "auto", "level": RACK},
+    ],
+    ids=["required", "autoConstraint-preferred", "capped-at-rack"],
+)
+def test_a_pod_groups_pod_gets_the_level_a_podset_of_its_total_count_gets(topology: dict[str, Any]) -> None:
+    # The same narrowest level that fits, for a Pod of a group of N and a podset of N such pods;
+    # only what goes with it differs (slices for the podset, crowding for the pod group).
+    policy = {"queue": {"enforcement": "warn"}, "topology": topology}
+    levels: dict[int, tuple[str, str]] = {}
+    for total in range(1, 9):  # 9 would be refused: 8 hosts of 8 GPUs
+        pod = group_pod(total, 8)
+        pod_ann = pod_annotations(pod, run(pod, policy, inventory=aws_nodes()))
+        js = jobset(replicated_job("workers", total, 8))
+        (js_ann,) = annotations_by_podset(js, run(js, policy, inventory=aws_nodes()).patch).values()
+        strength = REQUIRED if REQUIRED in js_ann else PREFERRED
+        assert pod_ann == {strength: js_ann[strength]}, total
+        levels[total] = (strength.rsplit("-", 2)[1], js_ann[strength])
+    # aws_nodes(): 2 spines x 2 blocks x 2 racks x 2 hosts of 8 GPUs (a host holds one such pod).
+    if topology.get("autoConstraint") == "preferred":
+        assert levels == {
+            1: ("preferred", HOST),
+            2: ("preferred", RACK),
+            **{n: ("preferred", BLOCK) for n in (3, 4)},
+            **{n: ("preferred", SPINE) for n in range(5, 9)},
+        }
+    elif "level" in topology:  # never required broader than a rack: preferred there
+        assert levels == {1: ("required", HOST), 2: ("required", RACK), **{n: ("preferred", RACK) for n in range(3, 9)}}
+    else:
+        assert levels == {
+            1: ("required", HOST),
+            2: ("required", RACK),
+            **{n: ("required", BLOCK) for n in (3, 4)},
+            **{n: ("required", SPINE) for n in range(5, 9)},
+        }
+
+
+def test_a_pod_groups_pod_under_auto_constraint_preferred_says_why() -> None:
+    obj = group_pod(2, 8)
+    policy = {"queue": {}, "topology": {"mode": "auto", "autoConstraint": "preferred"}}
+    outcome = run(obj, policy, inventory=aws_nodes())
+    assert outcome.plan.notes[0].endswith(f"→ preferred {RACK}")
+    assert (
+        "auto: a pod group of 2 pods (pod-group-total-count, an upper bound on this pod's role) fits in one "
+        f"{RACK} domain (the largest holds 2); preferred there (autoConstraint)"
+    ) in [change.reason.partition(": ")[2] for change in outcome.plan.changes]

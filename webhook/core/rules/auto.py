@@ -128,6 +128,32 @@ def _held_text(held: Sequence[int], placement: TopologyPlacement, inventory: Nod
     return text
 
 
+def _narrowest(
+    held: Sequence[int], count: int, top: int, placement: TopologyPlacement, subject: str, one: bool, facts: str
+) -> tuple[int, str] | Choice:
+    """The narrowest level, no broader than ``levels[top]``, one domain of which holds ``count``
+    pods (``held``: the pods the largest domain of each level holds, :meth:`UnitCapacity.held`).
+
+    Returns (its depth, the reason "auto: <subject> fits in one <level> domain …") for the caller
+    to require it; the Choice of ``preferred`` there when the policy's ``autoConstraint`` is
+    ``preferred``; ``preferred`` at ``levels[top]`` (depth None) when no level it may require holds
+    them. ``subject``: the pods, ``one`` when it takes a singular verb; ``facts``: the start of the
+    explanation."""
+    levels = placement.levels
+    fit, exceed = ("fits", "exceeds") if one else ("fit", "exceed")
+    for depth in range(len(levels) - 1, top - 1, -1):
+        if held[depth] < count:
+            continue
+        level = levels[depth]
+        reason = f"auto: {subject} {fit} in one {level} domain (the largest holds {held[depth]})"
+        if placement.autoConstraint == "preferred":
+            reason += "; preferred there (autoConstraint)"
+            return Choice({PREFERRED: (level, reason)}, depth, f"{facts} → preferred {level}")
+        return depth, reason
+    reason = f"auto: {subject} {exceed} the largest {levels[top]} domain ({held[top]}), so preferred"
+    return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
+
+
 def pod_group_choice(
     member: PodSet,
     held: Sequence[int],
@@ -150,31 +176,25 @@ def pod_group_choice(
         f"{_held_text(held, placement, inventory)}"
     )
     bound = f"a pod group of {_pods(count)} (pod-group-total-count, an upper bound on this pod's role)"
-    for depth in range(len(levels) - 1, top - 1, -1):
-        if held[depth] < count:
-            continue
-        level = levels[depth]
-        fits = f"auto: {bound} fits in one {level} domain (the largest holds {held[depth]})"
-        if placement.autoConstraint == "preferred":
-            return Choice(
-                {PREFERRED: (level, f"{fits}; preferred there (autoConstraint)")}, depth, f"{facts} → preferred {level}"
-            )
-        crowded = crowded_role(member, depth, placement, inventory.settled(), team)
-        if crowded is None:
-            why = (
-                f"{facts} → required {level}, the narrowest level one domain of which holds {count}; "
-                f"whichever nodes the group's other pods take, a {level} domain keeps room for this pod's role"
-            )
-            return Choice({REQUIRED: (level, f"{fits}, whatever its other roles take")}, depth, why)
-        others = count - crowded
+    found = _narrowest(held, count, top, placement, bound, True, facts)
+    if isinstance(found, Choice):
+        return found
+    depth, fits = found
+    level = levels[depth]
+    crowded = crowded_role(member, depth, placement, inventory.settled(), team)
+    if crowded is None:
         why = (
-            f"{facts} → preferred {level}, where one domain holds {count}: not required, as a role of "
-            f"{_pods(crowded)} like this one could find no {level} domain with room once the group's other "
-            f"{_pods(others)} took their nodes"
+            f"{facts} → required {level}, the narrowest level one domain of which holds {count}; "
+            f"whichever nodes the group's other pods take, a {level} domain keeps room for this pod's role"
         )
-        return Choice({PREFERRED: (level, f"{fits}; preferred: its other roles could crowd it out")}, depth, why)
-    reason = f"auto: {bound} exceeds the largest {levels[top]} domain ({held[top]}), so preferred"
-    return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
+        return Choice({REQUIRED: (level, f"{fits}, whatever its other roles take")}, depth, why)
+    others = count - crowded
+    why = (
+        f"{facts} → preferred {level}, where one domain holds {count}: not required, as a role of "
+        f"{_pods(crowded)} like this one could find no {level} domain with room once the group's other "
+        f"{_pods(others)} took their nodes"
+    )
+    return Choice({PREFERRED: (level, f"{fits}; preferred: its other roles could crowd it out")}, depth, why)
 
 
 def _slices(capacity: UnitCapacity, depth: int) -> tuple[int, int] | None:
@@ -206,41 +226,33 @@ def choose(
     if len(members) == 1 and members[0].partial:
         return pod_group_choice(members[0], held, top, placement, inventory, team)
     facts = f"{_who(members)}: {_pods(count)}; {_held_text(held, placement, inventory)}"
-    pods, fit = ("pod", "fits") if count == 1 else ("pods", "fit")
-    for depth in range(len(levels) - 1, top - 1, -1):
-        if held[depth] < count:
-            continue
-        level = levels[depth]
-        reason = f"auto: {count} {pods} {fit} in one {level} domain (the largest holds {held[depth]})"
-        if placement.autoConstraint == "preferred":
-            reason += "; preferred there (autoConstraint)"
-            return Choice({PREFERRED: (level, reason)}, depth, f"{facts} → preferred {level}")
-        out: Annotations = {REQUIRED: (level, reason)}
-        why = f"{facts} → required {level}, the narrowest level one domain of which holds them"
-        if len(members) == 1 and depth + 1 < len(levels):
-            sliced = _slices(capacity, depth)
-            narrow = levels[depth + 1]
-            if sliced is not None:
-                size, slices = sliced
-                text = (
-                    f"auto: {count} {pods} in {count // size} slices of {size}, each in one {narrow} domain "
-                    f"(the largest {level} domain holds {slices} such slices)"
-                )
-                out.update({SLICE_REQUIRED: (narrow, text), SLICE_SIZE: (str(size), text)})
-                why += (
-                    f"; slices of {size} pods at {narrow} ({count // size} slices, "
-                    f"the largest {level} domain holds {slices})"
-                )
-            elif depth + 1 < len(levels) and held[depth + 1] < count:
-                why += f"; no slices (no slice size dividing {count} has all its slices in one {level} domain)"
-        return Choice(out, depth, why)
-    if len(members) == 1:
-        sliced_rule = slice_rule(count, placement)
-        if sliced_rule:
-            return Choice(sliced_rule, None, f"{facts} → the rule's slices")
-    verb = "exceeds" if count == 1 else "exceed"
-    reason = f"auto: {count} {pods} {verb} the largest {levels[top]} domain ({held[top]}), so preferred"
-    return Choice({PREFERRED: (levels[top], reason)}, None, f"{facts} → preferred {levels[top]} (too large to require)")
+    pods = "pod" if count == 1 else "pods"
+    found = _narrowest(held, count, top, placement, f"{count} {pods}", count == 1, facts)
+    if isinstance(found, Choice):
+        if found.depth is None and len(members) == 1 and (rule := slice_rule(count, placement)):
+            return Choice(rule, None, f"{facts} → the rule's slices")
+        return found
+    depth, reason = found
+    level = levels[depth]
+    out: Annotations = {REQUIRED: (level, reason)}
+    why = f"{facts} → required {level}, the narrowest level one domain of which holds them"
+    if len(members) == 1 and depth + 1 < len(levels):
+        sliced = _slices(capacity, depth)
+        narrow = levels[depth + 1]
+        if sliced is not None:
+            size, slices = sliced
+            text = (
+                f"auto: {count} {pods} in {count // size} slices of {size}, each in one {narrow} domain "
+                f"(the largest {level} domain holds {slices} such slices)"
+            )
+            out.update({SLICE_REQUIRED: (narrow, text), SLICE_SIZE: (str(size), text)})
+            why += (
+                f"; slices of {size} pods at {narrow} ({count // size} slices, "
+                f"the largest {level} domain holds {slices})"
+            )
+        elif depth + 1 < len(levels) and held[depth + 1] < count:
+            why += f"; no slices (no slice size dividing {count} has all its slices in one {level} domain)"
+    return Choice(out, depth, why)
 
 
 def _roles(present: Sequence[PodSet], roles: CoPlacement) -> tuple[PodSet, PodSet] | None:
