@@ -403,3 +403,94 @@ def test_a_kept_group_name_over_256_characters_is_refused_for_every_kind(length:
     # Not kept (no required or preferred): Kueue drops the name, and refuses it for that reason alone.
     outcome, _ = run(job({GROUP: name}))
     assert [w for w in outcome.plan.warnings if "256" in w] == []
+
+
+# -- a slice size that does not divide the podset's pods ------------------------------------------
+L2 = "topology.k8s.aws/network-node-layer-2"
+WHOLE_SLICES = (
+    "(Kueue v0.19.2 TASFlavorSnapshot.findTopologyAssignment); Kueue's TAS assumes this rule (KEP-2724: the "
+    'slice size "has to evenly divide the size of a PodSet"), which no Kueue webhook checks: the workload is '
+    "admitted but not placed as asked"
+)
+
+
+def remainder(podset: str, size: int, count: int, placed: str, left: str) -> str:
+    return (
+        f"topology: podset {podset!r}: {SLICE_SIZE} '{size}': must divide pod set count {count}: Kueue's TAS places "
+        f"{placed} and leaves the other {left} gated until pods of this podset end {WHOLE_SLICES}"
+    )
+
+
+@pytest.mark.parametrize("enforcement", ["default", "warn", "enforce"])
+def test_a_slice_size_that_does_not_divide_the_pods_is_only_warned(enforcement: str) -> None:
+    """Once passed in silence: Kueue v0.19.2 admits a Job of 3 pods in slices of 2 (no webhook
+    checks it), places one slice of 2 pods and leaves the third gated until a pod ends (Kueue's
+    own integration test "PodSet slice size does not divide the PodSet count"). Never denied, as
+    Kueue admits it; nothing is added to the user's placement."""
+    annotations = {REQUIRED: L2, SLICE_LEVEL: L3, SLICE_SIZE: "2"}
+    outcome, found = run(job(annotations), teams(enforcement=enforcement))
+    assert outcome.response["response"]["allowed"] is True
+    assert outcome.plan.denials == []
+    assert outcome.plan.warnings == [remainder("main", 2, 3, "1 whole slice (2 pods)", "1 pod")]
+    assert found == {"main": annotations}
+
+
+@pytest.mark.parametrize(
+    ("workers", "size", "warning"),
+    [
+        (7, 3, remainder("worker", 3, 7, "2 whole slices (6 pods)", "1 pod")),
+        (6, 4, remainder("worker", 4, 6, "1 whole slice (4 pods)", "2 pods")),
+        (6, 3, None),
+        (6, 6, None),
+        (6, 1, None),
+        (6, 7, None),  # above the pods: ValidateSliceSizeAnnotationUpperBound's finding, not this one
+    ],
+)
+def test_only_a_slice_size_that_leaves_pods_out_of_every_slice_is_warned(
+    workers: int, size: int, warning: str | None
+) -> None:
+    manifest = pytorch({}, {PREFERRED: L2, SLICE_LEVEL: L3, SLICE_SIZE: str(size)}, workers=workers)
+    outcome, _ = run(manifest, teams(enforcement="enforce"))
+    found = [w for w in outcome.plan.warnings + outcome.plan.denials if "findTopologyAssignment" in w]
+    assert found == ([] if warning is None else [warning])
+    if warning is not None:  # a warning only, under enforce too
+        assert outcome.response["response"]["allowed"] is True and outcome.plan.denials == []
+
+
+def test_a_slice_size_without_a_slice_level_is_not_said_to_leave_pods_out() -> None:
+    # Kueue takes no slices without podset-slice-required-topology (and refuses the size alone).
+    outcome, _ = run(job({REQUIRED: L2, SLICE_SIZE: "2"}))
+    assert outcome.plan.warnings == [
+        f"topology: podset 'main': {SLICE_SIZE}: may not be set when '{SLICE_LEVEL}' is not specified {REQUEST}"
+    ]
+
+
+def test_a_statefulsets_pods_are_counted_and_a_pod_groups_pod_is_not_judged() -> None:
+    statefulset = STATEFULSET.replace(f"{SLICE_LEVEL}: {HOST}", f"{SLICE_LEVEL}: {L3}").replace('"5"', '"2"')
+    outcome, _ = run(statefulset, teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if "findTopologyAssignment" in w] == [
+        remainder("main", 2, 3, "1 whole slice (2 pods)", "1 pod")
+    ]
+    # One Pod of a pod group of 3: its role's pods are unknown (at most 3), so no divisibility finding.
+    pod = yaml.safe_load(POD.replace(f"{SLICE_LEVEL}: {HOST}", f"{SLICE_LEVEL}: {L3}"))
+    pod["metadata"]["labels"] = {f"{K}pod-group-name": "grp"}
+    pod["metadata"]["annotations"][f"{K}pod-group-total-count"] = "3"
+    outcome, _ = run(yaml.safe_dump(pod), teams(enforcement="enforce"))
+    assert outcome.response["response"]["allowed"] is True
+    assert [w for w in outcome.plan.warnings if "findTopologyAssignment" in w] == []
+
+
+def test_an_update_that_leaves_pods_out_of_every_slice_is_warned() -> None:
+    stored = yaml.safe_load(job({REQUIRED: L2, SLICE_LEVEL: L3, SLICE_SIZE: "2"}))
+    stored["spec"].update(parallelism=4, completions=4, suspend=True)
+    created = review(review_body(stored, NS), teams(), inventory=INVENTORY)
+    assert created.plan.warnings == [] and created.plan.denials == []
+    updated = yaml.safe_load(yaml.safe_dump(stored))
+    updated["spec"]["parallelism"] = 3
+    outcome = review(review_body(updated, NS, operation="UPDATE", old=stored), teams(), inventory=INVENTORY)
+    assert outcome.response["response"]["allowed"] is True
+    assert outcome.plan.warnings == [
+        remainder("main", 2, 3, "1 whole slice (2 pods)", "1 pod") + "; this update changes podset 'main' from 4 to "
+        "3 pods: set it back"
+    ]

@@ -18,7 +18,14 @@ tas_validation.go``; each finding here quotes its message:
   RayJob and RayService webhooks; the TAS scheduler's ``findLeaderAndWorkers`` assumes it of every
   kind, and a finding on another kind says so rather than that Kueue refuses it): a group
   (the podsets whose ``podset-group-name`` Kueue keeps, i.e. with required or preferred) of
-  exactly 2 podsets, at least one of 1 pod, both asking the same request type at the same level.
+  exactly 2 podsets, at least one of 1 pod, both asking the same request type at the same level;
+- no webhook's, so the message is ours: a slice size that divides the podset's pods (KEP-2724:
+  it "has to evenly divide the size of a PodSet"). Kueue admits the workload, but its TAS places whole
+  slices only (``TASFlavorSnapshot.findTopologyAssignment``: ``sliceCount := count / sliceSize``
+  in ``findLevelWithFitDomains`` and ``updateCountsToMinimumGeneric``), so the Workload keeps its
+  full count while its topology assignment holds fewer pods, and Kueue's topology ungater
+  (``pkg/controller/tas/topology_ungater.go``) leaves the other pods gated until pods of the
+  podset end. Always a warning (:func:`slice_remainder`).
 
 No Kueue webhook checks an AppWrapper's components or a HyperPodPyTorchJob: their findings say
 so. A slice size that is no integer is a malformed count (:mod:`webhook.core.view`), an unconstrained
@@ -45,11 +52,21 @@ from webhook.core.view import (
     WorkloadView,
 )
 
-__all__ = ["GROUP_NAME_MAX", "check_kueue_tas", "group_problems", "kueue_tas_findings", "refused_group", "user_groups"]
+__all__ = [
+    "GROUP_NAME_MAX",
+    "check_kueue_tas",
+    "group_problems",
+    "kueue_tas_findings",
+    "refused_group",
+    "slice_remainder",
+    "user_groups",
+]
 
 _REQUEST = "ValidateTASPodSetRequest"
 _BOUND = "ValidateSliceSizeAnnotationUpperBound"
 _GROUPING = "ValidatePodSetGroupingTopology"
+#: Kueue v0.19.2's TAS (``pkg/cache/scheduler/tas_flavor_snapshot.go``), which places whole slices.
+_WHOLE_SLICES = "TASFlavorSnapshot.findTopologyAssignment"
 #: The Workload CRD (``kueue.x-k8s.io/v1beta2``): ``podSetGroupName`` has ``maxLength: 256``, so
 #: Kueue cannot create the Workload of a podset whose kept group name is longer.
 _CRD = "Workload CRD podSetGroupName maxLength"
@@ -115,6 +132,34 @@ def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
         message = f"may not be set when '{SLICE_REQUIRED}' is not specified"
         out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
     return out
+
+
+def slice_remainder(podset: PodSet) -> str | None:
+    """The finding on a podset whose ``podset-slice-size`` (next to ``podset-slice-required-topology``,
+    without which Kueue takes no slices: ``jobframework.NewPodSetTopologyRequest``) is at most its
+    pods but does not divide them; None otherwise, and for one Pod of a pod group (its role's pods
+    are unknown). A size above the pods is ``ValidateSliceSizeAnnotationUpperBound``'s finding.
+
+    Kueue v0.19.2 admits such a workload (no webhook checks it) and its TAS places
+    ``count // size`` whole slices (``TASFlavorSnapshot.findTopologyAssignment``); the other
+    ``count % size`` pods stay gated (``topologyUngater``: a domain's pods are ungated up to its
+    assigned count, counting only pods not terminated) until pods of the podset end, so a workload
+    whose pods must all run together never runs them all, e.g. ``podset 'main': …podset-slice-size '2':
+    must divide pod set count 3: Kueue's TAS places 1 whole slice (2 pods) and leaves the other 1
+    pod gated until pods of this podset end (…)``."""
+    a: Mapping[str, Any] = podset.annotations
+    size = a.get(SLICE_SIZE)
+    if podset.partial or SLICE_REQUIRED not in a or not isinstance(size, str) or not size.isascii():
+        return None
+    if not size.isdigit() or not 1 <= int(size) <= podset.count or podset.count % int(size) == 0:
+        return None
+    slices, rest = divmod(podset.count, int(size))
+    message = (
+        f"must divide pod set count {podset.count}: Kueue's TAS places {slices} whole "
+        f"{'slice' if slices == 1 else 'slices'} ({slices * int(size)} pods) and leaves the other "
+        f"{rest} {'pod' if rest == 1 else 'pods'} gated until pods of this podset end"
+    )
+    return _finding(podset, SLICE_SIZE, size, message, _WHOLE_SLICES)[0]
 
 
 def user_groups(podsets: Sequence[PodSet]) -> dict[str, list[PodSet]]:
@@ -190,7 +235,30 @@ _SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED, _CRD: froze
 
 def _refused(source: str, kind: str) -> bool:
     """Whether Kueue's webhook for ``kind`` runs the check ``source`` (so refuses what it finds)."""
+    if source == _WHOLE_SLICES:
+        return False  # no Kueue webhook checks it
     return kind in GROUPS_CHECKED if source == _GROUPING else kind not in _SKIPPED_BY[source]
+
+
+def _sourced_problems(view: WorkloadView) -> list[tuple[str, str]]:
+    """:func:`kueue_tas_problems`, each with the Kueue function (or rule) that finds it."""
+    if view.row.opaque:
+        return []
+    podsets = [p for p in view.podsets if p.present]
+    out: list[tuple[str, str]] = []
+    for podset in podsets:
+        out.extend(_podset_findings(podset))
+        remainder = slice_remainder(podset)
+        if remainder is not None:
+            out.append((remainder, _WHOLE_SLICES))
+    if not any(p.partial for p in podsets):
+        grouped = group_problems(podsets)
+        for name, members in user_groups(podsets).items():
+            if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
+                # no member asks for topology, and none is added: say what Kueue refuses once they do
+                grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
+        out.extend((problem, _GROUPING) for problem in grouped)
+    return out
 
 
 def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
@@ -198,34 +266,31 @@ def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
     whether Kueue's webhook for the kind refuses it (else only Kueue's TAS assumes the rule); none
     for a kind whose pods the object does not show, and no group rule when a member's size is
     unknown."""
-    if view.row.opaque:
-        return []
-    kind = view.row.kind
-    podsets = [p for p in view.podsets if p.present]
-    out = [(problem, _refused(source, kind)) for podset in podsets for problem, source in _podset_findings(podset)]
-    if not any(p.partial for p in podsets):
-        grouped = group_problems(podsets)
-        for name, members in user_groups(podsets).items():
-            if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
-                # no member asks for topology, and none is added: say what Kueue refuses once they do
-                grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
-        out.extend((problem, _refused(_GROUPING, kind)) for problem in grouped)
-    return out
+    return [(problem, _refused(source, view.row.kind)) for problem, source in _sourced_problems(view)]
 
 
 def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
     """Each finding of :func:`kueue_tas_problems` on ``view`` as a user reads it (Kueue's message,
     then what follows: ``Kueue refuses the workload``, or that Kueue's TAS assumes the rule of this
-    kind without checking it), with whether Kueue's webhook for the kind refuses it. CREATE
+    kind without checking it, or, for a slice size that does not divide the pods, that no Kueue
+    webhook checks it), with whether Kueue's webhook for the kind refuses it. CREATE
     (:func:`check_kueue_tas`) and the UPDATE recheck (:mod:`webhook.core.recheck`) both report these."""
     out: list[tuple[str, bool]] = []
-    for problem, refused in kueue_tas_problems(view):
-        outcome = (
-            "Kueue refuses the workload"
-            if refused
-            else f"Kueue's TAS assumes this rule, which it does not check for a {view.row.kind}: "
-            "the workload may not be placed as asked"
-        )
+    kind = view.row.kind
+    for problem, source in _sourced_problems(view):
+        refused = _refused(source, kind)
+        if refused:
+            outcome = "Kueue refuses the workload"
+        elif source == _WHOLE_SLICES:
+            outcome = (
+                "Kueue's TAS assumes this rule (KEP-2724: the slice size \"has to evenly divide the size of a "
+                'PodSet"), which no Kueue webhook checks: the workload is admitted but not placed as asked'
+            )
+        else:
+            outcome = (
+                f"Kueue's TAS assumes this rule, which it does not check for a {kind}: "
+                "the workload may not be placed as asked"
+            )
         out.append((f"{problem}; {outcome}", refused))
     return out
 
