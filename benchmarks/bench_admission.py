@@ -157,14 +157,22 @@ def bench_handler(iterations: int) -> None:
     handler, decode = Latencies.of(handler_wall), Latencies.of(decode_wall)
     handler_own, decode_own = Latencies.of(handler_cpu), Latencies.of(decode_cpu)
 
-    print(f"\n1. Handler alone, in-process: review() of a JobSet CREATE with 4 pod templates "
-          f"({len(outcome.patch)} patch ops), {iterations} iterations")
+    print(
+        f"\n1. Handler alone, in-process: review() of a JobSet CREATE with 4 pod templates "
+        f"({len(outcome.patch)} patch ops), {iterations} iterations"
+    )
     print(f"   {'':34} {'p50 µs':>10} {'p99 µs':>10} {'mean µs':>10}")
-    for name, figures in (("review(body, TeamIndex)", handler), ("  CPU time of the call", handler_own),
-                          ("baseline json.loads(json.dumps())", decode), ("  CPU time of the call", decode_own)):
+    for name, figures in (
+        ("review(body, TeamIndex)", handler),
+        ("  CPU time of the call", handler_own),
+        ("baseline json.loads(json.dumps())", decode),
+        ("  CPU time of the call", decode_own),
+    ):
         print(f"   {name:34} {figures.p50:10.1f} {figures.p99:10.1f} {figures.mean:10.1f}")
-    print(f"   ratio handler/baseline: p50 {handler.p50 / decode.p50:.1f}x, p99 {handler.p99 / decode.p99:.1f}x "
-          f"(CPU time: p50 {handler_own.p50 / decode_own.p50:.1f}x, p99 {handler_own.p99 / decode_own.p99:.1f}x)")
+    print(
+        f"   ratio handler/baseline: p50 {handler.p50 / decode.p50:.1f}x, p99 {handler.p99 / decode.p99:.1f}x "
+        f"(CPU time: p50 {handler_own.p50 / decode_own.p50:.1f}x, p99 {handler_own.p99 / decode_own.p99:.1f}x)"
+    )
     for what, figures in (("wall", handler), ("CPU", handler_own)):
         verdict = "met" if figures.p99 <= HANDLER_P99_GOAL_US else "not met"
         print(f"   goal p99 <= {HANDLER_P99_GOAL_US:.0f} µs ({what} time): {verdict} ({figures.p99:.0f} µs)")
@@ -309,15 +317,34 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
         servers = [
             start_server(
                 "kgov serve",
-                [sys.executable, "-m", "webhook.cli", "serve", "--platform", str(PLATFORM), *tls,
-                 "--host", LOOPBACK, "--port", str(ours_port), "--metrics-port", str(free_port())],
+                [
+                    sys.executable,
+                    "-m",
+                    "webhook.cli",
+                    "serve",
+                    "--platform",
+                    str(PLATFORM),
+                    *tls,
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(ours_port),
+                    "--metrics-port",
+                    str(free_port()),
+                ],
                 ours_port,
                 directory / "kgov.log",
             ),
             start_server(
                 "no-op server",
-                [sys.executable, str(Path(__file__).resolve()), "--noop-server", str(noop_port),
-                 str(directory / "tls.crt"), str(directory / "tls.key")],
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--noop-server",
+                    str(noop_port),
+                    str(directory / "tls.crt"),
+                    str(directory / "tls.key"),
+                ],
                 noop_port,
                 directory / "noop.log",
             ),
@@ -345,20 +372,26 @@ def bench_tls(total: int, concurrency: int, rounds: int) -> None:
                 server.stop()
         log_lines = sum(1 for _ in (directory / "kgov.log").open("rb"))
 
-    print(f"\n2. Over TLS on {LOOPBACK}: {total} requests per round, concurrency {concurrency}, {rounds} rounds "
-          f"(keep-alive connections; client in this process, each server in its own process)")
+    print(
+        f"\n2. Over TLS on {LOOPBACK}: {total} requests per round, concurrency {concurrency}, {rounds} rounds "
+        f"(keep-alive connections; client in this process, each server in its own process)"
+    )
     print(f"   {'':16} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}   per round (req/s)")
     best: dict[str, LoadResult] = {}
     for name, runs in results.items():
         best[name] = median = sorted(runs, key=lambda r: r.throughput)[len(runs) // 2]
         per_round = ", ".join(f"{r.throughput:.0f}" for r in runs)
-        print(f"   {name:16} {median.throughput:9.0f} {median.latencies_ms.p50:8.2f} {median.latencies_ms.p99:8.2f}"
-              f"   {per_round}")
+        print(
+            f"   {name:16} {median.throughput:9.0f} {median.latencies_ms.p50:8.2f} {median.latencies_ms.p99:8.2f}"
+            f"   {per_round}"
+        )
     ours, floor = best["kgov serve"], best["no-op server"]
     ratio = ours.throughput / floor.throughput
-    print(f"   ratio kgov/no-op: throughput {ratio:.2f}x, "
-          f"p50 {ours.latencies_ms.p50 / floor.latencies_ms.p50:.2f}x, "
-          f"p99 {ours.latencies_ms.p99 / floor.latencies_ms.p99:.2f}x")
+    print(
+        f"   ratio kgov/no-op: throughput {ratio:.2f}x, "
+        f"p50 {ours.latencies_ms.p50 / floor.latencies_ms.p50:.2f}x, "
+        f"p99 {ours.latencies_ms.p99 / floor.latencies_ms.p99:.2f}x"
+    )
     verdict = "met" if ratio >= THROUGHPUT_GOAL else "not met"
     print(f"   goal throughput >= {THROUGHPUT_GOAL}x the no-op floor: {verdict}")
     print(f"   (median round by throughput; kgov wrote {log_lines} JSON log lines, one per request)")
@@ -385,8 +418,12 @@ def main() -> None:
         port, cert, key = args.noop_server
         run_noop_server(int(port), Path(cert), Path(key))
         return
-    for name, value, limit in (("iterations", args.iterations, 100_000), ("requests", args.requests, 20_000),
-                               ("concurrency", args.concurrency, 256), ("rounds", args.rounds, 9)):
+    for name, value, limit in (
+        ("iterations", args.iterations, 100_000),
+        ("requests", args.requests, 20_000),
+        ("concurrency", args.concurrency, 256),
+        ("rounds", args.rounds, 9),
+    ):
         if not 1 <= value <= limit:
             parser.error(f"--{name} must be between 1 and {limit}")
 

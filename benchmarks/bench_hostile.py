@@ -216,27 +216,41 @@ async def scrape(metrics_port: int) -> dict[str, float]:
 def report(
     phases: list[Phase], attacker: dict[str, int], before: float, after: float, metrics: dict[str, float]
 ) -> None:
-    print(f"   {'phase':22} {'requests':>8} {'errors':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-          f"{'server CPU':>10} {'peak RSS MiB':>12}")
+    print(
+        f"   {'phase':22} {'requests':>8} {'errors':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+        f"{'server CPU':>10} {'peak RSS MiB':>12}"
+    )
     figures = {}
     for phase in phases:
         lat = Latencies.of(phase.latencies_ms or [0.0])
         figures[phase.name] = lat
         errors = sum(phase.errors.values())
         cpu = phase.server_cpu / phase.seconds
-        print(f"   {phase.name:22} {len(phase.latencies_ms):8d} {errors:6d} {lat.p50:7.2f} {lat.p99:7.2f} "
-              f"{max(phase.latencies_ms or [0.0]):7.1f} {cpu:10.0%} {phase.rss_peak:12.0f}")
+        print(
+            f"   {phase.name:22} {len(phase.latencies_ms):8d} {errors:6d} {lat.p50:7.2f} {lat.p99:7.2f} "
+            f"{max(phase.latencies_ms or [0.0]):7.1f} {cpu:10.0%} {phase.rss_peak:12.0f}"
+        )
         if phase.errors:
             print(f"      errors: {dict(phase.errors)}")
     base, hit = figures[phases[0].name], figures[phases[1].name]
-    print(f"   ratio under attack / baseline: p50 {hit.p50 / base.p50:.2f}x, p99 {hit.p99 / base.p99:.2f}x "
-          f"(goal: p99 under attack < 100 ms: {'met' if hit.p99 < 100 else 'NOT met'})")
-    print(f"   server RSS: {before:.0f} MiB before the attack, {phases[1].rss_peak:.0f} MiB peak during it, "
-          f"{after:.0f} MiB after the attackers left ({after - before:+.0f} MiB)")
+    print(
+        f"   ratio under attack / baseline: p50 {hit.p50 / base.p50:.2f}x, p99 {hit.p99 / base.p99:.2f}x "
+        f"(goal: p99 under attack < 100 ms: {'met' if hit.p99 < 100 else 'NOT met'})"
+    )
+    print(
+        f"   server RSS: {before:.0f} MiB before the attack, {phases[1].rss_peak:.0f} MiB peak during it, "
+        f"{after:.0f} MiB after the attackers left ({after - before:+.0f} MiB)"
+    )
     print(f"   attacker: {dict(sorted(attacker.items()))}")
     keys = [k for k in metrics if k.startswith(("kgov_http_refused_total", "kgov_connections_closed_total"))]
-    print("   server counters: " + ", ".join(f"{k.split('{')[0].removeprefix('kgov_')}{{{k.split('{')[1]} "
-                                            f"{metrics[k]:.0f}" for k in sorted(keys) if metrics[k]))
+    print(
+        "   server counters: "
+        + ", ".join(
+            f"{k.split('{')[0].removeprefix('kgov_')}{{{k.split('{')[1]} {metrics[k]:.0f}"
+            for k in sorted(keys)
+            if metrics[k]
+        )
+    )
 
 
 def main() -> None:
@@ -247,13 +261,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="attack length (default 30)")
     parser.add_argument("--baseline-seconds", type=float, default=15.0, help="baseline and after phases (default 15)")
     parser.add_argument("--concurrency", type=int, default=2, help="normal admission connections (default 2)")
-    parser.add_argument("--attacker-nice", type=int, default=10,
-                        help="nice value of the attacker process (default 10; 0: same priority as the server)")
+    parser.add_argument(
+        "--attacker-nice",
+        type=int,
+        default=10,
+        help="nice value of the attacker process (default 10; 0: same priority as the server)",
+    )
     parser.add_argument("--attacker", nargs=2, metavar=("PORT", "CA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    bounds = (("bombs", args.bombs, 0, 64), ("slow", args.slow, 0, 10_000), ("seconds", args.seconds, 5, 600),
-              ("baseline_seconds", args.baseline_seconds, 3, 600), ("concurrency", args.concurrency, 1, 64),
-              ("rate", args.rate, 1, 5000))
+    bounds = (
+        ("bombs", args.bombs, 0, 64),
+        ("slow", args.slow, 0, 10_000),
+        ("seconds", args.seconds, 5, 600),
+        ("baseline_seconds", args.baseline_seconds, 3, 600),
+        ("concurrency", args.concurrency, 1, 64),
+        ("rate", args.rate, 1, 5000),
+    )
     for name, value, low, high in bounds:
         if not low <= value <= high:
             parser.error(f"--{name.replace('_', '-')} must be between {low} and {high}")
@@ -269,24 +292,55 @@ def main() -> None:
         directory = Path(scratch)
         context = serving_pair(directory)
         port, metrics_port = free_port(), free_port()
-        command = [sys.executable, "-m", "webhook.cli", "serve", "--platform", str(PLATFORM),
-                   "--tls-cert-file", str(directory / "tls.crt"), "--tls-private-key-file", str(directory / "tls.key"),
-                   "--host", LOOPBACK, "--port", str(port), "--metrics-port", str(metrics_port)]
+        command = [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--platform",
+            str(PLATFORM),
+            "--tls-cert-file",
+            str(directory / "tls.crt"),
+            "--tls-private-key-file",
+            str(directory / "tls.key"),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+        ]
         server = start_server("kgov serve", command, port, directory / "kgov.log")
         try:
             asyncio.run(wait_healthy(server, context))
             pid = server.process.pid
-            print(f"1. {args.concurrency} keep-alive connections of JobSet admissions; kgov serve with its default "
-                  f"limits; attack: {args.bombs} gzip-bomb clients + {args.slow} slow connections "
-                  f"(at most {args.rate:g} new/s) for {args.seconds:g} s, attacker at nice {args.attacker_nice}")
+            print(
+                f"1. {args.concurrency} keep-alive connections of JobSet admissions; kgov serve with its default "
+                f"limits; attack: {args.bombs} gzip-bomb clients + {args.slow} slow connections "
+                f"(at most {args.rate:g} new/s) for {args.seconds:g} s, attacker at nice {args.attacker_nice}"
+            )
             phases = [Phase("baseline (no attack)"), Phase("under attack"), Phase("after the attack")]
             asyncio.run(normal_load(Phase("warm-up"), port, context, 3, args.concurrency, pid))
             asyncio.run(normal_load(phases[0], port, context, args.baseline_seconds, args.concurrency, pid))
             before = rss_mib(pid)
             attacker = subprocess.Popen(
-                [sys.executable, __file__, "--attacker", str(port), str(directory / "ca.crt"), "--bombs",
-                 str(args.bombs), "--slow", str(args.slow), "--seconds", str(args.seconds), "--rate", str(args.rate),
-                 "--attacker-nice", str(args.attacker_nice)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--attacker",
+                    str(port),
+                    str(directory / "ca.crt"),
+                    "--bombs",
+                    str(args.bombs),
+                    "--slow",
+                    str(args.slow),
+                    "--seconds",
+                    str(args.seconds),
+                    "--rate",
+                    str(args.rate),
+                    "--attacker-nice",
+                    str(args.attacker_nice),
+                ],
                 stdout=subprocess.PIPE,
             )
             asyncio.run(normal_load(phases[1], port, context, args.seconds, args.concurrency, pid))

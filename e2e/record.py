@@ -414,9 +414,7 @@ def pick_reviews(received: list[Review]) -> dict[str, Review]:
 
 async def _cleanup_workloads(kubeconfig: Path, home: Path) -> None:
     await kubectl(kubeconfig, home, "delete", "-n", NAMESPACE, "job", JOB_NAME, "--ignore-not-found", "--wait=true")
-    await kubectl(
-        kubeconfig, home, "delete", "-n", NAMESPACE, "jobsets", "-l", "app.kubernetes.io/name=llama-pretrain"
-    )
+    await kubectl(kubeconfig, home, "delete", "-n", NAMESPACE, "jobsets", "-l", "app.kubernetes.io/name=llama-pretrain")
 
 
 async def record_reviews(kubeconfig: Path, timeout: float = 180.0) -> dict[str, Review]:

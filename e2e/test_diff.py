@@ -54,11 +54,7 @@ def headers(stdout: str) -> list[str]:
 def changed_lines(stdout: str, label: str) -> list[str]:
     """The ``-``/``+`` lines of one object's unified diff (its ``---``/``+++`` lines left out)."""
     section = stdout.split(f"# update: {label}\n", 1)[1].split("\n# ", 1)[0]
-    return [
-        line
-        for line in section.splitlines()
-        if line[:1] in "-+" and not line.startswith(("--- ", "+++ "))
-    ]
+    return [line for line in section.splitlines() if line[:1] in "-+" and not line.startswith(("--- ", "+++ "))]
 
 
 def diff_platform(name: str) -> dict[str, Any]:

@@ -325,9 +325,7 @@ async def _webhook_calls_for_labelled_job(dynamic: DynamicClient, governor: Gove
 
 
 @pytest.fixture
-async def governor_after_kueue(
-    dynamic: DynamicClient, bundled_governor: GovernorInfo
-) -> AsyncIterator[dict[str, Any]]:
+async def governor_after_kueue(dynamic: DynamicClient, bundled_governor: GovernorInfo) -> AsyncIterator[dict[str, Any]]:
     """The governor registered as ``zz-kgov-governor`` (same URL, caBundle, rules), which the API
     server calls after Kueue's ``kueue-mutating-webhook-configuration``; ``kgov-governor`` is put
     back afterwards. Yields the moved configuration."""
@@ -523,7 +521,7 @@ async def test_kubectl_shows_the_denial_and_the_warning(
     denied = _denied_job("another-teams-queue")
     result = await asyncio.to_thread(_kubectl, kubectl, e2e_cluster, tmp_path, denied)
     assert result.returncode == 1, result
-    assert f"Error from server (Forbidden): error when creating \"STDIN\": {DENIED_PREFIX}" in result.stderr
+    assert f'Error from server (Forbidden): error when creating "STDIN": {DENIED_PREFIX}' in result.stderr
     assert DENIALS["another-teams-queue"][2] in result.stderr
 
     warned = cleanup.add(job(unique("kubectl"), DATA_SCIENCE, pods=1, gpus=1, labels={QUEUE_LABEL: WARNED_QUEUE}))

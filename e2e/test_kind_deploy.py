@@ -48,9 +48,7 @@ def test_install_script_is_valid_bash() -> None:
 def test_serving_certificate_names_the_service(tmp_path: Path) -> None:
     ca_pem, cert_pem, _ = deploy.ensure_pki(tmp_path)
     cert = x509.load_pem_x509_certificate(cert_pem)
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName
-    )
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert names == ["kgov-governor.kueue-governor-system.svc", "kgov-governor.kueue-governor-system.svc.cluster.local"]
     ca = x509.load_pem_x509_certificate(ca_pem)
     cert.verify_directly_issued_by(ca)

@@ -208,7 +208,6 @@ def test_kwok_runs_its_own_stages() -> None:
     assert kinds == [{"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]}]
 
 
-
 def test_annotated_pod_complete_stage_is_kwoks_own_for_any_annotated_pod() -> None:
     """The extra stage differs from KWOK's pod-complete only in whom it selects: any pod with the
     delay annotation (a pod group's bare Pods) instead of a Job's pods; delay, jitter and status
@@ -227,6 +226,7 @@ def test_annotated_pod_complete_stage_is_kwoks_own_for_any_annotated_pod() -> No
     kept = [e for e in original["spec"]["selector"]["matchExpressions"] if "ownerReferences" not in e["key"]]
     assert [e for e in expressions if "annotations" not in e["key"]] == kept
     assert len(kept) == 3  # not deleted, phase Running, Ready
+
 
 def test_kubernetes_components_are_built_together() -> None:
     by_name = {binary.name: binary for binary in build.binaries()}

@@ -103,4 +103,3 @@ async def test_committed_live_objects_match_what_the_api_server_returns(
             before.pop("managedFields", None)
             after.pop("managedFields", None)
             assert shape_differences(record.shape(before), record.shape(after)) == [], (object_key(old), part)
-

@@ -747,6 +747,7 @@ async def test_governed_job_shows_the_policy_decision(
     assert by_workload["decision"]["team"] == "research" and by_workload["policyNote"] is None
     assert by_workload["decision"]["rules"] == decision["rules"]
 
+
 async def test_a_value_the_user_set_is_told_from_the_policys(
     e2e_cluster: E2ECluster, dynamic: DynamicClient, bundled_governor: Any, cleanup: support.Cleanup
 ) -> None:

@@ -150,11 +150,7 @@ class Snapshot:
             and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
         snapshot.namespaces = list(data.get("namespaces") or [])
-        snapshot.objects = [
-            item
-            for key in _OBJECT_KEYS
-            for item in data.get(key) or []
-        ]
+        snapshot.objects = [item for key in _OBJECT_KEYS for item in data.get(key) or []]
         policies = [item for item in data.get("policy") or [] if item]
         snapshot.policy = policies[0] if policies else None
         return snapshot
