@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.admission import AdmissionRequest
-from webhook.core.draft import Change, Draft, Plan, Shape, malformed, string_map
+from webhook.core.draft import Change, Draft, Plan, Shape, malformed
 from webhook.core.inventory import NodeInventory
 from webhook.core.kinds import WorkloadKind, find_kind, is_managed_owner, kind_of_group
 from webhook.core.paths import dotted, lookup
@@ -234,14 +234,7 @@ def plan_object(
         view = kueue_view(obj, row)
         if view.problems:  # Kueue could not read the object: nothing to plan on
             return malformed(*view.problems)
-        for podset in view.podsets:  # every map the rules read or write must be a map
-            if podset.present:
-                for suffix in podset.rule.layout.maps:
-                    # read below the podset's base (the draft has no edit yet); the draft's path
-                    # from the root only for a value that is no dict, where string_map raises
-                    found = lookup(podset.base, suffix)
-                    if found is not None and type(found) is not dict:
-                        string_map(draft, podset.at(*suffix))
+        # every map the rules read or write is a map: the view has a problem for each one that is not
         plan_queue(draft, row, team, plan)
         plan_kueue_priority(draft, view, team, plan)
         plan_pod_labels(draft, view, team, plan)
