@@ -48,9 +48,10 @@ fuzz: install
 			-print_final_stats=1 || exit $$?; \
 	done
 
-## ruff, mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
+## ruff (checks and formatting), mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
 lint: install
 	$(VENV)/bin/ruff check webhook tests benchmarks e2e tools
+	$(VENV)/bin/ruff format --check webhook tests benchmarks e2e tools
 	$(VENV)/bin/mypy webhook benchmarks
 	$(VENV)/bin/mypy e2e/test_watches.py
 	$(VENV)/bin/lint-imports
