@@ -9,6 +9,8 @@ be admitted with the topology assignment it asks for:
   (``podset-group-name``, required at the rack): Kueue places driver and workers in one rack;
 * a JobSet whose podset of 1 pod (its one other podset of 2 workers of 8 GPUs) is grouped the same
   way (``driver-workers``): Kueue's JobSet webhook accepts the group and places it in one rack;
+* a JobSet of two podsets of 1 pod of 8 GPUs each, which need a rack together though each fits a
+  host: grouped (``b-a``) at the rack, and placed by Kueue on two hosts of one rack;
 * a Job of 4 pods of 8 GPUs, larger than a rack: required at the block, in slices of 2 at the
   rack: Kueue places 2 pods in each of the two racks of one block;
 * a Kueue pod group of 3 bare Pods of 8 GPUs: each Pod, sized by its ``pod-group-total-count``
@@ -191,6 +193,40 @@ async def test_a_jobsets_podset_of_one_pod_grouped_with_the_other_is_admitted_in
     labels = await node_labels(dynamic)
     racks = {labels[host][RACK] for pods in placed.values() for host in pods}
     assert len(racks) == 1, f"driver and workers in racks {racks}: {placed}"
+
+
+@pytest.mark.usefixtures("uncapped_auto")
+async def test_two_podsets_of_one_pod_that_need_a_rack_together_are_grouped_and_admitted_in_one_rack(
+    dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    # Each pod of 8 GPUs alone fits a host; the pair needs a rack (2 hosts of 8 GPUs). The workers
+    # are 1 pod, on one host at any level, so auto groups them at the rack the pair needs.
+    body = cleanup.add(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": unique("jobset"), "namespace": RESEARCH},
+            "spec": {"replicatedJobs": [replicated_job("a", 1, 8), replicated_job("b", 1, 8)]},
+        }
+    )
+    created = (await create_with_warnings(dynamic, body)).obj
+    group = {GROUP: "b-a", REQUIRED: RACK}
+    for job in created["spec"]["replicatedJobs"]:
+        annotations = job["template"]["spec"]["template"]["metadata"]["annotations"]
+        assert {key: annotations.get(key) for key in group} == group, job["name"]
+    workload = await admitted(dynamic, created)
+    requests = {podset["name"]: podset["topologyRequest"] for podset in workload["spec"]["podSets"]}
+    assert {name: (r["required"], r["podSetGroupName"]) for name, r in requests.items()} == {
+        "a": (RACK, "b-a"),
+        "b": (RACK, "b-a"),
+    }
+    placed = await hosts_by_podset(dynamic, workload)
+    assert sum(placed["a"].values()) == 1 and sum(placed["b"].values()) == 1
+    hosts = {host for pods in placed.values() for host in pods}
+    assert len(hosts) == 2, f"two pods of 8 GPUs on hosts of 8 GPUs: {placed}"
+    labels = await node_labels(dynamic)
+    racks = {labels[host][RACK] for host in hosts}
+    assert len(racks) == 1, f"the pair in racks {racks}: {placed}"
 
 
 async def _delete_pods(dynamic: DynamicClient, pods: list[dict[str, Any]]) -> None:
