@@ -44,11 +44,15 @@ def _listed(value: Any) -> list[Any]:
 
 
 def constraints(podset: PodSet, team: TeamPolicyCompiled) -> PodConstraints:
-    """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in."""
+    """What one pod of ``podset`` asks of a node once the team's node affinity is ANDed in, as
+    :func:`~webhook.core.rules.node_affinity.plan_node_affinity` writes it: into each term, or
+    as the one term when the pod has none, an empty ``nodeSelectorTerms`` list included (the rule
+    appends the team's term into it). Without a team affinity an empty list stays empty: it
+    matches no node (terms are ORed)."""
     extra = prepared(team).affinity_exact
     terms: list[Any] | None = podset.affinity_terms
     if extra:
-        if terms is None:
+        if not terms:
             terms = [{"matchExpressions": extra}]
         else:
             terms = [
