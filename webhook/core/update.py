@@ -50,6 +50,7 @@ from webhook.core.rules.pod_priority import check_pod_priority, check_priority_f
 from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
 from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
+from webhook.core.wellformed import Problems, string_values
 
 __all__ = ["plan_status_update", "plan_update"]
 
@@ -112,10 +113,17 @@ def plan_status_update(
     The API server's status strategies of Job, Pod, StatefulSet and ReplicaSet reset ``spec`` but
     keep the object's ``metadata`` changes, so ``kubectl patch --subresource=status`` can change,
     add or drop the queue and priority labels (Kueue then follows the new priority). They are
-    planned as on any UPDATE: a value introduced or changed is checked, one dropped is put back.
+    planned as on any UPDATE: a value introduced or changed is checked, one dropped or emptied is
+    put back, and a label value the update makes no string is a malformed object.
     """
     if managed_child(new) and managed_child(old):
         return Plan(skipped=managed_child(new))
+    problems: Problems = []
+    labels = labels_path(row)
+    string_values(lookup(new, labels), labels, problems)  # a label that is no string: as on any UPDATE
+    introduced = [p for p in problems if not _same(lookup(old, p.path), p.found)]
+    if introduced:
+        return malformed(*introduced)
     plan = Plan()
     draft = Draft(new)
     try:
