@@ -11,9 +11,11 @@ affinity, and the labels of pods Kueue admits one by one):
 - introduced or changed → checked as on CREATE (a malformed count or quantity too: refused);
 - dropped → put back as it was in the stored object, so a re-apply of the original manifest
   keeps it (and an immutable field, like a started Job's pod template, stays unchanged); a queue
-  label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too. Each value put
-  back is named in a warning (``kubectl label … queue-name-`` would otherwise print "unlabeled"
-  while the label stays);
+  label emptied to ``""`` is dropped to Kueue (no queue), and so is an emptied
+  ``priorityClassName`` to Kubernetes (the Priority admission plugin reads ``""`` as none), so
+  each is put back too; ``""`` where the stored object had none, or none where it had ``""``,
+  changes nothing. Each value put back is named in a warning (``kubectl label … queue-name-``
+  would otherwise print "unlabeled" while the label stays);
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
   immutable (a Job's), where it is reported instead;
 - a podset's TAS annotations dropped all together are put back together; its
@@ -175,6 +177,12 @@ def _value(
         check_value(plan, rule_name, rule, new, dotted(path), team, what, consequence)
 
 
+def _unset(value: Any) -> bool:
+    """No value to Kueue and Kubernetes: absent, or an empty governed label or
+    ``priorityClassName`` (both read ``""`` as none)."""
+    return value is None or value == ""
+
+
 def _emptied_queue(draft: Draft, path: tuple[Key, ...], old: Any, plan: Plan) -> bool:
     """An update that empties a stored queue label: Kueue reads ``""`` as no queue
     (``jobframework.QueueNameForObject``), so it is dropped in effect, and put back (with a warning)."""
@@ -210,9 +218,14 @@ def _podset(
     layout = new.rule.layout
     priority_path = new.at(*layout.priority)
     new_priority, old_priority = draft.get(priority_path), lookup(old.base, layout.priority)
-    if new_priority is None and old_priority is not None:
+    if new_priority == "" and isinstance(old_priority, str) and old_priority:
+        where = dotted(priority_path)  # Kubernetes' Priority admission reads "" as none: dropped in effect
+        draft.set(priority_path, old_priority, "podPriority", f"put back: the update empties {where}")
+        message = f"an empty priorityClassName ({where}) means no PriorityClass to Kubernetes; kept {old_priority!r}"
+        plan.report("warn", "podPriority", message)
+    elif new_priority is None and not _unset(old_priority):
         _restore(draft, plan, priority_path, old_priority, "podPriority", dotted(priority_path))
-    elif new_priority != old_priority:
+    elif new_priority != old_priority and not (_unset(new_priority) and _unset(old_priority)):
         check_pod_priority(new, team, plan)
     # A podset group goes with its TAS annotations (topology mode auto groups a driver with its workers).
     old_tas = {k: v for k, v in old.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
