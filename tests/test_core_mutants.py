@@ -1763,8 +1763,8 @@ def test_the_review_answer() -> None:
     answer = review(warned, teams).response["response"]
     assert answer["allowed"] is False
     assert answer["warnings"] == [
-        "kueue-governor: kueuePriority: WorkloadPriorityClass '' (metadata.labels.kueue.x-k8s.io/priority-class) is "
-        "not allowed for team 'ml'; allowed: low",
+        "kueue-governor: kueuePriority: an empty kueue.x-k8s.io/priority-class (metadata.labels) means no "
+        "WorkloadPriorityClass to Kueue; set to 'low'",
         "kueue-governor: podPriority: PriorityClass 'x' (spec.template.spec.priorityClassName) is not allowed for "
         "team 'ml'; allowed: low",
     ]

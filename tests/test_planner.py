@@ -895,13 +895,14 @@ def test_update_that_adds_a_managed_owner_is_still_validated() -> None:
 
 
 def test_priority_class_name_of_the_wrong_type_is_refused_not_a_crash() -> None:
-    """Regression (fuzz): a list as priorityClassName made the planner raise (HTTP 500)."""
+    """Regression (fuzz): a list as priorityClassName made the planner raise (HTTP 500); it is a
+    malformed object, as any value of the wrong type (it was refused as a PriorityClass not allowed)."""
     obj = job()
     obj["spec"]["template"]["spec"]["priorityClassName"] = ["high"]
     outcome = run(obj)
+    assert outcome.plan.invalid
     assert outcome.plan.denials == [
-        'podPriority: PriorityClass ["high"] (spec.template.spec.priorityClassName) is not allowed for team '
-        "'ml'; allowed: low"
+        "malformed object: spec.template.spec.priorityClassName must be a string, got array"
     ]
 
 

@@ -11,9 +11,12 @@ affinity, and the labels of pods Kueue admits one by one):
 - introduced or changed → checked as on CREATE (a malformed count or quantity too: refused);
 - dropped → put back as it was in the stored object, so a re-apply of the original manifest
   keeps it (and an immutable field, like a started Job's pod template, stays unchanged); a queue
-  label emptied to ``""`` is dropped to Kueue (no queue), so it is put back too. Each value put
-  back is named in a warning (``kubectl label … queue-name-`` would otherwise print "unlabeled"
-  while the label stays);
+  or priority label emptied to ``""`` is dropped to Kueue (no queue, no WorkloadPriorityClass:
+  ``jobframework.QueueNameForObject``, ``WorkloadPriorityClassName``), and so is an emptied
+  ``priorityClassName`` to Kubernetes (the Priority admission plugin reads ``""`` as none), so
+  each is put back too; ``""`` where the stored object had none (or ``""``), or none where it
+  had ``""``, changes nothing. Each value put back is named in a warning (``kubectl label …
+  queue-name-`` would otherwise print "unlabeled" while the label stays);
 - a podset the update adds gets what CREATE gives a podset, unless the kind's pod templates are
   immutable (a Job's), where it is reported instead;
 - a podset's TAS annotations dropped all together are put back together; its
@@ -47,9 +50,17 @@ from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.prepared import prepared
 from webhook.core.recheck import recheck_admissible, resized, retopologized
 from webhook.core.rules.pod_priority import check_pod_priority, check_priority_fields
-from webhook.core.rules.queue import PRIORITY_LABEL, QUEUE_LABEL, labels_path, unknown_queue, workload_labels
+from webhook.core.rules.queue import (
+    EMPTY_MEANS,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    labels_path,
+    unknown_queue,
+    workload_labels,
+)
 from webhook.core.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
 from webhook.core.view import PodSet, kueue_view
+from webhook.core.wellformed import Problems, string_values
 
 __all__ = ["plan_status_update", "plan_update"]
 
@@ -90,7 +101,7 @@ def plan_update(
             else:
                 _podset(draft, podset, before, team, plan, row.pod_labels, elastic_forbidden(new, row))
         if not plan.denials:  # a refused relabel changes nothing
-            _priority_followed(new, old, row, view.podsets, old_podsets, plan)
+            _priority_followed(draft.doc, old, row, view.podsets, old_podsets, plan)
         planned = kueue_view(draft.doc, row).podsets  # dropped values put back
         sized = resized(planned, old_podsets)
         changed = sized + retopologized(planned, old_podsets)
@@ -112,10 +123,17 @@ def plan_status_update(
     The API server's status strategies of Job, Pod, StatefulSet and ReplicaSet reset ``spec`` but
     keep the object's ``metadata`` changes, so ``kubectl patch --subresource=status`` can change,
     add or drop the queue and priority labels (Kueue then follows the new priority). They are
-    planned as on any UPDATE: a value introduced or changed is checked, one dropped is put back.
+    planned as on any UPDATE: a value introduced or changed is checked, one dropped or emptied is
+    put back, and a label value the update makes no string is a malformed object.
     """
     if managed_child(new) and managed_child(old):
         return Plan(skipped=managed_child(new))
+    problems: Problems = []
+    labels = labels_path(row)
+    string_values(lookup(new, labels), labels, problems)  # a label that is no string: as on any UPDATE
+    introduced = [p for p in problems if not _same(lookup(old, p.path), p.found)]
+    if introduced:
+        return malformed(*introduced)
     plan = Plan()
     draft = Draft(new)
     try:
@@ -167,27 +185,41 @@ def _value(
         check_value(plan, rule_name, rule, new, dotted(path), team, what, consequence)
 
 
-def _emptied_queue(draft: Draft, path: tuple[Key, ...], old: Any, plan: Plan) -> bool:
-    """An update that empties a stored queue label: Kueue reads ``""`` as no queue
-    (``jobframework.QueueNameForObject``), so it is dropped in effect, and put back (with a warning)."""
+def _unset(value: Any) -> bool:
+    """No value to Kueue and Kubernetes: absent, or an empty governed label or
+    ``priorityClassName`` (both read ``""`` as none)."""
+    return value is None or value == ""
+
+
+def _emptied(draft: Draft, path: tuple[Key, ...], old: Any, rule: Rule, plan: Plan) -> bool:
+    """An update that empties a stored queue or priority label (``path`` ends with the label):
+    Kueue reads ``""`` as no queue or no WorkloadPriorityClass (``jobframework.QueueNameForObject``,
+    ``WorkloadPriorityClassName``), so it is dropped in effect, and put back (with a warning)."""
     if draft.get(path) != "" or not isinstance(old, str) or old == "":
         return False
-    draft.set(path, old, "queue", f"put back: the update empties {dotted(path)}, which Kueue reads as no queue")
-    plan.report("warn", "queue", f"an empty {QUEUE_LABEL} ({dotted(path)}) means no queue to Kueue; kept {old!r}")
+    label = str(path[-1])
+    means = EMPTY_MEANS[label]
+    draft.set(path, old, rule, f"put back: the update empties {dotted(path)}, which Kueue reads as {means}")
+    plan.report("warn", rule, f"an empty {label} ({dotted(path)}) means {means} to Kueue; kept {old!r}")
     return True
 
 
 def _labels(draft: Draft, old: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, plan: Plan) -> None:
     path = labels_path(row)
-    queue_path = (*path, QUEUE_LABEL)
-    stored = lookup(old, queue_path)
-    if _emptied_queue(draft, queue_path, stored, plan) or (draft.get(queue_path) == "" and stored is None):
-        pass  # put back, or "" where there was none: still no queue to Kueue, as before the update
-    else:
-        _value(draft, queue_path, stored, "queue", team.queue, team, "LocalQueue", plan)
-    priority = (*path, PRIORITY_LABEL)
-    stored_priority = lookup(old, priority)
-    _value(draft, priority, stored_priority, "kueuePriority", team.kueuePriority, team, "WorkloadPriorityClass", plan)
+    for label, rule_name, rule, what in _label_rules(team):
+        at = (*path, label)
+        stored = lookup(old, at)
+        if rule is None or _emptied(draft, at, stored, rule_name, plan) or (_unset(draft.get(at)) and _unset(stored)):
+            continue  # put back, or no label before nor after to Kueue ("" is none): as before the update
+        _value(draft, at, stored, rule_name, rule, team, what, plan)
+
+
+def _label_rules(team: TeamPolicyCompiled) -> tuple[tuple[str, Rule, ValueRule | None, str], ...]:
+    """Each governed label with its rule's name, the team's rule and what its value names."""
+    return (
+        (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
+        (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
+    )
 
 
 def _podset(
@@ -202,9 +234,14 @@ def _podset(
     layout = new.rule.layout
     priority_path = new.at(*layout.priority)
     new_priority, old_priority = draft.get(priority_path), lookup(old.base, layout.priority)
-    if new_priority is None and old_priority is not None:
+    if new_priority == "" and isinstance(old_priority, str) and old_priority:
+        where = dotted(priority_path)  # Kubernetes' Priority admission reads "" as none: dropped in effect
+        draft.set(priority_path, old_priority, "podPriority", f"put back: the update empties {where}")
+        message = f"an empty priorityClassName ({where}) means no PriorityClass to Kubernetes; kept {old_priority!r}"
+        plan.report("warn", "podPriority", message)
+    elif new_priority is None and not _unset(old_priority):
         _restore(draft, plan, priority_path, old_priority, "podPriority", dotted(priority_path))
-    elif new_priority != old_priority:
+    elif new_priority != old_priority and not (_unset(new_priority) and _unset(old_priority)):
         check_pod_priority(new, team, plan)
     # A podset group goes with its TAS annotations (topology mode auto groups a driver with its workers).
     old_tas = {k: v for k, v in old.annotations.items() if k in (*TAS_ANNOTATIONS, GROUP_NAME)}
@@ -238,14 +275,10 @@ def _podset(
                     "node affinity from an affinity it changes; Kueue may place its pods outside the team's nodes",
                 )
     if pod_labels:  # Kueue reads these pods' queue and priority from the template (a StatefulSet's pods: children)
-        rules: tuple[tuple[str, Rule, ValueRule | None, str], ...] = (
-            (QUEUE_LABEL, "queue", team.queue, "LocalQueue"),
-            (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
-        )
-        for label, rule_name, rule, what in rules:
+        for label, rule_name, rule, what in _label_rules(team):
             path = new.at(*layout.labels, label)
             before, now = lookup(old.base, (*layout.labels, label)), draft.get(path)
-            if label == QUEUE_LABEL and _emptied_queue(draft, path, before, plan):
+            if _emptied(draft, path, before, rule_name, plan) or (_unset(now) and _unset(before)):
                 continue
             if before is not None and now is None:
                 _restore(draft, plan, path, before, rule_name, dotted(path))

@@ -34,6 +34,7 @@ from webhook.core.wellformed import (
     expand_checked,
     maps_of,
     string_values,
+    strings_at,
 )
 
 __all__ = [
@@ -242,6 +243,9 @@ def _podset(
         spec_path = (*path, *layout.spec)
         spec = a_map(lookup(base, layout.spec), spec_path, problems)
         requests = pod_requests(spec, problems, spec_path, whole)
+    priority = lookup(base, layout.priority)  # a PriorityClass name (Go string): 12 is no name
+    if priority is not None and type(priority) is not str:
+        problems.append(Problem((*path, *layout.priority), priority, "a string"))
     annotations = lookup(base, layout.annotations)
     slice_size = child(annotations, SLICE_SIZE)
     if slice_size is not None:
@@ -314,6 +318,7 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
     for factor in row.counts:
         for path, _, value in expand_checked(obj, factor.path, problems):
             count(value, path, problems, factor.text)
+    strings_at(obj, row.priority_classes, problems)
     if row.suspend is not None:
         suspend = lookup(obj, row.suspend)
         if suspend is not None and not isinstance(suspend, bool):

@@ -42,6 +42,7 @@ __all__ = [
     "maps_of",
     "quantity",
     "string_values",
+    "strings_at",
 ]
 
 #: The largest value of the int32 count fields (Kubernetes ``int32``).
@@ -146,6 +147,17 @@ def string_values(value: Any, path: tuple[Key, ...], problems: Problems) -> None
             reported = {problem.path for problem in problems}
         if (*path, key) not in reported:
             problems.append(Problem((*path, key), item, "a string"))
+
+
+def strings_at(node: Any, patterns: tuple[PathPattern, ...], problems: Problems) -> None:
+    """Each value at one of ``patterns`` (paths that may hold ``"*"``) that is set but is no string
+    is a problem (``runPolicy.schedulingPolicy.priorityClass: 12``: a Go ``string`` field, which
+    the API server's or Kueue's decoding refuses), and so is each container on the way that is not
+    the one the next key needs (:func:`expand_checked`)."""
+    for pattern in patterns:
+        for path, _, value in expand_checked(node, pattern, problems):
+            if value is not None and not isinstance(value, str):
+                problems.append(Problem(path, value, "a string"))
 
 
 def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = False) -> int | None:

@@ -4,6 +4,10 @@ When missing it is filled in from the pod priority the workload itself asks for 
 may use it and the policy knows it for a PriorityClass the platform generates, i.e. a value of the
 team's ``podPriority`` rule), else the team's default; a pod priority not followed for want of a
 known PriorityClass is warned about.
+
+Kueue reads an empty label as no WorkloadPriorityClass (``jobframework.WorkloadPriorityClassName``
+returns ``""``, and ``ExtractPriority`` then takes the pods' PriorityClass), so ``""`` is treated
+as missing: filled in as above, with a warning that the empty value was replaced.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from webhook.core.draft import Draft, Plan, check_value, string_map
 from webhook.core.paths import dotted
 from webhook.core.policy import TeamPolicyCompiled
 from webhook.core.rules.pod_priority import user_pod_priority
-from webhook.core.rules.queue import PRIORITY_LABEL, labels_path
+from webhook.core.rules.queue import PRIORITY_LABEL, emptied_label, labels_path
 from webhook.core.view import WorkloadView
 
 __all__ = ["plan_kueue_priority"]
@@ -24,7 +28,7 @@ def plan_kueue_priority(draft: Draft, view: WorkloadView, team: TeamPolicyCompil
         return
     path = labels_path(view.row)
     priority = string_map(draft, path).get(PRIORITY_LABEL)
-    if priority is None:
+    if priority is None or priority == "":
         chosen = user_pod_priority(view)
         reason = f"the pod priority class the workload asks for ({chosen})"
         if chosen is not None and not _known_priority_class(chosen, team):
@@ -39,6 +43,8 @@ def plan_kueue_priority(draft: Draft, view: WorkloadView, team: TeamPolicyCompil
         if chosen is None or (rule.allowed is not None and chosen not in rule.allowed):
             chosen, reason = rule.default, f"the default of team {team.team!r}"
         if chosen:
+            if priority == "":
+                plan.report("warn", "kueuePriority", emptied_label(PRIORITY_LABEL, dotted(path), chosen))
             draft.set((*path, PRIORITY_LABEL), chosen, "kueuePriority", reason)
     else:
         where = f"{dotted(path)}.{PRIORITY_LABEL}"

@@ -1,8 +1,13 @@
 """Pod priority rule: ``priorityClassName`` of every podset's pods (SPEC §3).
 
 A podset without one gets, in this order: the one value the workload's other podsets agree on,
-the workload's Kueue priority label, the team's default, each only when the team may use it. A
-pod that already has ``spec.priority`` is left alone. A team without a ``podPriority`` rule is
+the workload's Kueue priority label, the team's default, each only when the team may use it. An
+empty ``priorityClassName`` is none: the API server's Priority admission plugin gives a pod with
+``len(pod.Spec.PriorityClassName) == 0`` the cluster's default priority
+(``plugin/pkg/admission/priority/admission.go``, ``admitPod``), and Kueue skips it too
+(``jobframework.extractPriorityFromPodSets``, ``KubeflowJob.PriorityClass``), so ``""`` is
+replaced like a missing one and never checked as a class name. A pod that already has
+``spec.priority`` is left alone. A team without a ``podPriority`` rule is
 held to its Kueue priorities: a pod may not take a PriorityClass the team may not use as its
 Kueue priority (SPEC §12, no raising priority above what the team is allowed).
 
@@ -34,8 +39,8 @@ def _value(podset: PodSet) -> Any:
 
 
 def user_pod_priority(view: WorkloadView) -> str | None:
-    """The one priorityClassName every podset that sets one agrees on, else None."""
-    names = {value for podset in view.podsets if isinstance(value := _value(podset), str)}
+    """The one priorityClassName every podset that sets one (not ``""``) agrees on, else None."""
+    names = {value for podset in view.podsets if isinstance(value := _value(podset), str) and value}
     return next(iter(names)) if len(names) == 1 else None
 
 
@@ -47,7 +52,7 @@ def check_pod_priority(podset: PodSet, team: TeamPolicyCompiled, plan: Plan) -> 
     """Report a podset's own priorityClassName outside what the team may use."""
     rule = _rule(team)
     current = _value(podset)
-    if current is None:
+    if current is None or current == "":  # "" is none to Kubernetes
         return
     where = dotted(podset.at(*podset.rule.layout.priority))
     if rule is not None and rule.allowed is not None and current not in rule.allowed:
@@ -69,11 +74,12 @@ def check_priority_fields(
 ) -> None:
     """Report a PriorityClass named by one of the kind's other fields (``row.priority_classes``)
     outside what the team's pods may use, as a podset's ``priorityClassName`` is; on UPDATE
-    (``old`` given) only a value the update introduces or changes."""
+    (``old`` given) only a value the update introduces or changes. ``""`` is none to Kueue
+    (``KubeflowJob.PriorityClass`` then reads the pods'), so it is not checked."""
     rule = _rule(team)
     for path in row.priority_classes:
         value = lookup(obj, path)
-        if value is None or rule is None or rule.allowed is None or value in rule.allowed:
+        if value is None or value == "" or rule is None or rule.allowed is None or value in rule.allowed:
             continue
         if old is not None and lookup(old, path) == value:
             continue
@@ -90,13 +96,16 @@ def pod_rule(rule: ValueRule, team: TeamPolicyCompiled) -> ValueRule:
 def plan_pod_priority(
     draft: Draft, podset: PodSet, team: TeamPolicyCompiled, kueue_priority: Any, asked: str | None
 ) -> None:
-    """Fill in a missing priorityClassName (see the module docstring for the value chosen);
+    """Fill in a missing or empty priorityClassName (see the module docstring for the value chosen);
     ``asked``: the workload's :func:`user_pod_priority`, ``kueue_priority``: its Kueue priority label."""
     rule = team.podPriority
     layout = podset.rule.layout
     if rule is None or not podset.present:
         return
-    if _value(podset) is not None or (layout.pod_priority and lookup(podset.base, layout.pod_priority) is not None):
+    current = _value(podset)
+    if (current is not None and current != "") or (
+        layout.pod_priority and lookup(podset.base, layout.pod_priority) is not None
+    ):
         return
     if layout.spec is not None:
         # The pod spec must be a map; no edit replaces one, so the podset's own reads it (the
@@ -104,17 +113,19 @@ def plan_pod_priority(
         spec = lookup(podset.base, layout.spec)
         if spec is not None and type(spec) is not dict:
             string_map(draft, podset.at(*layout.spec))
-    where = f"podset {podset.name!r}"
+    where = f"podset {podset.name!r}: "
+    if current == "":
+        where += "an empty priorityClassName is none to Kubernetes; "
     chosen: str | None = rule.default
-    reason = f"{where}: the default of team {team.team!r}"
+    reason = f"{where}the default of team {team.team!r}"
     allowed = pod_rule(rule, team).allowed
     for candidate, why in (
         (asked, "the pod priority the workload's other podsets ask for"),
         (kueue_priority, "the Kueue priority the workload asks for"),
     ):
-        usable = isinstance(candidate, str) and candidate not in team.workloadPriorityOnly
+        usable = isinstance(candidate, str) and candidate != "" and candidate not in team.workloadPriorityOnly
         if usable and (allowed is None or candidate in allowed):
-            chosen, reason = candidate, f"{where}: {why}"
+            chosen, reason = candidate, f"{where}{why}"
             break
     if chosen:
         draft.set_below(podset.path, layout.priority, chosen, "podPriority", reason)

@@ -2,7 +2,11 @@
 webhook needs, the fields Kueue's webhook insists on, and the labels of pods Kueue admits one by one.
 
 Kueue reads an empty queue name as "no queue" (``jobframework.QueueNameForObject``), so ``""``
-is treated as missing: filled in, and under ``enforce`` a present ``""`` is refused.
+is treated as missing: filled in with the team's LocalQueue, with a warning (a team without a
+default LocalQueue has ``""`` checked like any value). The same holds for an empty label of a pod
+template Kueue admits pods from (``pod_labels`` rows), queue and priority label alike: Kueue reads
+an empty ``kueue.x-k8s.io/priority-class`` as no WorkloadPriorityClass
+(``jobframework.WorkloadPriorityClassName``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,25 @@ from webhook.core.paths import Key, dotted, lookup
 from webhook.core.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.view import PRIORITY_LABEL, QUEUE_LABEL, WorkloadView
 
-__all__ = ["PRIORITY_LABEL", "QUEUE_LABEL", "plan_pod_labels", "plan_queue", "unknown_queue"]
+__all__ = [
+    "EMPTY_MEANS",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
+    "emptied_label",
+    "plan_pod_labels",
+    "plan_queue",
+    "unknown_queue",
+]
+
+#: What Kueue reads an empty governed label as (``jobframework.QueueNameForObject``,
+#: ``jobframework.WorkloadPriorityClassName``: ``""`` is the label's absence).
+EMPTY_MEANS = {QUEUE_LABEL: "no queue", PRIORITY_LABEL: "no WorkloadPriorityClass"}
+
+
+def emptied_label(label: str, where: str, value: str) -> str:
+    """The warning for an empty governed ``label`` at ``where`` (a dotted path) given ``value``:
+    ``an empty kueue.x-k8s.io/queue-name (metadata.labels) means no queue to Kueue; set to 'q'``."""
+    return f"an empty {label} ({where}) means {EMPTY_MEANS[label]} to Kueue; set to {value!r}"
 
 
 def labels_path(row: WorkloadKind) -> tuple[Key, ...]:
@@ -33,8 +55,7 @@ def plan_queue(draft: Draft, row: WorkloadKind, team: TeamPolicyCompiled, plan: 
         managed = True
         reason = f"the LocalQueue of team {team.team!r}"
         if queue == "":
-            message = f"an empty {QUEUE_LABEL} ({dotted(path)}) means no queue to Kueue; set to {team.queue.default!r}"
-            plan.report("warn", "queue", message)
+            plan.report("warn", "queue", emptied_label(QUEUE_LABEL, dotted(path), team.queue.default))
         draft.set((*path, QUEUE_LABEL), team.queue.default, "queue", reason)
         if row.suspend is not None and draft.get(row.suspend) is not True:
             draft.set(row.suspend, True, "suspend", "queue label added: Kueue starts the workload once admitted")
@@ -76,7 +97,8 @@ def _plan_requirements(draft: Draft, row: WorkloadKind, plan: Plan) -> None:
 
 def plan_pod_labels(draft: Draft, view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
     """The workload's queue and priority labels in every pod template too (``pod_labels`` rows);
-    a template's own value is checked like the workload's."""
+    a template's own value is checked like the workload's, and an empty one (no queue or no
+    WorkloadPriorityClass to Kueue) is replaced by the workload's, with a warning."""
     if not view.row.pod_labels:
         return
     path = labels_path(view.row)
@@ -85,14 +107,18 @@ def plan_pod_labels(draft: Draft, view: WorkloadView, team: TeamPolicyCompiled, 
         (PRIORITY_LABEL, "kueuePriority", team.kueuePriority, "WorkloadPriorityClass"),
     )
     for label, rule_name, rule, what in checks:
-        value: Any = draft.get((*path, label))
+        value: Any = draft.get((*path, label)) or None  # "" is no label to Kueue: nothing to copy
         for podset in view.podsets:
             own_path = podset.at(*podset.rule.layout.labels)
             own = string_map(draft, own_path).get(label)
-            if own is None and value is not None:
+            if own in (None, "") and value is not None:
+                if own == "":
+                    plan.report("warn", rule_name, emptied_label(label, dotted(own_path), value))
                 draft.set(
                     (*own_path, label), value, rule_name, f"podset {podset.name!r}: Kueue admits these pods one by one"
                 )
+            elif own == "":
+                continue  # no value of the workload's to put there: Kueue reads it as the label's absence
             elif own is not None and rule is not None:
                 consequence = unknown_queue(team) if label == QUEUE_LABEL else ""
                 check_value(plan, rule_name, rule, own, f"{dotted(own_path)}.{label}", team, what, consequence)
