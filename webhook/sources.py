@@ -21,7 +21,7 @@ from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
 from webhook.core.resources import pod_requests
 from webhook.core.wellformed import Problems, a_map
-from webhook.core.yamlload import YamlLimitError, limited
+from webhook.core.yamlload import DuplicateKeyError, YamlLimitError, limited, locate_duplicate, no_duplicate_pairs
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
 POLICY_KEY = "policy.json"
@@ -95,9 +95,11 @@ def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = Non
         if not isinstance(text, str):
             raise InputError(f"{where}: the ConfigMap has no data[{POLICY_KEY!r}]")
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_pairs)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: data[{POLICY_KEY!r}] is not JSON: {exc}") from None
+        except DuplicateKeyError as exc:
+            raise InputError(f"{where}: data[{POLICY_KEY!r}]: {locate_duplicate(text, exc)}") from None
         except RecursionError:
             raise InputError(f"{where}: data[{POLICY_KEY!r}] is nested too deeply") from None
     try:
@@ -120,13 +122,16 @@ def _refuse_constant(name: str) -> Any:
 
 def _read_dump(path: str | Path) -> Any:
     """A ``kubectl -o json`` dump parsed as JSON (far faster than the YAML parser, same values);
-    anything else, or JSON that does not parse, through :func:`read_document` and its messages."""
+    anything else, or JSON that does not parse or repeats a key, through :func:`read_document` and
+    its messages (with line and column)."""
     try:
         with Path(path).open("rb") as handle:
             head = handle.read(64).lstrip()
         if head[:1] in (b"{", b"["):
-            return json.loads(Path(path).read_bytes(), parse_constant=_refuse_constant)
-    except (ValueError, RecursionError, OSError):
+            return json.loads(
+                Path(path).read_bytes(), parse_constant=_refuse_constant, object_pairs_hook=no_duplicate_pairs
+            )
+    except (ValueError, RecursionError, OSError, DuplicateKeyError):
         pass  # the YAML reader says why, in the project's words
     return read_document(path)
 

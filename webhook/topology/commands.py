@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from webhook.core.platform import Platform, PlatformError, load_platform
+from webhook.core.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
 from webhook.options import OBJECT_NAME, check_output_file, file_option, write_output
 from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
@@ -252,7 +253,9 @@ def _read_topology_document(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise UsageFailure(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_pairs)
+    except DuplicateKeyError as exc:
+        raise UsageFailure(f"{path}: {locate_duplicate(text, exc)}") from None
     except json.JSONDecodeError as exc:
         raise UsageFailure(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
