@@ -1,6 +1,6 @@
 """Input files that must be refused, not half-read: a key defined twice in any YAML or JSON file
-kgov reads (last-wins would drop a team or weaken an enforcement). Each test holds the failing
-input and the exact message and exit code."""
+kgov reads (last-wins would drop a team or weaken an enforcement), a NaN or infinity (named by its
+path). Each test holds the failing input and the exact message and exit code."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from support import PLATFORM
 
 from webhook.cli import main
+from webhook.core.jsonbody import dotted_path
 from webhook.core.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
 from webhook.sources import InputError, load_manifests, load_namespace_labels, parse_policies
 
@@ -233,3 +234,46 @@ def test_json_duplicate_hook_names_the_key_and_is_located_by_the_yaml_reader() -
     assert str(located) == 'duplicate mapping key "a" at line 1 column 10 (first at line 1 column 2)'
     # JSON the YAML reader does not read (YAML refuses a raw DEL character): the key alone.
     assert locate_duplicate('{"a": "\x7f", "a": 1}', caught.value) is caught.value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (".inf", "document 1 holds a number JSON cannot carry (infinity) at metadata.labels.team"),
+        ("-.Inf", "document 1 holds a number JSON cannot carry (-infinity) at metadata.labels.team"),
+    ],
+)
+def test_mutate_names_the_label_that_is_infinite(tmp_path: Path, value: str, message: str) -> None:
+    manifest = write(
+        tmp_path,
+        "f-yamltypes2.yaml",
+        DUP_LABELS_JOB.replace("  labels: {app: x}\n", "").replace(
+            "hyperpod-ns-inference-localqueue}", f"hyperpod-ns-inference-localqueue, team: {value}}}"
+        ),
+    )
+    result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-inference", "-f", str(manifest))
+    assert result.exit_code == 2
+    assert result.stderr == f"kgov: {manifest}: {message}\n"
+
+
+def test_mutate_names_the_path_of_a_nan_nested_deep(tmp_path: Path) -> None:
+    manifest = write(
+        tmp_path,
+        "deep-nan.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\napiVersion: batch/v1\nkind: Job\n"
+        "metadata: {name: j}\nspec:\n  template:\n    spec:\n      containers:\n      - name: c\n"
+        '        env: [{name: A, value: "1"}, {name: B, value: {deep: [1, [2, {z: .nan}]]}}]\n',
+    )
+    result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-inference", "-f", str(manifest))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"kgov: {manifest}: document 2 holds a number JSON cannot carry (NaN) at "
+        "spec.template.spec.containers[0].env[1].value.deep[1][1].z\n"
+    )
+
+
+def test_a_path_with_a_step_repeated_twice_keeps_both() -> None:
+    """Regression: ``deep[1][1]`` was written ``deep[1]`` (a run of two steps written once)."""
+    assert dotted_path(["deep", 1, 1, "z"]) == "deep[1][1].z"
+    assert dotted_path(["a", "a", "b"]) == "a.a.b"
+    assert dotted_path(["a", 0, 0, 0]) == "a[0] (× 3)"

@@ -9,6 +9,7 @@ object, or a YAML equivalent; any other document is refused.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.core.inventory import NodeInventory, allocatable_problem
+from webhook.core.jsonbody import dotted_path
 from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
 from webhook.core.resources import pod_requests
@@ -249,8 +251,28 @@ def _as_json(document: Any, where: str) -> Any:
             raise InputError(
                 f"{where} holds a recursive YAML alias (an anchor that refers to itself, such as `a: &a [*a]`)"
             ) from None
-        raise InputError(f"{where} holds a number JSON cannot carry (NaN or infinity)") from None
+        raise InputError(f"{where} holds a number JSON cannot carry{_non_finite(document)}") from None
     return json.loads("".join(chunks))
+
+
+def _non_finite(document: Any) -> str:
+    """`` (infinity) at a.b[0]``: the first NaN or infinity of ``document`` (depth first, each map
+    and list once) and its path; `` (NaN or infinity)`` if none is found."""
+    stack: list[tuple[Any, list[str | int]]] = [(document, [])]
+    visited: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            name = "NaN" if math.isnan(value) else "infinity" if value > 0 else "-infinity"
+            return f" ({name}) at {dotted_path(path)}" if path else f" ({name})"
+        if isinstance(value, dict | list) and id(value) not in visited:
+            visited.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend(
+                (item, [*path, key if isinstance(key, int) and isinstance(value, list) else str(key)])
+                for key, item in reversed(list(items))
+            )
+    return " (NaN or infinity)"
 
 
 def load_manifests(text: str, source: str) -> list[Any]:
