@@ -1,6 +1,7 @@
 """Input files that must be refused, not half-read: a key defined twice in any YAML or JSON file
 kgov reads (last-wins would drop a team or weaken an enforcement), a NaN or infinity (named by its
-path). Each test holds the failing input and the exact message and exit code."""
+path), and a ``kgov topology -o`` suffix that names no format. Each test holds the failing input
+and the exact message and exit code."""
 
 from __future__ import annotations
 
@@ -277,3 +278,54 @@ def test_a_path_with_a_step_repeated_twice_keeps_both() -> None:
     assert dotted_path(["deep", 1, 1, "z"]) == "deep[1][1].z"
     assert dotted_path(["a", "a", "b"]) == "a.a.b"
     assert dotted_path(["a", 0, 0, 0]) == "a[0] (× 3)"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("-o", "out.gif"),
+            "-o out.gif: .gif is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
+            "suffix); or give --format table|tree|json|png|svg",
+        ),
+        (
+            ("-o", "out.JPEG"),
+            "-o out.JPEG: .JPEG is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
+            "suffix); or give --format table|tree|json|png|svg",
+        ),
+        (
+            ("--format", "png", "-o", "t.svg"),
+            "-o t.svg: a .svg file, but --format png; give -o FILE.png or --format svg",
+        ),
+        (
+            ("--format", "table", "-o", "t.json"),
+            "-o t.json: a .json file, but --format table; give -o FILE.txt or --format json",
+        ),
+    ],
+)
+def test_topology_refuses_an_output_suffix_that_names_no_format_or_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = kgov("topology", "--nodes", str(NODES), *args)
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {message}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "fmt"),
+    [
+        (("-o", "t.json"), "json"),
+        (("-o", "t.txt"), "table"),
+        (("-o", "t"), "table"),
+        (("--format", "tree", "-o", "t.out"), "tree"),
+    ],
+)
+def test_topology_writes_the_format_the_suffix_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], fmt: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = kgov("topology", "--nodes", str(NODES), *args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / args[-1]).read_text() == kgov("topology", "--nodes", str(NODES), "--format", fmt).stdout
