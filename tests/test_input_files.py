@@ -1,7 +1,7 @@
 """Input files that must be refused, not half-read: a key defined twice in any YAML or JSON file
 kgov reads (last-wins would drop a team or weaken an enforcement), a NaN or infinity (named by its
-path), and a ``kgov topology -o`` suffix that names no format. Each test holds the failing input
-and the exact message and exit code."""
+path), a ``kgov topology -o`` suffix that names no format, and an EC2 topology document without
+instances. Each test holds the failing input and the exact message and exit code."""
 
 from __future__ import annotations
 
@@ -329,3 +329,21 @@ def test_topology_writes_the_format_the_suffix_names(
     result = kgov("topology", "--nodes", str(NODES), *args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / args[-1]).read_text() == kgov("topology", "--nodes", str(NODES), "--format", fmt).stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"Instances": []}', "no instances (Instances is empty)"),
+        ('[{"Instances": []}, {"Instances": []}]', "no instances (Instances is empty on every page)"),
+    ],
+)
+def test_topology_label_refuses_a_document_without_instances(tmp_path: Path, text: str, message: str) -> None:
+    source = write(tmp_path, "lab-emptyinst.json", text)
+    result = kgov("topology", "label", "--from", str(source), "--nodes", str(NODES))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"Error: {source}: {message}, so nothing to label; expected `aws ec2 describe-instance-topology` "
+        "output listing the cluster's instances (run in the cluster's region)\n"
+    )
