@@ -358,7 +358,7 @@ def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .nan}\n", "NaN or infinity"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .nan}\n", "JSON cannot carry (NaN) at spec.x"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "a value JSON cannot carry"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!set {a}}\n", "a value JSON cannot carry"),
         ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than 200 levels deep (at line 1 column 203)"),
@@ -436,7 +436,7 @@ def test_import_hyperpod_names_an_unreadable_quota_file(tmp_path: Path) -> None:
         ),
         ("a: " + "9" * 5000 + "\n", "an integer of 5000 digits (at line 1 column 4) is too long to be a Kubernetes"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: !!binary aGk=}\n", "YAML binary data or a set"),
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .inf}\n", "NaN or infinity"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {x: .inf}\n", "JSON cannot carry (infinity) at spec.x"),
     ],
 )
 def test_mutate_refuses_other_unusable_documents_clearly(tmp_path: Path, content: str, message: str) -> None:

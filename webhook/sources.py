@@ -9,6 +9,7 @@ object, or a YAML equivalent; any other document is refused.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.core.inventory import NodeInventory, allocatable_problem
+from webhook.core.jsonbody import dotted_path
 from webhook.core.platform import load_platform
 from webhook.core.policy import PolicySet, compile_policies
 from webhook.core.resources import pod_requests
 from webhook.core.wellformed import Problems, a_map
-from webhook.core.yamlload import YamlLimitError, limited
+from webhook.core.yamlload import DuplicateKeyError, YamlLimitError, limited, locate_duplicate, no_duplicate_pairs
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
 POLICY_KEY = "policy.json"
@@ -95,9 +97,11 @@ def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = Non
         if not isinstance(text, str):
             raise InputError(f"{where}: the ConfigMap has no data[{POLICY_KEY!r}]")
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_pairs)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: data[{POLICY_KEY!r}] is not JSON: {exc}") from None
+        except DuplicateKeyError as exc:
+            raise InputError(f"{where}: data[{POLICY_KEY!r}]: {locate_duplicate(text, exc)}") from None
         except RecursionError:
             raise InputError(f"{where}: data[{POLICY_KEY!r}] is nested too deeply") from None
     try:
@@ -120,13 +124,16 @@ def _refuse_constant(name: str) -> Any:
 
 def _read_dump(path: str | Path) -> Any:
     """A ``kubectl -o json`` dump parsed as JSON (far faster than the YAML parser, same values);
-    anything else, or JSON that does not parse, through :func:`read_document` and its messages."""
+    anything else, or JSON that does not parse or repeats a key, through :func:`read_document` and
+    its messages (with line and column)."""
     try:
         with Path(path).open("rb") as handle:
             head = handle.read(64).lstrip()
         if head[:1] in (b"{", b"["):
-            return json.loads(Path(path).read_bytes(), parse_constant=_refuse_constant)
-    except (ValueError, RecursionError, OSError):
+            return json.loads(
+                Path(path).read_bytes(), parse_constant=_refuse_constant, object_pairs_hook=no_duplicate_pairs
+            )
+    except (ValueError, RecursionError, OSError, DuplicateKeyError):
         pass  # the YAML reader says why, in the project's words
     return read_document(path)
 
@@ -244,8 +251,28 @@ def _as_json(document: Any, where: str) -> Any:
             raise InputError(
                 f"{where} holds a recursive YAML alias (an anchor that refers to itself, such as `a: &a [*a]`)"
             ) from None
-        raise InputError(f"{where} holds a number JSON cannot carry (NaN or infinity)") from None
+        raise InputError(f"{where} holds a number JSON cannot carry{_non_finite(document)}") from None
     return json.loads("".join(chunks))
+
+
+def _non_finite(document: Any) -> str:
+    """`` (infinity) at a.b[0]``: the first NaN or infinity of ``document`` (depth first, each map
+    and list once) and its path; `` (NaN or infinity)`` if none is found."""
+    stack: list[tuple[Any, list[str | int]]] = [(document, [])]
+    visited: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            name = "NaN" if math.isnan(value) else "infinity" if value > 0 else "-infinity"
+            return f" ({name}) at {dotted_path(path)}" if path else f" ({name})"
+        if isinstance(value, dict | list) and id(value) not in visited:
+            visited.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend(
+                (item, [*path, key if isinstance(key, int) and isinstance(value, list) else str(key)])
+                for key, item in reversed(list(items))
+            )
+    return " (NaN or infinity)"
 
 
 def load_manifests(text: str, source: str) -> list[Any]:

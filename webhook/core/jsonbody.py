@@ -109,7 +109,7 @@ def dotted_path(path: list[str | int]) -> str:
         run = 1
         while index + run < len(steps) and steps[index + run] == steps[index]:
             run += 1
-        out += steps[index] if run < 3 else f"{steps[index]} (× {run})"
+        out += steps[index] * run if run < 3 else f"{steps[index]} (× {run})"
         index += run
     out = out.removeprefix(".")
     return out if len(out) <= 200 else f"{out[:120]}…{out[-60:]}"

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from webhook.core.platform import Platform, PlatformError, load_platform
+from webhook.core.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
 from webhook.options import OBJECT_NAME, check_output_file, file_option, write_output
 from webhook.sources import InputError, load_objects
 from webhook.topology.ec2 import (
@@ -30,6 +31,7 @@ from webhook.topology.tree import TopologyTree, default_levels, pick_resource
 __all__ = ["topology_group"]
 
 TEXT_FORMATS = ("table", "tree", "json")
+_ALL_FORMATS = (*TEXT_FORMATS, *PICTURE_FORMATS)
 _EXIT_CODES = """\b
 Exit codes:
   0  success
@@ -110,7 +112,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
     "--format",
     "fmt",
     type=click.Choice([*TEXT_FORMATS, *PICTURE_FORMATS]),
-    help="Output format (default: table; png/svg when -o ends in .png/.svg).",
+    help="Output format (default: the one -o's suffix names, .png, .svg or .json; else table).",
 )
 @file_option("-o", "--output", help="Write here instead of stdout.")
 @click.pass_context
@@ -148,11 +150,9 @@ def topology_group(
     if topology_name is not None and platform is None and nodes_file is not None:
         raise UsageFailure("--topology NAME with --nodes needs --platform F (read live, the Topology object is used)")
     _check_output(output)
+    fmt = _output_format(output, fmt)
     if nodes_file is None:
         _check_kubeconfig(kubeconfig)
-    if fmt is None:
-        suffix = output.suffix.lower().lstrip(".") if output is not None else ""
-        fmt = suffix if suffix in PICTURE_FORMATS else "table"
     if fmt in PICTURE_FORMATS and output is None and sys.stdout.isatty():
         raise UsageFailure(
             f"--format {fmt} writes an image, not text for a terminal: give -o FILE.{fmt} (or redirect stdout)"
@@ -212,6 +212,39 @@ def topology_group(
     _write(output, render(tree))
 
 
+#: -o suffixes (lower case, no dot) → the format written without --format.
+_SUFFIX_FORMATS = {
+    **{fmt: fmt for fmt in PICTURE_FORMATS},
+    "json": "json",
+    "": "table",
+    "txt": "table",
+    "text": "table",
+}
+
+
+def _output_format(output: Path | None, fmt: str | None) -> str:
+    """The format to write: --format, else the one -o's suffix names (.png, .svg, .json; a table for
+    .txt, .text, no suffix or stdout).
+
+    Raises:
+        UsageFailure: a suffix that names no format without --format (``-o out.gif`` got a text
+            table), or one that names a format other than --format (``--format png -o t.svg``).
+    """
+    suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+    named = _SUFFIX_FORMATS.get(suffix)
+    if fmt is None:
+        if named is None:
+            raise UsageFailure(
+                f"-o {output}: {output.suffix if output is not None else ''} is not a format kgov topology writes "
+                f"(.png, .svg, .json, or text: .txt or no suffix); or give --format {'|'.join(_ALL_FORMATS)}"
+            )
+        return named
+    if suffix in ("json", *PICTURE_FORMATS) and named != fmt:
+        wanted = f"FILE.{fmt}" if fmt in _SUFFIX_FORMATS else "FILE.txt"
+        raise UsageFailure(f"-o {output}: a .{suffix} file, but --format {fmt}; give -o {wanted} or --format {named}")
+    return fmt
+
+
 def _check_output(output: Path | None) -> None:
     """-o names a file: refuse one that is a format's name (``-o png``, as ``kgov status -o png``
     means) and one whose directory does not exist, before the cluster is read."""
@@ -252,7 +285,9 @@ def _read_topology_document(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise UsageFailure(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_pairs)
+    except DuplicateKeyError as exc:
+        raise UsageFailure(f"{path}: {locate_duplicate(text, exc)}") from None
     except json.JSONDecodeError as exc:
         raise UsageFailure(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:

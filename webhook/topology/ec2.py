@@ -64,7 +64,9 @@ def parse_instance_topology(document: Any, source: str = "input") -> list[Instan
             string ``InstanceId`` of the form ``i-<hex>``; ``NetworkNodes`` not a list of label
             values, or of a length other than 3 or 4; one instance listed twice with different
             network nodes; an empty array of pages; a last page with a non-empty ``NextToken``
-            (the later pages are missing). The message names ``source`` and the JSON path.
+            (the later pages are missing); no instance on any page (an empty ``Instances``: nothing
+            to label, and every node would be listed as having no instance). The message names
+            ``source`` and the JSON path.
     """
     pages = document if isinstance(document, list) else [document]
     if not pages:
@@ -95,6 +97,12 @@ def parse_instance_topology(document: Any, source: str = "input") -> list[Instan
             f"later pages would be reported as having no instance; pass all pages (a JSON array of the "
             f"pages, or the output of `aws ec2 describe-instance-topology` with its automatic pagination, "
             f"not --no-paginate or --max-items)"
+        )
+    if not seen:
+        raise TopologyDocumentError(
+            f"{source}: no instances (Instances is empty{' on every page' if len(pages) > 1 else ''}), so "
+            "nothing to label; expected `aws ec2 describe-instance-topology` output listing the cluster's "
+            "instances (run in the cluster's region)"
         )
     return list(seen.values())
 
