@@ -118,6 +118,12 @@ def test_a_snapshot_without_a_policy_says_the_policy_is_not_known(tmp_path: Path
     assert "Policy: not known (no kgov-policy ConfigMap readable; give --platform or --policy)" in done.output
 
 
+def test_a_policy_configmap_without_the_policy_key_is_noted(tmp_path: Path) -> None:
+    _, done = _why(tmp_path, _damaged(lambda d: d["policy"][0].update(data={})))
+    assert done.exit_code == 0, done.output
+    assert "the kgov-policy ConfigMap has no data key policy.json: the policy is not known" in done.output
+
+
 def test_null_counts_as_absent_as_for_kubernetes() -> None:
     check_objects("workloads", [{"metadata": {"name": "w"}, "spec": None, "status": {"admission": None}}],
                   WorkloadShape, "Workload")  # fmt: skip

@@ -68,6 +68,8 @@ def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> Te
             _fail(str(exc))
     text = ((snapshot.policy or {}).get("data") or {}).get(POLICY_KEY)
     if not isinstance(text, str):
+        if snapshot.policy is not None:
+            snapshot.notes.append(f"the kgov-policy ConfigMap has no data key {POLICY_KEY}: the policy is not known")
         return None
     try:
         return TeamIndex(PolicySet.model_validate(json.loads(text)))
