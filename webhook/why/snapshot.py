@@ -290,10 +290,9 @@ async def _visibility(api: Any, namespace: str, local_queue: str) -> dict[str, d
         return None
     out: dict[str, dict[str, int]] = {}
     for item in items_of(answer):
-        out[_name(item)] = {
-            "positionInLocalQueue": int(item.get("positionInLocalQueue", 0)),
-            "positionInClusterQueue": int(item.get("positionInClusterQueue", 0)),
-        }
+        positions = {key: item.get(key, 0) for key in ("positionInLocalQueue", "positionInClusterQueue")}
+        if all(type(value) is int for value in positions.values()):
+            out[_name(item)] = positions  # an item of another shape: its position is estimated
     return out
 
 
