@@ -245,3 +245,18 @@ def test_a_cluster_object_of_the_wrong_type_is_named_too(monkeypatch: pytest.Mon
 
 async def _opened(api: _Api) -> _Api:
     return api
+
+
+async def test_a_visibility_position_of_another_type_is_estimated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.why.snapshot import _visibility
+
+    async def answer(*_: Any) -> dict[str, Any]:
+        return {
+            "items": [
+                {"metadata": {"name": "a"}, "positionInLocalQueue": 0, "positionInClusterQueue": 3},
+                {"metadata": {"name": "b"}, "positionInLocalQueue": "x", "positionInClusterQueue": 1},
+            ]
+        }
+
+    monkeypatch.setattr("webhook.why.snapshot.get_json", answer)
+    assert await _visibility(None, "ns", "lq") == {"a": {"positionInLocalQueue": 0, "positionInClusterQueue": 3}}
