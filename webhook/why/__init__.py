@@ -1,6 +1,7 @@
 """``kgov why`` and ``kgov status``: why a workload is pending, and each team's quota and queue.
 
-Layout: :mod:`~webhook.why.snapshot` (one read of the cluster), :mod:`~webhook.why.state`
+Layout: :mod:`~webhook.why.snapshot` (one read of the cluster), :mod:`~webhook.why.shapes`
+(the types of what is read, checked once), :mod:`~webhook.why.state`
 (a Workload's conditions), :mod:`~webhook.why.quota` (ClusterQueue and cohort quota),
 :mod:`~webhook.why.placement` (TAS nodes and domains), :mod:`~webhook.why.decision` (what our
 policy decided) and :mod:`~webhook.why.provenance` (who set a field: ``managedFields``),

@@ -29,7 +29,7 @@ from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
 from webhook.why.owners import explain_object
 from webhook.why.report import to_json, to_text
-from webhook.why.snapshot import ClusterError, Snapshot, find_workload_kind, owner_of, read_snapshot
+from webhook.why.snapshot import ClusterError, ShapeError, Snapshot, find_workload_kind, owner_of, read_snapshot
 from webhook.why.status import status_json, status_table, team_statuses, workloads_table
 
 __all__ = ["status_command", "why_command"]
@@ -68,6 +68,8 @@ def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> Te
             _fail(str(exc))
     text = ((snapshot.policy or {}).get("data") or {}).get(POLICY_KEY)
     if not isinstance(text, str):
+        if snapshot.policy is not None:
+            snapshot.notes.append(f"the kgov-policy ConfigMap has no data key {POLICY_KEY}: the policy is not known")
         return None
     try:
         return TeamIndex(PolicySet.model_validate(json.loads(text)))
@@ -179,6 +181,8 @@ def _read(
         _fail(str(exc))
     except OSError as exc:
         _fail(f"--snapshot {snapshot_file}: cannot read: {exc.strerror or exc}")
+    except ShapeError as exc:
+        _fail(f"--snapshot {snapshot_file}: {exc}")
     except (ValueError, RecursionError) as exc:
         _fail(f"--snapshot {snapshot_file}: not a snapshot (JSON with lists of objects): {exc}")
 

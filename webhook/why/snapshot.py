@@ -23,11 +23,13 @@ from webhook.core.kinds import KINDS, WorkloadKind, find_kind, kind_of_group
 from webhook.core.platform_models import dns1123_subdomain_error
 from webhook.core.wellformed import describe
 from webhook.kube.client import ClusterError, get_json, items_of, open_client
+from webhook.why.shapes import ShapeError, check_snapshot
 
 __all__ = [
     "KUEUE_API",
     "VISIBILITY_API",
     "ClusterError",
+    "ShapeError",
     "Snapshot",
     "find_workload_kind",
     "owner_of",
@@ -128,6 +130,9 @@ class Snapshot:
             ValueError: ``data`` is not a JSON object, or one of its keys holds something other
                 than a list of objects (``nodes must be a list of objects, got string "x"``,
                 ``pods[2] must be an object, got number 5``): nothing is read as an empty list.
+            ShapeError: an object has a value of the wrong type where the report reads one
+                (:func:`webhook.why.shapes.check_snapshot`: ``workloads[2] (Workload ns/w):
+                status must be an object, got string "x"``).
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"the document must be an object of lists, got {describe(data)}")
@@ -139,6 +144,7 @@ class Snapshot:
             for index, item in enumerate(value):
                 if not isinstance(item, dict):
                     raise ValueError(f"{key}[{index}] must be an object, got {describe(item)}")
+        check_snapshot({**data, "policy": [item for item in data.get("policy") or [] if item]})
         snapshot = cls()
         snapshot.descendants = [item for key in _DESCENDANT_KEYS for item in data.get(key) or []]
         for key in _LISTS:
@@ -284,10 +290,9 @@ async def _visibility(api: Any, namespace: str, local_queue: str) -> dict[str, d
         return None
     out: dict[str, dict[str, int]] = {}
     for item in items_of(answer):
-        out[_name(item)] = {
-            "positionInLocalQueue": int(item.get("positionInLocalQueue", 0)),
-            "positionInClusterQueue": int(item.get("positionInClusterQueue", 0)),
-        }
+        positions = {key: item.get(key, 0) for key in ("positionInLocalQueue", "positionInClusterQueue")}
+        if all(type(value) is int for value in positions.values()):
+            out[_name(item)] = positions  # an item of another shape: its position is estimated
     return out
 
 
@@ -303,7 +308,8 @@ async def read_snapshot(
 
     Raises:
         ClusterError: unreadable kubeconfig, unreachable or refusing API server, the target or a
-            Kueue kind missing (Kueue not installed).
+            Kueue kind missing (Kueue not installed), or an object with a value of the wrong type
+            where the report reads one (checked as a recorded snapshot's are).
     """
     snapshot = Snapshot()
     async with await open_client(kubeconfig) as api:
@@ -312,6 +318,7 @@ async def read_snapshot(
             if listing is None and key != "cohorts":
                 raise ClusterError(f"GET {path}: not found (is Kueue v0.19 installed, serving kueue.x-k8s.io/v1beta2?)")
             setattr(snapshot, key, items_of(listing))
+        _check_read(snapshot, tuple(_LISTS))
         namespace, name = POLICY_CONFIGMAP
         try:
             snapshot.policy = await get_json(api, f"/api/v1/namespaces/{namespace}/configmaps/{name}")
@@ -330,6 +337,7 @@ async def read_snapshot(
                 for item in items_of(listing):
                     item.setdefault("kind", kind)  # a list's items carry no kind of their own
                     snapshot.descendants.append(item)
+            _check_read(snapshot, ("namespaces", "target", "descendants"))
             owned = [w for w, _ in snapshot.workloads_under(snapshot.target)]
             if owned:
                 queue = (namespace, str((owned[0].get("spec") or {}).get("queueName") or ""))
@@ -347,6 +355,25 @@ async def read_snapshot(
                 owner_object = await get_json(api, object_path(owner_row, workload_name[0], owner))
                 if owner_object is not None:
                     snapshot.objects.append({"kind": owner_row.kind, **owner_object})
+        _check_read(snapshot, ("policy", "namespaces", "objects"))
         if queue is not None and queue[1]:
             snapshot.pending_positions = await _visibility(api, *queue)
     return snapshot
+
+
+def _check_read(snapshot: Snapshot, keys: tuple[str, ...]) -> None:
+    """The shapes of the objects of one read of the cluster under ``keys`` (fields of
+    :class:`Snapshot`; ``policy`` and ``target`` as one-object lists), checked as a recorded
+    snapshot's are (:func:`webhook.why.shapes.check_snapshot`).
+
+    Raises:
+        ClusterError: an object the API server returned has a value of the wrong type.
+    """
+    lists: dict[str, list[dict[str, Any]]] = {}
+    for key in keys:
+        value = getattr(snapshot, key)
+        lists[key] = value if isinstance(value, list) else [value] if value else []
+    try:
+        check_snapshot(lists)
+    except ShapeError as exc:
+        raise ClusterError(f"the API server returned an object kgov cannot read: {exc}") from None
