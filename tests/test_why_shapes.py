@@ -260,3 +260,31 @@ async def test_a_visibility_position_of_another_type_is_estimated(monkeypatch: p
 
     monkeypatch.setattr("webhook.why.snapshot.get_json", answer)
     assert await _visibility(None, "ns", "lq") == {"a": {"positionInLocalQueue": 0, "positionInClusterQueue": 3}}
+
+
+def test_a_snapshot_key_defined_twice_is_refused_with_its_line_and_path(tmp_path: Path) -> None:
+    """Defect: a snapshot object with one key twice was read last-wins, in silence."""
+    text = json.dumps(BUNDLED, indent=1).replace('"kind": "Workload"', '"kind": "Workload", "kind": "Workload"', 1)
+    path = tmp_path / "snapshot.json"
+    path.write_text(text)
+    result = CliRunner().invoke(main, ["why", "job/finetune", "-n", "hyperpod-ns-research", "--snapshot", str(path)])
+    assert result.exit_code == 2, result.output
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if '"kind": "Workload", "kind"' in row)
+    assert result.output.strip() == (
+        f'kgov: --snapshot {path}: duplicate mapping key "kind" at line {line} column 24 '
+        f"(first at line {line} column 4) within workloads[0]"
+    )
+    assert "Traceback" not in result.output
+
+
+def test_a_policy_json_key_defined_twice_is_a_note_not_a_crash(tmp_path: Path) -> None:
+    """Defect: a kgov-policy ConfigMap's policy.json with one key twice was read last-wins."""
+    data = copy.deepcopy(BUNDLED)
+    policy = data["policy"][0]["data"]
+    assert policy["policy.json"].lstrip().startswith("{")
+    policy["policy.json"] = policy["policy.json"].replace("{", '{"teams": [], ', 1)
+    _, result = _why(tmp_path, data)
+    assert result.exit_code == 0, result.output
+    note = 'Note: the kgov-policy ConfigMap\'s policy.json is not a valid policy: duplicate key "teams"'
+    assert note in result.output
+    assert "Policy: not known" in result.output

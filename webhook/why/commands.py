@@ -22,6 +22,7 @@ from webhook.core.platform import PlatformError
 from webhook.core.platform_models import dns1123_subdomain_error, label_value_error
 from webhook.core.policy import PolicySet
 from webhook.core.resolve import TeamIndex
+from webhook.core.yamlload import DuplicateKeyError, no_duplicate_pairs
 from webhook.kube.client import context_namespace
 from webhook.options import NAMESPACE, OutputError, check_output_file, file_option, write_output
 from webhook.sources import POLICY_KEY, InputError, load_policies
@@ -72,8 +73,8 @@ def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> Te
             snapshot.notes.append(f"the kgov-policy ConfigMap has no data key {POLICY_KEY}: the policy is not known")
         return None
     try:
-        return TeamIndex(PolicySet.model_validate(json.loads(text)))
-    except ValueError as exc:
+        return TeamIndex(PolicySet.model_validate(json.loads(text, object_pairs_hook=no_duplicate_pairs)))
+    except (ValueError, DuplicateKeyError) as exc:
         snapshot.notes.append(f"the kgov-policy ConfigMap's {POLICY_KEY} is not a valid policy: {exc}")
         return None
 
@@ -181,7 +182,7 @@ def _read(
         _fail(str(exc))
     except OSError as exc:
         _fail(f"--snapshot {snapshot_file}: cannot read: {exc.strerror or exc}")
-    except ShapeError as exc:
+    except (ShapeError, DuplicateKeyError) as exc:
         _fail(f"--snapshot {snapshot_file}: {exc}")
     except (ValueError, RecursionError) as exc:
         _fail(f"--snapshot {snapshot_file}: not a snapshot (JSON with lists of objects): {exc}")

@@ -22,6 +22,7 @@ from typing import Any
 from webhook.core.kinds import KINDS, WorkloadKind, find_kind, kind_of_group
 from webhook.core.platform_models import dns1123_subdomain_error
 from webhook.core.wellformed import describe
+from webhook.core.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
 from webhook.kube.client import ClusterError, get_json, items_of, open_client
 from webhook.why.shapes import ShapeError, check_snapshot
 
@@ -163,7 +164,19 @@ class Snapshot:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Snapshot:
-        return cls.from_dump(json.loads(Path(path).read_text(encoding="utf-8")))
+        """The snapshot in the JSON file at ``path``.
+
+        Raises:
+            OSError: the file cannot be read. UnicodeDecodeError, ValueError: it is no JSON.
+            DuplicateKeyError: an object defines a key twice (its line and path named).
+            ShapeError: a field is not of the type read (see :meth:`from_dump`).
+        """
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            data = json.loads(text, object_pairs_hook=no_duplicate_pairs)
+        except DuplicateKeyError as exc:
+            raise locate_duplicate(text, exc) from None
+        return cls.from_dump(data)
 
     # Joins, all in memory.
     def find_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
