@@ -1148,10 +1148,51 @@ def start_governor(
             await apply(dynamic, governor_webhook_configuration(port, paths.ca_crt.read_bytes()))
 
     asyncio.run(register())
+    asyncio.run(_wait_routed(paths, metrics_port, timeout))
     info.governor_url = f"https://127.0.0.1:{port}"
     info.governor_metrics_url = f"http://127.0.0.1:{metrics_port}"
     _save(paths, info)
     return info
+
+
+def _reviews_answered(metrics_port: int) -> float:
+    """``kgov_admission_requests_total`` of the governor on ``metrics_port``, summed (0 unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("kgov_admission_requests_total{")
+    )
+
+
+async def _wait_routed(paths: Paths, metrics_port: int, timeout: float) -> None:
+    """Wait until the API server sends reviews to the governor just registered: its webhook
+    configuration reaches the API server's admission chain through a watch, a moment after the
+    write, and until then a create goes to the URL before (a governor stopped: "connection
+    refused"). Dry-run Job creates in ``default`` (matched, no team) until the new server counts one.
+
+    Raises:
+        DevClusterError: no review reached it within ``timeout`` seconds.
+    """
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"generateName": "governor-routed-"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "pause"}]}}},
+    }
+    deadline = time.monotonic() + timeout
+    async with api_client(paths.kubeconfig) as api:
+        batch = k8s.BatchV1Api(api)
+        while True:
+            with contextlib.suppress(ApiException):  # the previous URL's refusal, or any answer
+                await batch.create_namespaced_job("default", job, dry_run="All")
+            if await asyncio.to_thread(_reviews_answered, metrics_port) > 0:
+                return
+            if time.monotonic() > deadline:
+                raise DevClusterError(f"the API server sent no review to the governor within {timeout:g} s")
+            await asyncio.sleep(0.2)
 
 
 def stop_governor(root: Path | None = None) -> None:
