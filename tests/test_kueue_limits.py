@@ -1,8 +1,8 @@
 """Workloads whose Workload Kueue v0.19.2 can never create, and podsets that match no node.
 
 - more than 18 podsets (``jobframework.MaxPodSets``; the Workload CRD's ``spec.podSets``
-  ``maxItems: 18``): a JobSet of 19 replicatedJobs is refused under ``enforce``; 9 (the tester's
-  JobSet and RayCluster) are fine;
+  ``maxItems: 18``): a JobSet of 19 replicatedJobs is refused under ``enforce``; 9 (a JobSet, and a
+  RayCluster of a head and 8 worker groups) are fine;
 - podset names: two that collide once lower-cased (``NewPodSetReference``, ``+listMapKey=name``),
   or one that is no ``PodSetReference``; a Kubeflow job's replica keys are not judged (Kueue reads
   only its own replica types, Kubeflow's webhook refuses the others);
@@ -86,8 +86,8 @@ def test_a_jobset_of_19_replicated_jobs_is_refused_naming_kueues_limit() -> None
     ]
 
 
-def test_18_podsets_and_the_testers_nine_pass() -> None:
-    """Regression: the tester's JobSet of 9 replicatedJobs and RayCluster of head + 8 worker
+def test_18_podsets_and_a_jobset_and_a_raycluster_of_nine_pass() -> None:
+    """Regression: a JobSet of 9 replicatedJobs and a RayCluster of head + 8 worker
     groups are within Kueue v0.19.2's 18 (the 8 of older Kueue docs is no longer the limit)."""
     for obj in (jobset(*(f"r{i}" for i in range(18))), jobset(*(f"r{i}" for i in range(9)))):
         result = run(obj, ENFORCE)

@@ -1,6 +1,6 @@
 """Kueue v0.19.2's TAS annotation rules (``jobframework/tas_validation.go``) on the planned object.
 
-Each manifest is one a tester found passed (or, worse, completed by mode ``auto``) silently though
+Each manifest is one that passed (or, worse, completed by mode ``auto``) silently though
 Kueue refuses it; each now gets Kueue's own message, and the topology rule adds nothing to a group
 of the user's that Kueue refuses whatever it asks for. Team 'research' of the bundled platform
 (``auto`` at network-node-layer-3 under ``default``: warnings) on the bundled ``examples/nodes.json``.
