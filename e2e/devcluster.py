@@ -1176,7 +1176,7 @@ async def _wait_routed(paths: Paths, metrics_port: int, timeout: float) -> None:
     Raises:
         DevClusterError: no review reached it within ``timeout`` seconds.
     """
-    job = {
+    job: Any = {  # the client serializes a dict as it is
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"generateName": "governor-routed-"},
