@@ -33,8 +33,8 @@ from e2e import devcluster  # noqa: E402  (the repository root is put on sys.pat
 from e2e.manifests import TopologyShape  # noqa: E402
 from e2e.support import read_metrics  # noqa: E402
 from webhook.certs import issue_serving_certificate, write_private  # noqa: E402
-from webhook.core.policy import PolicySet  # noqa: E402
-from webhook.sources import load_policies  # noqa: E402
+from webhook.core.platform.policy import PolicySet  # noqa: E402
+from webhook.kube.files import load_policies  # noqa: E402
 
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
 LOOPBACK = "127.0.0.1"

@@ -1,6 +1,6 @@
 """Admission benchmarks (SPEC §11): every figure next to a baseline measured in the same run.
 
-1. Handler alone, in-process: ``webhook.core.review.review`` on a JobSet CREATE with 4 pod
+1. Handler alone, in-process: ``webhook.core.admission.review.review`` on a JobSet CREATE with 4 pod
    templates, against ``json.loads(json.dumps(body))`` (the decode no handler can avoid).
 2. Over TLS on 127.0.0.1: ``kgov serve`` (a separate process) against a no-op AdmissionReview
    server on the same stack (aiohttp, the same TLS context, ``allowed: true`` echoing the uid),
@@ -140,9 +140,9 @@ def time_calls(
 
 
 def bench_handler(iterations: int) -> None:
-    from webhook.core.resolve import TeamIndex
-    from webhook.core.review import review
-    from webhook.sources import load_policies
+    from webhook.core.admission.review import review
+    from webhook.core.platform.resolve import TeamIndex
+    from webhook.kube.files import load_policies
 
     teams = TeamIndex(load_policies(PLATFORM))
     body = jobset_review(str(uuid.uuid4()))

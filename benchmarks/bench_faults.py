@@ -77,7 +77,7 @@ from timing import load_at_end, machine_at_start
 
 from e2e import devcluster
 from e2e.helm_support import chart_registration
-from webhook.core.policy import PolicySet
+from webhook.core.platform.policy import PolicySet
 
 STEADY = "steady"
 FAULTS = ("webhook killed", "API server restart", "certificate rotated", "policy changed", "watch expired")

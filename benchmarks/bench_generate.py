@@ -20,7 +20,7 @@ from typing import Any
 
 from timing import median_times
 
-from webhook.core.platform import parse_platform
+from webhook.core.platform.platform import parse_platform
 from webhook.generate.manifests import GenerateOptions, build_manifests
 from webhook.generate.render import dump_yaml, render_files
 from webhook.generate.validate import validate_platform

@@ -7,7 +7,7 @@ The dumps are written to a temporary directory as ``kubectl get nodes|pods -o js
 
 Prints the median wall time of:
 
-- ``load``: reading the node and pod dumps (``webhook.sources.load_objects``: the YAML
+- ``load``: reading the node and pod dumps (``webhook.kube.files.load_objects``: the YAML
   or JSON parse every input file goes through), the baseline no report can avoid;
 - ``tree``: building the tree and counting the pods' requests;
 - ``table``: tree + :func:`~webhook.topology.render.render_table` (the default report);
@@ -34,7 +34,7 @@ from typing import Any
 
 from timing import load_at_end, median_times
 
-from webhook.sources import load_objects
+from webhook.kube.files import load_objects
 from webhook.topology.render import render_table
 from webhook.topology.tree import TopologyTree, default_levels
 

@@ -1,7 +1,7 @@
 """A no-op mutating webhook: the floor any Python webhook on this stack costs the API server; with
 ``--patch-file``, a canned webhook: the floor of a webhook that changes the object.
 
-The same aiohttp, TLS context (``webhook.server.make_ssl_context``) and body limit as ``kgov
+The same aiohttp, TLS context (``webhook.serve.server.make_ssl_context``) and body limit as ``kgov
 serve``; ``POST /mutate`` decodes the AdmissionReview and answers ``allowed: true`` with the
 request's uid and no patch. With ``--patch-file FILE`` every answer also carries ``patchType:
 JSONPatch`` and ``patch``: the file's bytes (a JSON Patch, e.g. the one ``kgov serve`` gives a
@@ -32,7 +32,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.server import MAX_BODY_BYTES, make_ssl_context
+from webhook.serve.server import MAX_BODY_BYTES, make_ssl_context
 
 
 def answer(review: dict[str, Any], patch: str | None) -> dict[str, Any]:

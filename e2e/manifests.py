@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from e2e import build
-from webhook.core.registration import webhook_rules
+from webhook.core.kueue.registration import webhook_rules
 from webhook.generate.chart import status_expression
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -337,7 +337,7 @@ def governor_webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
 
 def governor_webhook_configuration_for(client_config: dict[str, Any], excluded: list[str]) -> dict[str, Any]:
     """``kgov-governor`` calling ``client_config`` (a URL or an in-cluster Service, and the
-    caBundle), for the workload kinds of ``webhook.core.kinds``, in every namespace but ``excluded``."""
+    caBundle), for the workload kinds of ``webhook.core.kueue.kinds``, in every namespace but ``excluded``."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

@@ -46,10 +46,10 @@ from aiohttp import web
 
 from e2e import devcluster, support
 from webhook.certs import generate_ca, issue_serving_certificate, write_private
-from webhook.core.platform import load_platform
+from webhook.core.platform.platform import load_platform
 from webhook.generate.live import fetch_live
 from webhook.generate.manifests import GenerateOptions, build_manifests
-from webhook.tlsconfig import make_ssl_context
+from webhook.serve.tlsconfig import make_ssl_context
 
 RECORDER_CONFIGURATION = "aa-kgov-review-recorder"
 NAMESPACE = "hyperpod-ns-research"

@@ -48,7 +48,7 @@ from e2e.support import (
     wait_for,
     workload_for,
 )
-from webhook.core.paths import lookup
+from webhook.core.objects.paths import lookup
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 

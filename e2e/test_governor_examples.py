@@ -32,9 +32,9 @@ from e2e.support import (
     strip_kueue,
     wait_default_service_account,
 )
-from webhook.core.kinds import find_kind
-from webhook.core.paths import lookup
-from webhook.core.view import kueue_view
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.view import kueue_view
+from webhook.core.objects.paths import lookup
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 

@@ -16,8 +16,8 @@ import yaml
 
 from e2e import build
 from e2e.helm_support import CHART, CI_VALUES, PLATFORM_VALUES, Helm, HelmError, by_kind, one
-from webhook.core.platform import load_platform
-from webhook.core.registration import webhook_rules
+from webhook.core.kueue.registration import webhook_rules
+from webhook.core.platform.platform import load_platform
 from webhook.generate.chart import kinds_document, platform_values
 
 NAMESPACE = "kueue-governor-system"

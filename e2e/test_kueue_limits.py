@@ -1,6 +1,6 @@
 """Kueue v0.19.2's limits on a Workload's podsets, against the real Kueue, in a namespace of no team.
 
-What :func:`webhook.core.rules.podset_limits.check_podsets` says of them is what Kueue does:
+What :func:`webhook.core.plan.rules.podset_limits.check_podsets` says of them is what Kueue does:
 
 - a JobSet of 19 replicatedJobs is accepted, but its Workload (``spec.podSets`` ``maxItems: 18``)
   is never created; one of 18 gets one;

@@ -1,4 +1,4 @@
-"""The TAS annotation findings of ``webhook.core.rules.kueue_tas`` against the real Kueue v0.19.2.
+"""The TAS annotation findings of ``webhook.core.plan.rules.kueue_tas`` against the real Kueue v0.19.2.
 
 For each broken set of TAS annotations on a JobSet, LeaderWorkerSet, PyTorchJob or Pod (all created
 with ``dryRun=All``: nothing is stored):

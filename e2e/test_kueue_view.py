@@ -4,7 +4,7 @@ For every served workload kind, and every case of ``../shared/cases/kueue-exampl
 served, the object goes through the live governor into ``hyperpod-ns-research``; then:
 
 - Kueue's ``Workload.spec.podSets`` (names and counts) must equal our view of the stored object
-  (:func:`webhook.core.view.kueue_view`);
+  (:func:`webhook.core.kueue.view.kueue_view`);
 - once admitted, each ``status.admission.podSetAssignments[]`` ``count`` and ``resourceUsage``
   must equal our podset's count × per-pod requests.
 
@@ -47,9 +47,9 @@ from e2e.support import (
     wait_for,
     workload_for,
 )
-from webhook.core.kinds import find_kind
-from webhook.core.quantity import parse_quantity
-from webhook.core.view import kueue_view
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.view import kueue_view
+from webhook.core.objects.quantity import parse_quantity
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 

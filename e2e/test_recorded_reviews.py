@@ -17,7 +17,7 @@ import pytest
 
 from e2e import record, support
 from e2e.conftest import E2ECluster, GovernorInfo
-from webhook.core.platform import load_platform
+from webhook.core.platform.platform import load_platform
 from webhook.generate.live import project
 from webhook.generate.manifests import GenerateOptions, build_manifests, object_key
 

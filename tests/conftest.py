@@ -1,7 +1,7 @@
 """Shared fixtures: a private PKI on disk, free loopback ports, and real webhook servers over TLS.
 
 Everything is real: certificates come from :mod:`webhook.certs`, the server is
-:func:`webhook.server.run_server` listening on 127.0.0.1, and clients verify it against the CA.
+:func:`webhook.serve.server.run_server` listening on 127.0.0.1, and clients verify it against the CA.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from webhook.certs import generate_ca, issue_serving_certificate, load_certificate, write_private
-from webhook.server import ServerConfig, run_server
+from webhook.serve.server import ServerConfig, run_server
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED_PLATFORM = REPO / "kueue-config" / "platform.yaml"

@@ -20,10 +20,10 @@ from typing import Any
 import jsonpatch
 from hypothesis import HealthCheck, settings
 
-from webhook.core.admission import MalformedReview, decode_body
-from webhook.core.paths import Key, dotted
-from webhook.core.resolve import TeamIndex
-from webhook.core.review import ReviewOutcome, review
+from webhook.core.admission.envelope import MalformedReview, decode_body
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.objects.paths import Key, dotted
+from webhook.core.platform.resolve import TeamIndex
 
 DATA = Path(__file__).parent / "data" / "admission"
 RECORDED = sorted(DATA.glob("*.json"))
@@ -130,5 +130,5 @@ def named_paths(outcome: ReviewOutcome) -> list[str]:
 
 
 def present_paths(obj: Any) -> set[str]:
-    """Every path of ``obj`` as :func:`webhook.core.paths.dotted` writes it."""
+    """Every path of ``obj`` as :func:`webhook.core.objects.paths.dotted` writes it."""
     return {dotted(path) for path in paths_of(obj)}

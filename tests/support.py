@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from e2e.support import strip_kueue as strip_kueue  # one definition for the unit and e2e suites
-from webhook.core.inventory import NodeInventory
-from webhook.core.platform import load_platform, parse_platform
-from webhook.core.policy import compile_policies
-from webhook.core.resolve import TeamIndex
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.platform.platform import load_platform, parse_platform
+from webhook.core.platform.policy import compile_policies
+from webhook.core.platform.resolve import TeamIndex
 
 REPO = Path(__file__).resolve().parents[1]
 PLATFORM = REPO / "kueue-config" / "platform.yaml"

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, aws_nodes, platform_with, review_body, teams_from
 
-from webhook.core.inventory import NodeInventory, PodConstraints
-from webhook.core.kinds import KINDS, find_kind
-from webhook.core.patch import apply_patch
-from webhook.core.review import review
-from webhook.core.view import kueue_view
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import review
+from webhook.core.kueue.inventory import NodeInventory, PodConstraints
+from webhook.core.kueue.kinds import KINDS, find_kind
+from webhook.core.kueue.view import kueue_view
 
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -382,7 +382,7 @@ def test_auto_constraint_preferred_groups_at_preferred_strength() -> None:
 
 
 def test_auto_constraint_is_for_mode_auto_only() -> None:
-    from webhook.core.platform import PlatformError, parse_platform
+    from webhook.core.platform.platform import PlatformError, parse_platform
 
     with pytest.raises(PlatformError, match="autoConstraint applies to mode 'auto' only, not 'required'"):
         parse_platform(

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, job, platform_with, review_body, teams_from
 
-from webhook.core.inventory import NodeInventory, PodConstraints
-from webhook.core.patch import apply_patch
-from webhook.core.platform import LabelSelector
-from webhook.core.resolve import selector_matches
-from webhook.core.resources import pod_requests
-from webhook.core.review import review
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import review
+from webhook.core.kueue.inventory import NodeInventory, PodConstraints
+from webhook.core.kueue.resources import pod_requests
+from webhook.core.platform.platform import LabelSelector
+from webhook.core.platform.resolve import selector_matches
 
 RECORDED = Path(__file__).resolve().parent / "data" / "why" / "bundled.json"
 GPU = "nvidia.com/gpu"
@@ -94,7 +94,7 @@ def test_cordoned_nodes_are_no_capacity_even_to_a_pod_tolerating_every_taint(spe
 
 
 def test_cordoned_nodes_leave_the_auto_level_as_it_is() -> None:
-    """A cordon passes (:mod:`webhook.core.rules.auto`): 2 pods of 8 GPUs still get a rack of two
+    """A cordon passes (:mod:`webhook.core.plan.rules.auto`): 2 pods of 8 GPUs still get a rack of two
     hosts when every rack lost a host to a cordon (the Job waits for it; test_transient_nodes.py)."""
     two = job()
     assert auto_level(copy.deepcopy(two), changed(())) == {REQUIRED: RACK}

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from support import CASES, PLATFORM, load_documents, needs_cases, strip_kueue
 
 from webhook.cli import main
-from webhook.core.paths import lookup
+from webhook.core.objects.paths import lookup
 
 NAMESPACE = "hyperpod-ns-research"
 QUEUE = "hyperpod-ns-research-localqueue"
@@ -203,7 +203,7 @@ def mutate(path: Path, *extra: str) -> Any:
 
 def test_every_workload_case_has_an_expectation() -> None:
     """A new workload file in the cases folder must get its expectations written here."""
-    from webhook.core.kinds import find_kind
+    from webhook.core.kueue.kinds import find_kind
 
     found = {
         name

@@ -12,10 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from webhook.cli import main
-from webhook.core.kinds import KINDS
-from webhook.core.platform import load_platform
-from webhook.core.policy import compile_policies
-from webhook.core.registration import webhook_rules
+from webhook.core.kueue.kinds import KINDS
+from webhook.core.kueue.registration import webhook_rules
+from webhook.core.platform.platform import load_platform
+from webhook.core.platform.policy import compile_policies
 from webhook.generate.chart import kinds_document, managed_child_expression, platform_values
 
 REPO = Path(__file__).resolve().parent.parent

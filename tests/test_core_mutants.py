@@ -16,21 +16,21 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.draft import Change, Draft, Shape
-from webhook.core.inventory import Node, NodeInventory, PodConstraints, first_fit
-from webhook.core.kinds import find_kind
-from webhook.core.patch import apply_patch, pointer, to_json_patch
-from webhook.core.paths import child, dotted
-from webhook.core.planner import managed_child, plan_object
-from webhook.core.platform import LabelSelector
-from webhook.core.prepared import prepared
-from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
-from webhook.core.resolve import TeamIndex, selector_matches
-from webhook.core.resources import pod_requests
-from webhook.core.review import ReviewOutcome, review
-from webhook.core.rules.node_affinity import normalize
-from webhook.core.scheduling import term_matches, tolerates
-from webhook.core.view import kueue_view
+from webhook.core.admission.patch import apply_patch, pointer, to_json_patch
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.inventory import Node, NodeInventory, PodConstraints, first_fit
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.resources import pod_requests
+from webhook.core.kueue.scheduling import term_matches, tolerates
+from webhook.core.kueue.view import kueue_view
+from webhook.core.objects.paths import child, dotted
+from webhook.core.objects.quantity import QuantityError, format_quantity, parse_quantity
+from webhook.core.plan.draft import Change, Draft, Shape
+from webhook.core.plan.planner import managed_child, plan_object
+from webhook.core.plan.rules.node_affinity import normalize
+from webhook.core.platform.platform import LabelSelector
+from webhook.core.platform.prepared import prepared
+from webhook.core.platform.resolve import TeamIndex, selector_matches
 
 # -- quantities ------------------------------------------------------------------------------------------
 
@@ -2304,7 +2304,7 @@ def test_podset_fields_of_the_wrong_type_count_as_absent() -> None:
 
 
 def test_bound_paths_are_remembered_per_pattern_and_bindings_and_forgotten_when_full() -> None:
-    from webhook.core import paths
+    from webhook.core.objects import paths
 
     pattern = ("spec", "replicatedJobs", "*", "template", "*")
     assert paths.bound(pattern, (1, "a")) == ("spec", "replicatedJobs", 1, "template", "a")
@@ -2318,7 +2318,7 @@ def test_bound_paths_are_remembered_per_pattern_and_bindings_and_forgotten_when_
 
 
 def test_made_builds_a_frozen_dataclass_as_its_init_would_and_names_a_missing_field() -> None:
-    from webhook.core.frozen import made
+    from webhook.core.objects.frozen import made
 
     built = made(Change, op="add", path=("a",), value=1, rule="queue", reason="r")
     assert built == Change("add", ("a",), 1, "queue", "r")

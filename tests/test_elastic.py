@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
 from webhook.cli import main
-from webhook.core.kinds import KINDS, find_kind
-from webhook.core.review import review
-from webhook.core.rules.topology import PREFERRED, REQUIRED, UNCONSTRAINED, elastic_forbidden
+from webhook.core.admission.review import review
+from webhook.core.kueue.kinds import KINDS, find_kind
+from webhook.core.plan.rules.topology import PREFERRED, REQUIRED, UNCONSTRAINED, elastic_forbidden
 
 LEVEL3 = "topology.k8s.aws/network-node-layer-3"
 ELASTIC = {"kueue.x-k8s.io/elastic-job": "true"}

@@ -23,14 +23,14 @@ from support import aws_nodes, platform_with, review_body, teams_from
 from test_malformed import KINDS, QUANTITY_FIELDS, TEMPLATED, _schema_typed, answer, assert_admitted, with_value
 from test_properties import BASES
 
-from webhook.core.admission import MalformedReview, decode_body
-from webhook.core.inventory import NodeInventory, PodConstraints
-from webhook.core.patch import apply_patch
-from webhook.core.paths import dotted, lookup
-from webhook.core.quantity import format_quantity, parse_quantity
-from webhook.core.review import review
-from webhook.core.wellformed import is_extended_resource
-from webhook.sources import load_nodes
+from webhook.core.admission.envelope import MalformedReview, decode_body
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import review
+from webhook.core.kueue.inventory import NodeInventory, PodConstraints
+from webhook.core.kueue.wellformed import is_extended_resource
+from webhook.core.objects.paths import dotted, lookup
+from webhook.core.objects.quantity import format_quantity, parse_quantity
+from webhook.kube.files import load_nodes
 
 # Bases whose every governed field is present, so that corruption reaches each of them.
 _FULL_JOB = copy.deepcopy(BASES[0])

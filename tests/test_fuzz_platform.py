@@ -1,7 +1,7 @@
 """Bad platform and policy files: a precise error naming the path, never a traceback.
 
 Every path of the bundled ``kueue-config/platform.yaml`` gets JSON values of every type in turn
-(in-process through :func:`webhook.core.platform.parse_platform`, and as YAML files through
+(in-process through :func:`webhook.core.platform.platform.parse_platform`, and as YAML files through
 ``kgov policy`` and ``kgov generate``); every path of the compiled policy it makes (``kgov policy``,
 the ``--policy`` file of ``review``, ``mutate`` and ``serve``) too. A file that loads is then used:
 the Kueue objects are generated, and the recorded AdmissionReviews are reviewed under its policy.
@@ -26,13 +26,13 @@ from pydantic import ValidationError
 from support import PLATFORM
 
 from webhook.cli import main
-from webhook.core.paths import Key, dotted
-from webhook.core.platform import Platform, PlatformError, load_platform, parse_platform
-from webhook.core.policy import compile_policies
-from webhook.core.resolve import TeamIndex
-from webhook.core.yamlload import MAX_YAML_DEPTH
+from webhook.core.objects.paths import Key, dotted
+from webhook.core.platform.platform import Platform, PlatformError, load_platform, parse_platform
+from webhook.core.platform.policy import compile_policies
+from webhook.core.platform.resolve import TeamIndex
+from webhook.core.platform.yamlload import MAX_YAML_DEPTH
 from webhook.generate.manifests import build_manifests
-from webhook.sources import InputError, load_policies
+from webhook.kube.files import InputError, load_policies
 
 BUNDLED = yaml.safe_load(PLATFORM.read_text())
 POLICY = json.loads(load_policies(PLATFORM).model_dump_json())

@@ -1,4 +1,4 @@
-"""Bad AdmissionReview bodies through :func:`webhook.core.review.review`, from the recorded ones.
+"""Bad AdmissionReview bodies through :func:`webhook.core.admission.review.review`, from the recorded ones.
 
 Every recorded AdmissionReview (``tests/data/admission``) is cut at every byte, and every path of
 it (the review's and the object's) gets every JSON type in turn; then Hypothesis corrupts them
@@ -20,11 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import CASES, REPO, bundled_teams, load_documents, needs_cases, review_body
 
-from webhook.core.admission import MAX_DEPTH, MalformedReview, decode_body, json_type
-from webhook.core.kinds import find_kind
-from webhook.core.paths import dotted
-from webhook.core.review import ReviewOutcome
-from webhook.sources import load_nodes
+from webhook.core.admission.envelope import MAX_DEPTH, MalformedReview, decode_body, json_type
+from webhook.core.admission.review import ReviewOutcome
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.objects.paths import dotted
+from webhook.kube.files import load_nodes
 
 TEAMS = bundled_teams()
 EXAMPLE_NODES = load_nodes(REPO / "examples" / "nodes.json")

@@ -1,9 +1,9 @@
-"""Bad bodies through the real aiohttp application (``webhook.handlers.make_app``) and ``kgov
+"""Bad bodies through the real aiohttp application (``webhook.serve.handlers.make_app``) and ``kgov
 review``, and the size limit through the real TLS server.
 
 Whatever the body, the answer is HTTP 200 with an AdmissionReview carrying the request's uid and a
 patch that applies, or HTTP 400 ``{"error": "malformed AdmissionReview: <reason>"}`` with the same
-reason :func:`webhook.core.admission.decode_body` and :func:`webhook.core.review.review` give in
+reason :func:`webhook.core.admission.envelope.decode_body` and :func:`webhook.core.admission.review.review` give in
 process; never a 500 (``kgov_internal_errors_total`` stays 0), and the server answers the next
 request. The application runs on aiohttp's test server (plain HTTP on loopback: the handler and its
 middleware, without TLS); the size limit is checked over TLS as the API server sends it.
@@ -27,11 +27,11 @@ from support import REPO, bundled_teams
 from test_server import post_review, session_for
 
 from webhook.cli import main
-from webhook.core.review import ReviewOutcome
-from webhook.handlers import MAX_BODY_BYTES, make_app
-from webhook.metrics import Metrics
-from webhook.sources import load_nodes
-from webhook.state import GovernorState, ServerConfig
+from webhook.core.admission.review import ReviewOutcome
+from webhook.kube.files import load_nodes
+from webhook.serve.handlers import MAX_BODY_BYTES, make_app
+from webhook.serve.metrics import Metrics
+from webhook.serve.state import GovernorState, ServerConfig
 
 TEAMS = bundled_teams()
 NODES_FILE = REPO / "examples" / "nodes.json"

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from webhook.core.platform import load_platform
-from webhook.generate.commands import diff_command, generate_command
+from webhook.cli.generate import diff_command, generate_command
+from webhook.core.platform.platform import load_platform
 from webhook.generate.live import LiveState, applied_fields, diff_objects, owned_selector, project, resource_path
 from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
 from webhook.generate.validate import equivalent, same_quantity

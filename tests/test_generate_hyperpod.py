@@ -11,8 +11,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from webhook.core.platform import parse_platform
-from webhook.generate.commands import generate_command, import_hyperpod_command
+from webhook.cli.generate import generate_command, import_hyperpod_command
+from webhook.core.platform.platform import parse_platform
 from webhook.generate.hyperpod import (
     HyperPodError,
     import_hyperpod,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core.platform import load_platform, parse_platform
-from webhook.core.policy import compile_policies
+from webhook.core.platform.platform import load_platform, parse_platform
+from webhook.core.platform.policy import compile_policies
 from webhook.generate.manifests import (
     GenerateOptions,
     build_manifests,

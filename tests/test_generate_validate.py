@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core.inventory import Node
-from webhook.core.platform import PlatformError, load_platform, parse_platform
+from webhook.core.kueue.inventory import Node
+from webhook.core.platform.platform import PlatformError, load_platform, parse_platform
 from webhook.generate.manifests import build_manifests
 from webhook.generate.validate import needs_recreate, recreate_warnings, validate_platform
-from webhook.sources import InputError, load_nodes
+from webhook.kube.files import InputError, load_nodes
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]

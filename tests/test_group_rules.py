@@ -1,6 +1,6 @@
 """Kueue's podset group rules give the same finding on CREATE and on an UPDATE's recheck.
 
-Both paths report :func:`webhook.core.rules.kueue_tas.kueue_tas_findings`; the UPDATE adds what the
+Both paths report :func:`webhook.core.plan.rules.kueue_tas.kueue_tas_findings`; the UPDATE adds what the
 update changed. A JobSet (whose Kueue v0.19.2 webhook runs ``ValidatePodSetGroupingTopology``) of a
 driver of 1 pod and workers of 3 pods of 8 GPUs grouped as 'g' at network-node-layer-3, in team
 'research' of the bundled platform (topology under ``default``: warnings) on ``examples/nodes.json``.
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from support import REPO, bundled_teams, review_body
 
-from webhook.core.inventory import NodeInventory
-from webhook.core.patch import apply_patch
-from webhook.core.review import ReviewOutcome, review
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.inventory import NodeInventory
 
 NS = "hyperpod-ns-research"
 K = "kueue.x-k8s.io/"

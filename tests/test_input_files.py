@@ -13,9 +13,9 @@ from click.testing import CliRunner, Result
 from support import PLATFORM
 
 from webhook.cli import main
-from webhook.core.jsonbody import dotted_path
-from webhook.core.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
-from webhook.sources import InputError, load_manifests, load_namespace_labels, parse_policies
+from webhook.core.objects.jsonbody import dotted_path
+from webhook.core.platform.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
+from webhook.kube.files import InputError, load_manifests, load_namespace_labels, parse_policies
 
 REPO = Path(__file__).resolve().parents[1]
 NODES = REPO / "examples" / "nodes.json"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from support import bundled_teams, review_body
 
-from webhook.core.planner import made_by_a_controller
-from webhook.core.registration import webhook_rules
-from webhook.core.review import review
+from webhook.core.admission.review import review
+from webhook.core.kueue.registration import webhook_rules
+from webhook.core.plan.planner import made_by_a_controller
 from webhook.generate.chart import kinds_document
 
 DATA = Path(__file__).resolve().parent / "data" / "admission"

@@ -2,7 +2,7 @@
 
 orjson reads an integer beyond 64 bits as a float and takes nesting up to 1024 levels, and cannot
 encode a string holding a lone surrogate: each body must still be decoded exactly or refused with
-the precise reason of :func:`webhook.core.jsonbody.decode_json`, and each answer encoded.
+the precise reason of :func:`webhook.core.objects.jsonbody.decode_json`, and each answer encoded.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from support import platform_with, review_body, teams_from
 
-from webhook.core.admission import MalformedReview, decode_body, json_bytes
-from webhook.core.review import review
+from webhook.core.admission.envelope import MalformedReview, decode_body, json_bytes
+from webhook.core.admission.review import review
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from support import aws_nodes, platform_with, review_body, teams_from
 
-from webhook.core.inventory import NodeInventory
-from webhook.core.review import ReviewOutcome, review
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.inventory import NodeInventory
 
 RACK = "topology.k8s.aws/network-node-layer-3"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"

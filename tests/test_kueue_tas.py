@@ -14,12 +14,12 @@ import pytest
 import yaml
 from support import PLATFORM, REPO, review_body, teams_from
 
-from webhook.core.inventory import NodeInventory
-from webhook.core.kinds import find_kind
-from webhook.core.patch import apply_patch
-from webhook.core.resolve import TeamIndex
-from webhook.core.review import ReviewOutcome, review
-from webhook.core.view import kueue_view
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.view import kueue_view
+from webhook.core.platform.resolve import TeamIndex
 
 NS = "hyperpod-ns-research"
 K = "kueue.x-k8s.io/"

@@ -1,4 +1,4 @@
-"""``webhook.logs``: every string value bounded, lists cut to 100 items; cached loggers follow each configuration."""
+"""``webhook.serve.logs``: string values bounded, lists cut to 100 items; cached loggers follow each configuration."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-from webhook.logs import LOG_VALUE_LIMIT, clip_values, configure_logging, get_logger
+from webhook.serve.logs import LOG_VALUE_LIMIT, clip_values, configure_logging, get_logger
 
 
 def test_short_values_are_kept_as_they_are() -> None:

@@ -23,13 +23,13 @@ from click.testing import CliRunner
 from support import PLATFORM, platform_with, review_body, teams_from
 
 from webhook.cli import main
-from webhook.core.admission import decode_body
-from webhook.core.kinds import WorkloadKind, find_kind
-from webhook.core.paths import Key, dotted
-from webhook.core.resolve import TeamIndex
-from webhook.core.review import ReviewOutcome, review
-from webhook.core.view import kueue_view
-from webhook.core.wellformed import FRACTIONAL_NUMBER, Problems, describe, is_extended_resource, quantity
+from webhook.core.admission.envelope import decode_body
+from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.kinds import WorkloadKind, find_kind
+from webhook.core.kueue.view import kueue_view
+from webhook.core.kueue.wellformed import FRACTIONAL_NUMBER, Problems, describe, is_extended_resource, quantity
+from webhook.core.objects.paths import Key, dotted
+from webhook.core.platform.resolve import TeamIndex
 
 DATA = Path(__file__).parent / "data" / "admission"
 NAMESPACE = "hyperpod-ns-research"  # a team namespace of the bundled platform

@@ -1,4 +1,4 @@
-"""A request in a namespace the namespace cache has not seen yet (webhook.handlers): the server
+"""A request in a namespace the namespace cache has not seen yet (webhook.serve.handlers): the server
 waits for the cache, then reviews again or refuses with 503 to be retried; never a silent pass.
 
 The real race (a namespace created together with its first Job, the watch event behind the
@@ -22,11 +22,11 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio import client
 
-from webhook import handlers
-from webhook.handlers import NAMESPACE_WAIT_SECONDS, make_app
 from webhook.kube.cache import ObjectCache
-from webhook.metrics import Metrics
-from webhook.state import GovernorState, ServerConfig
+from webhook.serve import handlers
+from webhook.serve.handlers import NAMESPACE_WAIT_SECONDS, make_app
+from webhook.serve.metrics import Metrics
+from webhook.serve.state import GovernorState, ServerConfig
 
 DATA = Path(__file__).resolve().parent / "data" / "admission"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -1,4 +1,4 @@
-"""The planned object's view (webhook.core.planned.planned_view) is the view a fresh read gives.
+"""The planned object's view (webhook.core.plan.planned.planned_view) is the view a fresh read gives.
 
 The never-admitted checks judge what Kueue will see after the patch; ``planned_view`` builds that
 from the request's view and the plan's changes instead of reading the whole object again. These
@@ -18,13 +18,13 @@ from support import aws_nodes, platform_with, teams_from
 from test_properties import policies, workloads
 from workloads import examples
 
-from webhook.core import planned
-from webhook.core.draft import Change
-from webhook.core.kinds import KINDS, find_kind
-from webhook.core.patch import apply_patch, to_json_patch
-from webhook.core.planned import VIEW_READ_KEYS, planned_view
-from webhook.core.planner import plan_object
-from webhook.core.view import GROUP_NAME, kueue_view
+from webhook.core.admission.patch import apply_patch, to_json_patch
+from webhook.core.kueue.kinds import KINDS, find_kind
+from webhook.core.kueue.view import GROUP_NAME, kueue_view
+from webhook.core.plan import planned
+from webhook.core.plan.draft import Change
+from webhook.core.plan.planned import VIEW_READ_KEYS, planned_view
+from webhook.core.plan.planner import plan_object
 
 TEAM_POLICY: dict[str, Any] = {
     "queue": {},
@@ -170,7 +170,7 @@ def test_a_podset_replaced_in_place_of_dataclasses_replace_keeps_every_other_fie
     ],
 )
 def test_the_planned_views_terms_are_the_terms_a_checked_read_gives(affinity: Any) -> None:
-    from webhook.core.view import required_terms, terms_of
+    from webhook.core.kueue.view import required_terms, terms_of
 
     assert terms_of(affinity) == required_terms(affinity, ("spec", "affinity"), [])
     checked = required_terms(affinity, ("spec", "affinity"), [])

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.patch import apply_patch
-from webhook.core.review import review
+from webhook.core.admission.patch import apply_patch
+from webhook.core.admission.review import review
 
 FULL_POLICY = {
     "queue": {"enforcement": "enforce"},
@@ -531,8 +531,8 @@ def test_pod_group_member_is_sized_by_the_groups_total_count() -> None:
         },
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
     }
-    from webhook.core.kinds import find_kind
-    from webhook.core.view import kueue_view
+    from webhook.core.kueue.kinds import find_kind
+    from webhook.core.kueue.view import kueue_view
 
     row = find_kind("v1", "Pod")
     assert row is not None
@@ -565,8 +565,8 @@ def _lws(group: bool) -> dict[str, Any]:
 
 
 def test_lws_counts_one_group_and_a_podset_group_gets_one_level() -> None:
-    from webhook.core.kinds import find_kind
-    from webhook.core.view import kueue_view
+    from webhook.core.kueue.kinds import find_kind
+    from webhook.core.kueue.view import kueue_view
 
     row = find_kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     assert row is not None
@@ -752,8 +752,8 @@ def test_job_podset_is_min_of_parallelism_and_completions() -> None:
 
 
 def test_ray_multi_host_groups_count_every_host() -> None:
-    from webhook.core.kinds import find_kind
-    from webhook.core.view import kueue_view
+    from webhook.core.kueue.kinds import find_kind
+    from webhook.core.kueue.view import kueue_view
 
     cluster = {
         "apiVersion": "ray.io/v1",
@@ -863,8 +863,8 @@ def test_deployment_pods_get_the_kueue_labels_in_their_template() -> None:
 
 
 def test_jobset_podset_caps_parallelism_by_completions() -> None:
-    from webhook.core.kinds import find_kind
-    from webhook.core.view import kueue_view
+    from webhook.core.kueue.kinds import find_kind
+    from webhook.core.kueue.view import kueue_view
 
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",

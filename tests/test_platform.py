@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core import naming, policy
-from webhook.core.platform import (
+from webhook.core.objects.quantity import QuantityError, parse_quantity
+from webhook.core.platform import naming, policy
+from webhook.core.platform.platform import (
     Platform,
     PlatformError,
     check_platform,
@@ -20,7 +21,6 @@ from webhook.core.platform import (
     parse_platform,
     platform_json_schema,
 )
-from webhook.core.quantity import QuantityError, parse_quantity
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "kueue-config" / "platform.yaml"
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]

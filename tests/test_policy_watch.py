@@ -44,11 +44,11 @@ from test_server import (
 from test_server_states import kubeconfig
 
 from webhook.cli import main
+from webhook.kube.files import parse_policies
 from webhook.kube.policy_watch import NOTE_LIMIT, PolicyConfigMapWatch, policy_event
-from webhook.logs import configure_logging
-from webhook.metrics import Metrics
-from webhook.sources import parse_policies
-from webhook.state import GovernorState, ServerConfig
+from webhook.serve.logs import configure_logging
+from webhook.serve.metrics import Metrics
+from webhook.serve.state import GovernorState, ServerConfig
 
 RECORDED: dict[str, Any] = json.loads((Path(__file__).parent / "data" / "watch" / "configmap.json").read_text())
 NAMESPACE, NAME = "kueue-governor-system", "kgov-policy"

@@ -1,4 +1,4 @@
-"""Per-team values prepared once per policy (webhook.core.prepared): right values, right team."""
+"""Per-team values prepared once per policy (webhook.core.platform.prepared): right values, right team."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from decimal import Decimal
 
 from support import platform_with, teams_from
 
-from webhook.core import prepared as prepared_module
-from webhook.core.prepared import prepared
-from webhook.core.rules.pod_priority import pod_rule
+from webhook.core.plan.rules.pod_priority import pod_rule
+from webhook.core.platform import prepared as prepared_module
+from webhook.core.platform.prepared import prepared
 
 POLICY = {
     "queue": {},

@@ -5,7 +5,7 @@ before ``kgov-governor`` in the e2e cluster (``make record-reviews``, e2e/record
 applying a Job in ``hyperpod-ns-research`` (dry-run, then for real), Kueue's UPDATE that starts
 it, a Pod the Job controller made for it, a kubectl label change to another team's queue, and a
 JobSet through a webhook that takes AdmissionReview v1beta1 only. They are replayed here over TLS
-to :func:`webhook.server.run_server` with the bundled platform. The scrubbing of volatile values
+to :func:`webhook.serve.server.run_server` with the bundled platform. The scrubbing of volatile values
 (:func:`e2e.record.scrub`) is tested too.
 """
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from conftest import LOOPBACK, ServerFactory, free_port
 
-from webhook.server import ConfigurationError
+from webhook.serve.server import ConfigurationError
 
 
 async def test_two_servers_share_the_port_and_both_answer(start_server: ServerFactory) -> None:

@@ -1,6 +1,6 @@
 """The webhook server end to end: a real aiohttp server over real TLS on 127.0.0.1.
 
-Each test starts :func:`webhook.server.run_server` with a fresh CA and serving certificate
+Each test starts :func:`webhook.serve.server.run_server` with a fresh CA and serving certificate
 (:mod:`webhook.certs`) and the bundled platform file, and talks to it with an aiohttp client that
 verifies the server against that CA. Nothing is mocked; every request loop is bounded in count
 and in time.
@@ -26,7 +26,7 @@ from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.certs import write_private
-from webhook.server import MAX_BODY_BYTES
+from webhook.serve.server import MAX_BODY_BYTES
 
 RESEARCH = "hyperpod-ns-research"
 RESEARCH_QUEUE = "hyperpod-ns-research-localqueue"

@@ -34,9 +34,9 @@ from test_server import (
 from test_server_hostile import FAST, closed_by_server, refused, request_head, status_and_json, tls_connection
 
 from webhook.certs import write_private
-from webhook.core.admission import ECHO_LIMIT
-from webhook.logs import LOG_VALUE_LIMIT, configure_logging
-from webhook.server import MAX_BODY_BYTES
+from webhook.core.admission.envelope import ECHO_LIMIT
+from webhook.serve.logs import LOG_VALUE_LIMIT, configure_logging
+from webhook.serve.server import MAX_BODY_BYTES
 
 SEVEN_MIB = 7 * 1024 * 1024
 

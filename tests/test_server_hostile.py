@@ -2,7 +2,7 @@
 
 Compressed bodies, made-up kinds, idle and trickling connections, a full connection table, and
 SIGTERM while clients misbehave. Every client here is bounded in count and in time; deadlines are
-shortened through :class:`webhook.server.ConnectionLimits` so each test takes seconds.
+shortened through :class:`webhook.serve.server.ConnectionLimits` so each test takes seconds.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from test_server import (
     wait_until,
 )
 
-from webhook.connections import ConnectionLimits
-from webhook.logs import configure_logging
-from webhook.server import ServerConfig
+from webhook.serve.connections import ConnectionLimits
+from webhook.serve.logs import configure_logging
+from webhook.serve.server import ServerConfig
 
 #: Short deadlines: header 0.5 s, body 0.5 s, idle 1 s.
 FAST = ConnectionLimits(header_timeout=0.5, body_timeout=0.5, idle_timeout=1.0, max_connections=64, lingering_time=0.2)

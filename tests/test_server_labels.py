@@ -7,10 +7,10 @@ from typing import get_args
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core.admission import clip
-from webhook.core.draft import Rule
-from webhook.core.kinds import KINDS
-from webhook.metrics import KIND_LABELS, OTHER, RULE_LABELS, kind_label, operation_label, rule_label
+from webhook.core.admission.envelope import clip
+from webhook.core.kueue.kinds import KINDS
+from webhook.core.plan.draft import Rule
+from webhook.serve.metrics import KIND_LABELS, OTHER, RULE_LABELS, kind_label, operation_label, rule_label
 
 
 def test_rule_labels_cover_every_rule_of_the_planner() -> None:

@@ -23,12 +23,12 @@ from conftest import LOOPBACK, ServerFactory, free_port
 from test_cache import NAMESPACES, NODES, ReplayServer, listing
 from test_server import job, metric_samples, post_review, review_of, sample_value, session_for, wait_until
 
-import webhook.handlers
-from webhook.handlers import make_app, make_metrics_app
+import webhook.serve.handlers
 from webhook.kube.cache import ObjectCache, inventory_of
-from webhook.logs import configure_logging
-from webhook.metrics import Metrics
-from webhook.state import GovernorState, ServerConfig
+from webhook.serve.handlers import make_app, make_metrics_app
+from webhook.serve.logs import configure_logging
+from webhook.serve.metrics import Metrics
+from webhook.serve.state import GovernorState, ServerConfig
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 DURATION = "kgov_admission_duration_seconds"
@@ -53,7 +53,7 @@ async def test_a_fault_in_the_review_is_a_500_logged_with_its_traceback_and_coun
     start_server: ServerFactory, json_log: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = await start_server()
-    real_review = webhook.handlers.review
+    real_review = webhook.serve.handlers.review
     faults = []
 
     def faulty(*args: Any, **kwargs: Any) -> Any:
@@ -62,7 +62,7 @@ async def test_a_fault_in_the_review_is_a_500_logged_with_its_traceback_and_coun
             raise RuntimeError("injected fault in the review")
         return real_review(*args, **kwargs)
 
-    monkeypatch.setattr(webhook.handlers, "review", faulty)
+    monkeypatch.setattr(webhook.serve.handlers, "review", faulty)
     async with session_for(server) as session:
         status, body = await post_review(session, server, review_of(job()))
         assert (status, body) == (500, {"error": "internal error in kueue-governor; see its log"})

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from webhook.cli import main
-from webhook.core.inventory import Node
+from webhook.core.kueue.inventory import Node
 from webhook.topology.ec2 import TopologyDocumentError, instance_id_of, parse_instance_topology, plan_labels
 from webhook.topology.tree import TopologyTree, assignment_domains, default_levels, node_state, pick_resource
 

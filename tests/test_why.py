@@ -36,8 +36,8 @@ import pytest
 from click.testing import CliRunner
 
 from webhook.cli import main
-from webhook.core.policy import PolicySet
-from webhook.core.resolve import TeamIndex
+from webhook.core.platform.policy import PolicySet
+from webhook.core.platform.resolve import TeamIndex
 from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
 from webhook.why.owners import explain_object

@@ -1,6 +1,6 @@
 """Workloads of every kind in the kinds table, built from the table's own rows (no outside files).
 
-For a :class:`~webhook.core.kinds.WorkloadKind` row, :func:`build` makes an object of its
+For a :class:`~webhook.core.kueue.kinds.WorkloadKind` row, :func:`build` makes an object of its
 ``apiVersion`` and ``kind`` with a pod template wherever a podset rule points, a count at every
 count factor, and the row's other fields (leader template, ``only_if`` field, ``suspend``, the fields
 Kueue's webhook requires, AppWrapper components built the same way). A wildcard is a map keyed by
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from webhook.core.kind_model import SPARK_ROLE, PodSetRule, WorkloadKind
-from webhook.core.kinds import KINDS
-from webhook.core.paths import PathPattern
-from webhook.core.view import kueue_view
+from webhook.core.kueue.kind_model import SPARK_ROLE, PodSetRule, WorkloadKind
+from webhook.core.kueue.kinds import KINDS
+from webhook.core.kueue.view import kueue_view
+from webhook.core.objects.paths import PathPattern
 
 T = TypeVar("T")
 Pick = Callable[[Sequence[Any]], Any]

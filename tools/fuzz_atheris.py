@@ -2,13 +2,13 @@
 
 Targets (``--target``):
 
-- ``review``: bytes as an AdmissionReview body, through :func:`webhook.core.admission.decode_body`
-  and :func:`webhook.core.review.review` under the bundled platform's policy, with the example
+- ``review``: bytes as an AdmissionReview body, through :func:`webhook.core.admission.envelope.decode_body`
+  and :func:`webhook.core.admission.review.review` under the bundled platform's policy, with the example
   nodes; checked as ``tests/fuzzing.py`` checks every fuzz test's answer (a precise 400 reason, or
   the request's uid and a patch that applies with the ``jsonpatch`` library).
-- ``platform``: bytes as a platform file, through :func:`webhook.core.platform.load_platform`; a
+- ``platform``: bytes as a platform file, through :func:`webhook.core.platform.platform.load_platform`; a
   file that loads is compiled and its Kueue objects generated. Only ``PlatformError`` may be raised.
-- ``policy``: bytes as a ``--policy`` file, through :func:`webhook.sources.load_policies`; a policy
+- ``policy``: bytes as a ``--policy`` file, through :func:`webhook.kube.files.load_policies`; a policy
   that loads answers the recorded reviews. Only ``InputError`` may be raised.
 
 Seeds come from ``tests/data/admission`` and ``kueue-config/platform.yaml``; new inputs are kept in
@@ -40,11 +40,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 with atheris.instrument_imports():
     from fuzzing import RECORDED, check_answer, recorded
 
-    from webhook.core.platform import PlatformError, load_platform
-    from webhook.core.policy import compile_policies
-    from webhook.core.resolve import TeamIndex
+    from webhook.core.platform.platform import PlatformError, load_platform
+    from webhook.core.platform.policy import compile_policies
+    from webhook.core.platform.resolve import TeamIndex
     from webhook.generate.manifests import build_manifests
-    from webhook.sources import InputError, load_nodes, load_policies
+    from webhook.kube.files import InputError, load_nodes, load_policies
 
 PLATFORM = REPO / "kueue-config" / "platform.yaml"
 TEAMS = TeamIndex(load_policies(PLATFORM))

@@ -1,9 +1,9 @@
 """The mutation score of the last ``make mutate`` run, per module of webhook/core.
 
 Usage: ``python tools/mutation_score.py MODULE...`` with modules as paths under webhook/core without
-``.py`` (``resolve``, ``rules/queue``). It reads mutmut's verdicts from ``mutants/webhook/core/MODULE.py.meta``
-and the mutants judged equivalent from ``tools/equivalent-mutants.txt`` (one mutant name a line, then its
-reason; ``#`` starts a comment).
+``.py`` (``platform/resolve``, ``plan/rules/queue``). It reads mutmut's verdicts from
+``mutants/webhook/core/MODULE.py.meta`` and the mutants judged equivalent from
+``tools/equivalent-mutants.txt`` (one mutant name a line, then its reason; ``#`` starts a comment).
 
 A mutant is *caught* when a test failed (killed) or ran out of time (the mutation made a loop endless).
 The score is caught / (mutants checked - equivalent survivors). Survivors not listed as equivalent are

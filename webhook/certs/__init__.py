@@ -1,6 +1,6 @@
 """Certificates for the webhook (SPEC §7): the PKI primitives (:mod:`webhook.certs.pki`), the
 certificate directory ``kgov certs`` keeps (:mod:`webhook.certs.store`) and the ``caBundle`` of our
-webhook configurations (:mod:`webhook.certs.inject`). The CLI is :mod:`webhook.certs.commands`."""
+webhook configurations (:mod:`webhook.certs.inject`). The CLI is :mod:`webhook.cli.certs`."""
 
 from webhook.certs.pki import (
     CLOCK_SKEW,

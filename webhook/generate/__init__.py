@@ -4,7 +4,7 @@ Outer layer: imports :mod:`webhook.core`, never the other way round. Modules:
 :mod:`~webhook.generate.manifests` (pure object builders), :mod:`~webhook.generate.render` (YAML
 files), :mod:`~webhook.generate.validate` (generator checks, node inventory, recreate rules),
 :mod:`~webhook.generate.live` (comparison with a live cluster), :mod:`~webhook.generate.hyperpod`
-(SageMaker HyperPod import) and :mod:`~webhook.generate.commands` (the ``kgov`` commands).
+(SageMaker HyperPod import) and :mod:`~webhook.cli.generate` (the ``kgov`` commands).
 """
 
 from webhook.generate.manifests import GenerateOptions, build_manifests

@@ -4,7 +4,7 @@ Helm templates cannot run the generator, so two documents are written for them:
 
 * :func:`kinds_document` → ``helm/kueue-governor/files/kinds.yaml`` (checked in; drift-checked by
   ``make generate-check``): the webhook ``rules`` of the kinds table
-  (:func:`webhook.core.registration.webhook_rules`) and the CEL expressions the chart puts into the
+  (:func:`webhook.core.kueue.registration.webhook_rules`) and the CEL expressions the chart puts into the
   MutatingWebhookConfiguration's ``matchConditions`` and the ValidatingAdmissionPolicy: which
   objects are children of an owner Kueue manages that a controller made (never sent to the webhook;
   one a user made is refused), which are left alone
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.kinds import KINDS, WorkloadKind
-from webhook.core.planner import QUEUE_LABEL
-from webhook.core.platform import Platform
-from webhook.core.policy import compile_policies
-from webhook.core.registration import webhook_rules
+from webhook.core.kueue.kinds import KINDS, WorkloadKind
+from webhook.core.kueue.registration import webhook_rules
+from webhook.core.plan.planner import QUEUE_LABEL
+from webhook.core.platform.platform import Platform
+from webhook.core.platform.policy import compile_policies
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
 __all__ = ["kinds_document", "managed_child_expression", "platform_values", "status_expression"]
@@ -39,7 +39,7 @@ def _is_kind(row: WorkloadKind) -> str:
 
 def _owner_is(row: WorkloadKind) -> str:
     """An ownerReference ``r`` points to ``row`` (any version of its group, as
-    :func:`webhook.core.kinds.is_managed_owner`)."""
+    :func:`webhook.core.kueue.kinds.is_managed_owner`)."""
     prefix = f"{row.group}/" if row.group else ""
     version = f"r.apiVersion.startsWith({_cel_string(prefix)})" if prefix else "!r.apiVersion.contains('/')"
     return f"(r.kind == {_cel_string(row.kind)} && {version})"
@@ -48,7 +48,7 @@ def _owner_is(row: WorkloadKind) -> str:
 def managed_child_expression(variable: str) -> str:
     """CEL: ``variable`` (``object`` or ``oldObject``) has a controller owner Kueue manages.
 
-    Mirrors ``webhook.core.planner._managed_child``: an ownerReference with ``controller: true``
+    Mirrors ``webhook.core.plan.planner._managed_child``: an ownerReference with ``controller: true``
     whose group and kind is a row of the kinds table with ``owns_workloads``.
     """
     owners = " || ".join(_owner_is(row) for row in KINDS if row.owns_workloads)
@@ -59,7 +59,7 @@ def managed_child_expression(variable: str) -> str:
 
 
 def controller_expression() -> str:
-    """CEL: the request comes from a controller (``webhook.core.planner.made_by_a_controller``): a
+    """CEL: the request comes from a controller (``webhook.core.plan.planner.made_by_a_controller``): a
     ``system:`` user other than ``system:anonymous`` and the service accounts of the request's own
     namespace."""
     user = "request.userInfo.username"
@@ -72,7 +72,7 @@ def controller_expression() -> str:
 def not_a_child_expression() -> str:
     """CEL (true = the request goes on): not a child of a Kueue-managed owner that a controller
     creates. On UPDATE the old object must be a child too, so an update that adds such an owner is
-    still reviewed (``webhook.core.planner.user_made_child``); a CREATE of such a child by a user goes
+    still reviewed (``webhook.core.plan.planner.user_made_child``); a CREATE of such a child by a user goes
     on, to be refused."""
     new, old = managed_child_expression("object"), managed_child_expression("oldObject")
     return (

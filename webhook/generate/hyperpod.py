@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from webhook.core.platform import HOSTNAME_LABEL, Platform, Problem, parse_platform
-from webhook.core.quantity import QuantityError, format_quantity, parse_quantity
+from webhook.core.objects.quantity import QuantityError, format_quantity, parse_quantity
+from webhook.core.platform.platform import HOSTNAME_LABEL, Platform, Problem, parse_platform
 
 __all__ = [
     "ACCELERATOR_RESOURCES",

@@ -1,6 +1,6 @@
 """The platform file turned into Kubernetes objects: pure functions, no I/O.
 
-Every function takes a validated :class:`~webhook.core.platform.Platform` and returns plain dicts
+Every function takes a validated :class:`~webhook.core.platform.platform.Platform` and returns plain dicts
 as ``kubectl get -o json`` would show them, in API group ``kueue.x-k8s.io/v1beta2`` for Kueue's
 kinds (field names from Kueue's API types, ``apis/kueue/v1beta2/*_types.go``):
 
@@ -26,21 +26,21 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.platform import (
+from webhook.core.objects.quantity import format_quantity
+from webhook.core.platform.platform import (
     FlavorQuota,
     LabelSelector,
     Platform,
     Problem,
     TeamSpec,
 )
-from webhook.core.policy import (
+from webhook.core.platform.policy import (
     cluster_queue_name,
     compile_policies,
     local_queue_name,
     priority_class_name,
     team_namespaces,
 )
-from webhook.core.quantity import format_quantity
 
 __all__ = [
     "DEFAULT_POLICY_NAMESPACE",
@@ -392,7 +392,7 @@ def namespaces(
 def policy_config_map(platform: Platform, namespace: str = DEFAULT_POLICY_NAMESPACE) -> Manifest:
     """The webhook's policy document as ConfigMap ``kgov-policy`` (key ``policy.json``).
 
-    The value is :func:`webhook.core.policy.compile_policies` as indented JSON, with ``namespace``
+    The value is :func:`webhook.core.platform.policy.compile_policies` as indented JSON, with ``namespace``
     (the webhook's own) added to the never-mutated namespaces (SPEC §3).
     """
     policy = compile_policies(platform, extra_excluded=[namespace])

@@ -1,6 +1,6 @@
 """Checks the generator runs before writing Kueue objects (SPEC §6), beyond ``check_platform``.
 
-:func:`validate_platform` returns :class:`~webhook.core.platform.Problem` findings, each with the
+:func:`validate_platform` returns :class:`~webhook.core.platform.platform.Problem` findings, each with the
 platform-file path and the reason. Rules and where they come from:
 
 - resource groups (Kueue ``ClusterQueueSpec.resourceGroups``): a resource or a flavor in one group
@@ -31,10 +31,10 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
-from webhook.core.inventory import Node
-from webhook.core.platform import Platform, Problem, quota_total
-from webhook.core.policy import local_queue_name, team_namespaces
-from webhook.core.quantity import format_quantity, parse_quantity
+from webhook.core.kueue.inventory import Node
+from webhook.core.objects.quantity import format_quantity, parse_quantity
+from webhook.core.platform.platform import Platform, Problem, quota_total
+from webhook.core.platform.policy import local_queue_name, team_namespaces
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, Manifest, plan_resource_groups
 
 __all__ = [
@@ -301,7 +301,7 @@ def validate_platform(
     strict: bool = False,
     policy_namespace: str = DEFAULT_POLICY_NAMESPACE,
 ) -> list[Problem]:
-    """Generator checks on a platform that passed :func:`~webhook.core.platform.parse_platform`.
+    """Generator checks on a platform that passed :func:`~webhook.core.platform.platform.parse_platform`.
 
     ``nodes``: a node inventory for the capacity and topology-label checks (skipped when None);
     ``strict``: those checks report errors instead of warnings; ``policy_namespace``: the

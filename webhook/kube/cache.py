@@ -18,7 +18,7 @@ import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from webhook.core.inventory import NodeInventory
+from webhook.core.kueue.inventory import NodeInventory
 from webhook.kube.client import open_client
 
 __all__ = ["LIST_REASONS", "ObjectCache", "connect", "namespace_cache", "node_cache"]

@@ -29,10 +29,10 @@ from typing import Any, cast
 import structlog
 from kubernetes_asyncio import client
 
-from webhook.core.admission import clip
-from webhook.core.policy import PolicySet
+from webhook.core.admission.envelope import clip
+from webhook.core.platform.policy import PolicySet
 from webhook.kube.cache import ObjectCache
-from webhook.sources import InputError, parse_policies
+from webhook.kube.files import InputError, parse_policies
 
 __all__ = ["EVENT_ACTION", "REPORTING_CONTROLLER", "PolicyConfigMapWatch", "policy_event", "reporting_instance"]
 
@@ -46,7 +46,7 @@ EVENT_ACTION = "LoadPolicy"
 NOTE_LIMIT = 1024
 
 #: ``offer(load)``: serve the policies ``load()`` returns, or keep the last good ones when it raises;
-#: returns the problem (None: taken). :meth:`webhook.state.GovernorState.take_policies` for ``configmap``.
+#: returns the problem (None: taken). :meth:`webhook.serve.state.GovernorState.take_policies` for ``configmap``.
 Offer = Callable[[Callable[[], PolicySet]], Exception | None]
 
 

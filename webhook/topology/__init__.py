@@ -5,5 +5,5 @@ Layers: :mod:`~webhook.topology.tree` (pure model built from Node, Pod and Workl
 :mod:`~webhook.topology.render` (table, tree and JSON text), :mod:`~webhook.topology.picture`
 (PNG/SVG with matplotlib), :mod:`~webhook.topology.ec2` (labels from EC2 output, pure),
 :mod:`~webhook.topology.live` (reading and labelling a cluster with kubernetes-asyncio) and
-:mod:`~webhook.topology.commands` (the click commands).
+:mod:`~webhook.cli.topology` (the click commands).
 """

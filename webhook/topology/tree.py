@@ -5,7 +5,7 @@ Workloads). Per host: ``allocatable`` is ``status.allocatable[resource]``; ``use
 of the pods bound there (``spec.nodeName``, not Succeeded/Failed) and, when Workloads are given,
 the usage Kueue's topology assignments put there; ``free`` is ``allocatable - used`` on a
 schedulable node and 0 on a node that is not Ready, cordoned or tainted ``node.kubernetes.io/*``
-(Kueue's TAS leaves those out of its snapshot; :class:`webhook.core.inventory.Node`), and 0 on a
+(Kueue's TAS leaves those out of its snapshot; :class:`webhook.core.kueue.inventory.Node`), and 0 on a
 node with a ``NoSchedule``/``NoExecute`` taint that no ResourceFlavor tolerates (the tree's
 ``tolerations``): Kueue's TAS excludes it for every pod that does not tolerate the taint itself,
 as ``kgov why`` counts it (``taint "key=value:Effect"``).
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import pod_requests
-from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.scheduling import taint_string, tolerates
+from webhook.core.kueue.inventory import pod_requests
+from webhook.core.kueue.scheduling import taint_string, tolerates
+from webhook.core.objects.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "ACCELERATOR_RESOURCES",
@@ -80,7 +80,7 @@ _quantities: dict[str, Decimal] = {}
 
 def _quantity(value: Any) -> Decimal:
     """An allocatable quantity in base units, 0 when unparsable or negative (as
-    :class:`webhook.core.inventory.Node`; a node file is checked before, a live Node by the API server)."""
+    :class:`webhook.core.kueue.inventory.Node`; a node file is checked before, a live Node by the API server)."""
     key = str(value)
     found = _quantities.get(key)
     if found is None:
@@ -96,7 +96,7 @@ def _quantity(value: Any) -> Decimal:
 def node_state(obj: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     """``(ready, cordoned, schedulable)`` of a core/v1 Node: Ready condition True;
     ``spec.unschedulable``; and whether Kueue's TAS counts it, by the rule of
-    :meth:`webhook.core.inventory.Node.from_object` (Ready, not cordoned) and no ``node.kubernetes.io/*``
+    :meth:`webhook.core.kueue.inventory.Node.from_object` (Ready, not cordoned) and no ``node.kubernetes.io/*``
     NoSchedule or NoExecute taint among its blocking taints (other taints depend on the pod's and
     the flavor's tolerations, so the tree does not judge them)."""
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))

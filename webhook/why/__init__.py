@@ -8,5 +8,5 @@ policy decided) and :mod:`~webhook.why.provenance` (who set a field: ``managedFi
 :mod:`~webhook.why.explain` and :mod:`~webhook.why.causes` (the report and its cause),
 :mod:`~webhook.why.owners` (the Workloads of what an object owns), :mod:`~webhook.why.report`
 (text and JSON), :mod:`~webhook.why.status` and
-:mod:`~webhook.why.picture` (``kgov status``), :mod:`~webhook.why.commands` (the CLI).
+:mod:`~webhook.why.picture` (``kgov status``), :mod:`~webhook.cli.why` (the CLI).
 """

@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
+from webhook.why.findings import QuotaNeed, WhyReport
 from webhook.why.placement import ALL_NODES, DomainFit, PodsetPlacement
 from webhook.why.state import PENDING_STATES
-
-if TYPE_CHECKING:
-    from webhook.why.explain import QuotaNeed, WhyReport
 
 __all__ = ["amount", "classify", "level_name", "plural"]
 

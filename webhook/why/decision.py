@@ -6,7 +6,7 @@ its ``managedFields`` (:mod:`webhook.why.provenance`): the ``kueue.x-k8s.io/queu
 podset's ``priorityClassName`` and required node affinity. A value no field manager owns was set in
 admission, so it is taken out; a value a manager owns was in a request (the user's) and stays.
 The policy is then asked again: that object is reviewed as a CREATE, exactly as ``kgov mutate
---explain`` does (:func:`webhook.core.review.review`, the live nodes as inventory for ``topology:
+--explain`` does (:func:`webhook.core.admission.review.review`, the live nodes as inventory for ``topology:
 auto``). Each change the policy makes is set next to the stored value at its path: the same value
 set in admission is ``policy``; another value is ``other`` (another webhook, or an earlier
 policy). Each value the user set is ``user``, allowed by the policy or with the policy's warning
@@ -24,16 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.admission import MalformedReview
-from webhook.core.draft import Plan
-from webhook.core.inventory import NodeInventory
-from webhook.core.kinds import WorkloadKind, find_kind
-from webhook.core.paths import Key, lookup
-from webhook.core.policy import TeamPolicyCompiled
-from webhook.core.resolve import TeamIndex
-from webhook.core.review import review
-from webhook.core.rules.queue import labels_path
-from webhook.core.view import PRIORITY_LABEL, QUEUE_LABEL, kueue_view
+from webhook.core.admission.envelope import MalformedReview
+from webhook.core.admission.review import review
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.kueue.kinds import WorkloadKind, find_kind
+from webhook.core.kueue.view import PRIORITY_LABEL, QUEUE_LABEL, kueue_view
+from webhook.core.objects.paths import Key, lookup
+from webhook.core.plan.draft import Plan
+from webhook.core.plan.rules.queue import labels_path
+from webhook.core.platform.policy import TeamPolicyCompiled
+from webhook.core.platform.resolve import TeamIndex
 from webhook.why.provenance import managers_of
 
 __all__ = ["Decision", "RuleDecision", "decide"]

@@ -28,20 +28,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import Node
-from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.resources import pod_requests
+from webhook.core.kueue.inventory import Node
+from webhook.core.kueue.resources import pod_requests
+from webhook.core.objects.quantity import QuantityError, parse_quantity
 from webhook.topology.tree import HOSTNAME_LABEL, assignment_domains
 from webhook.why.causes import classify
-from webhook.why.decision import Decision
+from webhook.why.findings import NoFlavor, OwnedWorkload, Position, QuotaNeed, WhyReport
 from webhook.why.placement import PodsetPlacement, free_capacity, place_podset
-from webhook.why.quota import CohortView, ResourceQuota
+from webhook.why.quota import CohortView
 from webhook.why.snapshot import Snapshot
-from webhook.why.state import PENDING_STATES, WorkloadState, meta, workload_state
+from webhook.why.state import PENDING_STATES, meta, workload_state
 
 __all__ = [
     "NoFlavor",
@@ -65,85 +64,6 @@ _WITHOUT_RESERVATION = (
     "evicted",
     "preempted",
 )
-
-
-@dataclass
-class QuotaNeed:
-    """One resource of one flavor: what the workload needs and what its ClusterQueue has."""
-
-    quota: ResourceQuota
-    needed: Decimal
-
-    @property
-    def short(self) -> Decimal:
-        return max(_ZERO, self.needed - self.quota.available)
-
-
-@dataclass
-class NoFlavor:
-    """A podset Kueue can assign no flavor (``flavorassigner.go``, ``tas_flavorassigner.go``
-    ``onlyTASFlavor``, v0.19.2): it requests ``uncovered`` resources the ClusterQueue does not
-    cover (Kueue: ``resource R unavailable in ClusterQueue``), or, with ``uncovered`` empty, none
-    of the ``covered`` ones while its ClusterQueue places it by topology (``no TAS flavor
-    assigned``)."""
-
-    podset: str
-    uncovered: list[str]
-    covered: list[str]
-
-
-@dataclass
-class OwnedWorkload:
-    """One Workload of the object asked about: the object owning it directly (``Kind/name``),
-    its state and, when pending, its cause and summary."""
-
-    name: str
-    owner: str
-    state: str
-    cause: str = ""
-    summary: str = ""
-
-
-@dataclass
-class Position:
-    """Place in the ClusterQueue's pending workloads (0 = head); ``source`` is ``visibility``
-    (Kueue's visibility API) or ``estimated`` (priority, then creation time, as Kueue orders)."""
-
-    in_cluster_queue: int
-    in_local_queue: int | None
-    source: str
-    ahead: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class WhyReport:
-    """Everything ``kgov why`` says about one workload (see :func:`explain`)."""
-
-    kind: str
-    namespace: str
-    name: str
-    workload: str | None
-    state: WorkloadState | None
-    local_queue: str = ""
-    cluster_queue: str = ""
-    cohort: str = ""
-    priority: int = 0
-    priority_class: str = ""
-    queueing_strategy: str = ""
-    position: Position | None = None
-    quota: list[QuotaNeed] = field(default_factory=list)
-    no_flavor: list[NoFlavor] = field(default_factory=list)
-    placements: list[tuple[str, PodsetPlacement]] = field(default_factory=list)
-    cause: str = ""
-    summary: str = ""
-    helps: list[str] = field(default_factory=list)
-    decision: Decision | None = None
-    #: For a Workload asked about directly: the owner the policy was asked about ("Job ns/name"),
-    #: or why no policy decision can be shown.
-    policy_owner: str = ""
-    policy_note: str = ""
-    owned: list[OwnedWorkload] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def _state(snapshot: Snapshot, workload: Mapping[str, Any]) -> str:

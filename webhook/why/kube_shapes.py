@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, StrictBool, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
-from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.wellformed import INT32_MAX
+from webhook.core.kueue.wellformed import INT32_MAX
+from webhook.core.objects.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "AnyObject",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.kinds import KINDS
+from webhook.core.kueue.kinds import KINDS
 from webhook.why.causes import plural
 from webhook.why.explain import OwnedWorkload, WhyReport, explain
 from webhook.why.snapshot import Snapshot

@@ -18,7 +18,7 @@ Kueue v0.19.2's TAS, for one podset and one flavor (``pkg/cache/scheduler/tas_no
 The counts are Kueue's own ``Total nodes; excluded:`` figures (the e2e suite compares them).
 
 Apart from that snapshot of *now*, ``fit_settled_empty`` counts the same podset with nothing
-running on the nodes once their passing states pass (:meth:`webhook.core.inventory.Node.settled`:
+running on the nodes once their passing states pass (:meth:`webhook.core.kueue.inventory.Node.settled`:
 Ready, uncordoned, without Kubernetes' transient ``node.kubernetes.io/*`` taints), so that a podset
 is not said to never fit while nodes are only down for a moment.
 """
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.inventory import Node, PodConstraints
-from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.resources import pod_requests
-from webhook.core.scheduling import taint_string, term_matches, tolerates
+from webhook.core.kueue.inventory import Node, PodConstraints
+from webhook.core.kueue.resources import pod_requests
+from webhook.core.kueue.scheduling import taint_string, term_matches, tolerates
+from webhook.core.objects.quantity import QuantityError, parse_quantity
 from webhook.topology.tree import HOSTNAME_LABEL, TAS_POD_ANNOTATIONS, assignment_domains
 
 __all__ = ["ALL_NODES", "DomainFit", "PodsetPlacement", "free_capacity", "place_podset", "taint_string"]

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.paths import Key
+from webhook.core.objects.paths import Key
 
 __all__ = ["managers_of"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.objects.quantity import QuantityError, parse_quantity
 
 __all__ = ["CohortView", "ResourceQuota", "queue_quotas"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from webhook.core.paths import Key
-from webhook.core.wellformed import Problem
+from webhook.core.kueue.wellformed import Problem
+from webhook.core.objects.paths import Key
 from webhook.why.kube_shapes import AnyObject, ConfigMap, Node, Object, Pod
 from webhook.why.kueue_shapes import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology, Workload
 

@@ -1,0 +1,5 @@
+"""``python -m webhook.cli``: the same as ``kgov``."""
+
+from webhook.cli import main
+
+main()

@@ -1,0 +1,90 @@
+"""What the ``kgov`` commands share: exit codes, the input options, and reading teams and dumps.
+
+Exit codes (all commands): 0 success; 1 the answer is "no" (a denied manifest, a malformed
+AdmissionReview); 2 usage error or an input file that cannot be used (bad platform file, bad YAML).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from webhook.cli.options import file_option
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.platform.platform import PlatformError
+from webhook.core.platform.resolve import TeamIndex
+from webhook.kube.files import InputError, load_namespace_labels, load_nodes, load_policies
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+EXIT_DENIED = 1
+EXIT_INPUT = 2
+
+EXIT_CODES = """\b
+Exit codes:
+  0  success (every document admitted)
+  1  a document was denied, or the AdmissionReview was malformed
+  2  usage error, or an input file that cannot be used
+"""
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
+    click.echo(f"kgov: {message}", err=True)
+    sys.exit(code)
+
+
+platform_option = file_option("--platform", "platform", help="Platform file (teams, quotas, policies).")
+policy_option = file_option(
+    "--policy",
+    "policy",
+    help="Compiled policy JSON (the policy.json of the kgov-policy ConfigMap) instead of --platform.",
+)
+namespaces_option = file_option(
+    "--namespaces",
+    "namespaces_file",
+    help="`kubectl get namespaces -o json` dump, for teams that select namespaces by labels.",
+)
+nodes_option = file_option("--nodes", "nodes_file", help="`kubectl get nodes -o json` dump, for topology mode auto.")
+
+
+def seconds_option(flag: str, default: float, minimum: float, help: str) -> Callable[[_F], _F]:
+    """A duration option of ``kgov serve``, in seconds, at least ``minimum``; the default is shown."""
+    return click.option(flag, default=default, show_default=True, type=click.FloatRange(minimum), help=help)
+
+
+def team_index(platform: Path | None, policy: Path | None) -> TeamIndex:
+    if platform is None and policy is None:
+        fail("give --platform FILE (or --policy FILE)")
+    try:
+        return TeamIndex(load_policies(platform, policy))
+    except (PlatformError, InputError) as exc:
+        fail(str(exc))
+
+
+def read_inputs(
+    namespaces_file: Path | None, nodes_file: Path | None
+) -> tuple[dict[str, dict[str, str]], NodeInventory | None]:
+    try:
+        labels = load_namespace_labels(namespaces_file) if namespaces_file else {}
+        nodes = load_nodes(nodes_file) if nodes_file else None
+    except InputError as exc:
+        fail(str(exc))
+    return labels, nodes
+
+
+REVIEW_EXIT_CODES = """\b
+Exit codes:
+  0  answered (allowed, patched or denied: read response.allowed)
+  1  the AdmissionReview is malformed (the server's HTTP 400; reason on stderr)
+  2  usage error, or an input file that cannot be used
+"""
+
+FILE_EXIT_CODES = """\b
+Exit codes:
+  0  success
+  2  usage error, or an input file that cannot be used
+"""
