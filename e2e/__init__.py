@@ -1,1 +1,1 @@
-"""End-to-end tests against a real kube-apiserver and Kueue (see devcluster.py)."""
+"""End-to-end tests against a real kube-apiserver and Kueue (see devcluster/)."""
