@@ -330,7 +330,7 @@ class Server:
             if self.process.poll() is not None:
                 raise BenchError(f"{self.name} exited {self.process.returncode}: {self.tail()}")
             with contextlib.suppress(OSError, ssl.SSLError):
-                if devcluster._http_ok(f"https://{LOOPBACK}:{self.port}{self.ready_path}", context):
+                if devcluster.http_ok(f"https://{LOOPBACK}:{self.port}{self.ready_path}", context):
                     return time.monotonic() - started
             time.sleep(0.1)
         raise BenchError(f"{self.name} not ready in {timeout:.0f}s: {self.tail()}")
@@ -372,7 +372,7 @@ def kgov_server(root: Path, platform: Path, port: int, metrics_port: int) -> Ser
     tokens = paths.tokens.read_text().splitlines()
     token = next(line.split(",")[0] for line in tokens if ",kgov-governor," in line)
     kubeconfig = root / "governor.kubeconfig"
-    devcluster._write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
+    devcluster.write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
     kgov = (
         [str(Path(sys.executable).parent / "kgov")]
         if (Path(sys.executable).parent / "kgov").is_file()

@@ -215,7 +215,7 @@ async def create_concurrent(
 
 async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
     run = secrets.token_hex(4)
-    kgov_port, metrics_port, noop_port, canned_port = devcluster._free_ports(4)
+    kgov_port, metrics_port, noop_port, canned_port = devcluster.free_ports(4)
     ca_pem = devcluster.Paths(bench.root).ca_crt.read_bytes()
     chart = await asyncio.to_thread(chart_registration, "https://127.0.0.1:1/mutate", "Fail", ca_pem)
     configurations: dict[str, dict[str, Any] | None] = {

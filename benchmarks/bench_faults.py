@@ -467,7 +467,7 @@ def report(run: Run, verdict: Verdict, seconds: float) -> None:
 
 
 async def main_async(bench: Bench, args: argparse.Namespace) -> int:
-    kgov_port, metrics_port = devcluster._free_ports(2)
+    kgov_port, metrics_port = devcluster.free_ports(2)
     metrics_url = f"http://127.0.0.1:{metrics_port}"
     ca_pem = devcluster.Paths(bench.root).ca_crt.read_bytes()
     chart = await asyncio.to_thread(chart_registration, f"https://127.0.0.1:{kgov_port}/mutate", "Fail", ca_pem)

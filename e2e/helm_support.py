@@ -247,7 +247,7 @@ class ChartServer:
         path = self.root / "serviceaccount.kubeconfig"
         user = f"system:serviceaccount:{self.namespace}:{self.fullname}"
         ca_pem = base64.b64decode(cluster["certificate-authority-data"])
-        devcluster._write_kubeconfig(path, cluster["server"], ca_pem, user, token.status.token)
+        devcluster.write_kubeconfig(path, cluster["server"], ca_pem, user, token.status.token)
         return path
 
     def start(self, timeout: float = 60) -> None:
@@ -285,7 +285,7 @@ class ChartServer:
                 raise RuntimeError(f"kgov serve exited {self.process.returncode}: {self.log_file.read_text()[-3000:]}")
             with contextlib.suppress(Exception):
                 support.read_metrics(self.metrics_url)
-                if devcluster._http_ok(f"{self.url}/readyz", devcluster._context(self.ca_file)):
+                if devcluster.http_ok(f"{self.url}/readyz", devcluster.tls_context(self.ca_file)):
                     break
             time.sleep(0.3)
         else:

@@ -163,7 +163,7 @@ async def chart_rbac(
     kubeconfig = tmp_path / "serviceaccount.kubeconfig"
     user = f"system:serviceaccount:{namespace}:{account}"
     ca_pem = base64.b64decode(cluster["certificate-authority-data"])
-    devcluster._write_kubeconfig(kubeconfig, cluster["server"], ca_pem, user, token.status.token)
+    devcluster.write_kubeconfig(kubeconfig, cluster["server"], ca_pem, user, token.status.token)
     try:
         yield one(objects, "ConfigMap"), policy_args, kubeconfig
     finally:

@@ -16,7 +16,7 @@ from webhook.cli.generate import diff_command, generate_command
 from webhook.core.platform.platform import load_platform
 from webhook.generate.live import LiveState, applied_fields, diff_objects, owned_selector, project, resource_path
 from webhook.generate.manifests import INSTANCE_LABEL, GenerateOptions, build_manifests, object_key
-from webhook.generate.validate import equivalent, same_quantity
+from webhook.generate.recreate import equivalent, same_quantity
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
 ROOT = Path(__file__).resolve().parents[1]

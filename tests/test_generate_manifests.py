@@ -19,7 +19,6 @@ from webhook.generate.manifests import (
     cohorts,
     local_queues,
     namespaces,
-    plan_resource_groups,
     policy_config_map,
     priority_classes,
     resource_flavors,
@@ -35,6 +34,7 @@ from webhook.generate.render import (
     source_reference,
     write_files,
 )
+from webhook.generate.resource_groups import plan_resource_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "kueue-config" / "platform.yaml"

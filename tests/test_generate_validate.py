@@ -14,7 +14,8 @@ import pytest
 from webhook.core.kueue.inventory import Node
 from webhook.core.platform.platform import PlatformError, load_platform, parse_platform
 from webhook.generate.manifests import build_manifests
-from webhook.generate.validate import needs_recreate, recreate_warnings, validate_platform
+from webhook.generate.recreate import needs_recreate, recreate_warnings
+from webhook.generate.validate import validate_platform
 from webhook.kube.files import InputError, load_nodes
 
 REFUSED = "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"

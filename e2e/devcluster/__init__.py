@@ -91,17 +91,6 @@ from e2e.devcluster.processes import (
 )
 from e2e.devcluster.state import DEFAULT_STATE_DIR, ClusterInfo, DevClusterError, Paths, load_info, state_dir
 
-# The names these helpers had when the cluster was one module, still used by the e2e suite, the
-# benchmarks and tests/data/watch/record.py.
-_apiserver_command = apiserver_command
-_context = tls_context
-_etcd_command = etcd_command
-_free_ports = free_ports
-_http_ok = http_ok
-_wait_until = wait_until
-_write_kubeconfig = write_kubeconfig
-_write_pki = write_pki
-
 __all__ = [
     "CONTROLLERS",
     "CONTROLLER_BURST",

@@ -27,8 +27,9 @@ from webhook.generate.hyperpod import (
 )
 from webhook.generate.live import diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
+from webhook.generate.recreate import recreate_warnings
 from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
-from webhook.generate.validate import recreate_warnings, validate_platform
+from webhook.generate.validate import validate_platform
 from webhook.kube.client import ClusterError
 from webhook.kube.files import InputError, load_nodes, read_document
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.generate.manifests import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
+from webhook.generate.recreate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
 from webhook.generate.render import dump_yaml
-from webhook.generate.validate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
 from webhook.kube.client import get_json, items_of, open_client
 
 __all__ = [
@@ -148,7 +148,7 @@ def project(live: Any, desired: Any, field: str = "", owned: Mapping[str, Any] |
     dropped (recursively; lists element by element when lengths match), so server defaults and
     status are not reported as drift. A key the server left out because its value is empty
     (``false``, ``""``, ``[]``, ``{}``: Go's ``omitempty``) counts as that empty value. A quantity
-    (:data:`~webhook.generate.validate.QUANTITY_FIELDS`) equal to the desired one in another form
+    (:data:`~webhook.generate.recreate.QUANTITY_FIELDS`) equal to the desired one in another form
     (``"64"`` for ``64``, ``"1Gi"`` for ``"1024Mi"``) takes the desired form, so a diff shows only
     real changes. ``field`` is the map key the values are found under.
 

@@ -3,7 +3,7 @@ list and watch.
 
 Run from the repository root: ``.venv/bin/python tests/data/watch/record.py [nodes] [namespaces]
 [configmap]`` (all three when none is named; needs the e2e binaries: ``make e2e-build``). It starts
-etcd and kube-apiserver alone (``e2e/devcluster.py``'s commands, in a temporary directory), creates
+etcd and kube-apiserver alone (``e2e/devcluster/``'s commands, in a temporary directory), creates
 the eight nodes recorded in ``tests/data/why/bundled.json``, lists them, and watches from the list's
 ``resourceVersion`` (with bookmarks) while it cordons one node, taints another ``NoExecute``,
 deletes one and adds one; for namespaces, while one is created, labelled and deleted; for the policy
@@ -182,12 +182,12 @@ async def record_expired(url: str, token: str, ca: Path, recorded: dict[str, dic
 
 def start_apiserver(paths: Any, binary: Path, etcd_url: str, port: int, token: str, *extra: str) -> None:
     devcluster.start_process(
-        paths, "kube-apiserver", [*devcluster._apiserver_command(binary, paths, etcd_url, port), *extra]
+        paths, "kube-apiserver", [*devcluster.apiserver_command(binary, paths, etcd_url, port), *extra]
     )
-    context = devcluster._context(paths.ca_crt)
+    context = devcluster.tls_context(paths.ca_crt)
     url = f"https://127.0.0.1:{port}"
-    ready = lambda: devcluster._http_ok(f"{url}/readyz", context, token)  # noqa: E731
-    devcluster._wait_until("kube-apiserver /readyz", ready, 180, paths, "kube-apiserver")
+    ready = lambda: devcluster.http_ok(f"{url}/readyz", context, token)  # noqa: E731
+    devcluster.wait_until("kube-apiserver /readyz", ready, 180, paths, "kube-apiserver")
 
 
 def main(names: list[str]) -> None:
@@ -197,17 +197,17 @@ def main(names: list[str]) -> None:
     binaries = build.ensure_binaries()
     with tempfile.TemporaryDirectory(prefix="kgov-watch-") as directory:
         paths = devcluster.Paths(Path(directory))
-        tokens = devcluster._write_pki(paths)
-        etcd_client, etcd_peer, port = devcluster._free_ports(3)
+        tokens = devcluster.write_pki(paths)
+        etcd_client, etcd_peer, port = devcluster.free_ports(3)
         etcd_url = f"http://127.0.0.1:{etcd_client}"
         url = f"https://127.0.0.1:{port}"
         paths.etcd_data.mkdir(parents=True)
         paths.etcd_data.chmod(0o700)
         try:
             devcluster.start_process(
-                paths, "etcd", devcluster._etcd_command(binaries["etcd"], paths, etcd_client, etcd_peer)
+                paths, "etcd", devcluster.etcd_command(binaries["etcd"], paths, etcd_client, etcd_peer)
             )
-            devcluster._wait_until("etcd /health", lambda: devcluster._http_ok(f"{etcd_url}/health"), 60, paths, "etcd")
+            devcluster.wait_until("etcd /health", lambda: devcluster.http_ok(f"{etcd_url}/health"), 60, paths, "etcd")
             start_apiserver(paths, binaries["kube-apiserver"], etcd_url, port, tokens["admin"])
             recorded = asyncio.run(record(url, tokens["admin"], paths.ca_crt, names))
             # The 410: the watch cache keeps minutes of history, so a young cluster replays any
