@@ -60,7 +60,7 @@ lint: install
 generate-check: install
 	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
 	$(KGOV) chart kinds --check
-	$(KGOV) chart values kueue-config/platform.yaml -o helm/kueue-governor/ci/platform-values.yaml --check
+	$(KGOV) chart values kueue-config/platform.yaml --out helm/kueue-governor/ci/platform-values.yaml --check
 
 ## helm lint and renders of helm/kueue-governor with each values file of its ci/ (helm is built from its Go module).
 helm-check: install

@@ -519,7 +519,7 @@ def generate(platform: Path, output: Path, *options: str) -> Generated:
         AssertionError: the command failed (its stderr is in the message).
     """
     result = subprocess.run(
-        [*kgov_command(), "generate", str(platform), "--namespaces", "-o", str(output), *options],
+        [*kgov_command(), "generate", str(platform), "--namespaces", "--out", str(output), *options],
         capture_output=True,
         text=True,
         check=False,

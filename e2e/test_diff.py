@@ -174,7 +174,9 @@ async def test_applied_platform_matches_then_shows_exactly_the_changes(
             f"# delete: ClusterQueue/{name}-b",
             f"# delete: LocalQueue/{name}-b/{name}-b-queue",
         ]
-        assert result.stderr == "2 to create, 3 to update (1 need a recreate), 2 to delete\n"
+        assert result.stderr == (
+            f"kgov diff: the cluster differs from {path}: 2 to create, 3 to update (1 need a recreate), 2 to delete\n"
+        )
         assert changed_lines(result.stdout, f"ResourceFlavor/{name}-gpu") == [
             "-    node.kubernetes.io/instance-type: p5.48xlarge",
             "+    node.kubernetes.io/instance-type: p4d.24xlarge",

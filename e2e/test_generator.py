@@ -152,7 +152,7 @@ def test_generator_refuses_quota_above_the_live_gpu_capacity(nodes_file: Path, t
     platform.write_text(yaml.safe_dump(scale_platform(gpus + 1)))
     output = tmp_path / "out"
     result = subprocess.run(
-        [*kgov_command(), "generate", str(platform), "-o", str(output), "--nodes", str(nodes_file), "--strict"],
+        [*kgov_command(), "generate", str(platform), "--out", str(output), "--nodes", str(nodes_file), "--strict"],
         capture_output=True,
         text=True,
         check=False,

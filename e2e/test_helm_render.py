@@ -221,7 +221,7 @@ def test_cert_manager_renders_are_identical(helm: Helm) -> None:
         ),
         ({"webhook.timeoutSeconds": "45"}, "at '/webhook/timeoutSeconds'"),
         ({"certs.mode": '"vault"'}, "at '/certs/mode': value must be one of 'self-managed', 'cert-manager'"),
-        ({"platform.policy": '""'}, "kgov chart values PLATFORM -o platform-values.yaml"),
+        ({"platform.policy": '""'}, "kgov chart values PLATFORM --out platform-values.yaml"),
         ({"terminationGracePeriodSeconds": "25"}, "the pod would be killed mid-drain"),
     ],
 )

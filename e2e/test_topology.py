@@ -52,7 +52,7 @@ def kgov(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def live_tree(kubeconfig: Path, *options: str) -> dict[str, Any]:
-    result = kgov("topology", "--kubeconfig", str(kubeconfig), "--format", "json", *options)
+    result = kgov("topology", "--kubeconfig", str(kubeconfig), "-o", "json", *options)
     assert result.returncode == 0, result.stderr
     document: dict[str, Any] = json.loads(result.stdout)
     return document
@@ -269,7 +269,7 @@ async def test_label_applies_describe_instance_topology(
     assert "0 labelled, 2 already labelled" in again.stderr
 
     # The labelled nodes show in the tree under their network nodes, marked NotReady and cordoned.
-    tree = kgov("topology", "--kubeconfig", kubeconfig, "--format", "tree")
+    tree = kgov("topology", "--kubeconfig", kubeconfig, "-o", "tree")
     assert tree.returncode == 0, tree.stderr
     assert "nn-e2e-5 (layer-4)" in tree.stdout
     assert f"{second}  0/0 free  [NotReady, cordoned]" in tree.stdout

@@ -270,9 +270,12 @@ def test_case_stripped_gets_the_team_policy(name: str, tmp_path: Path) -> None:
                 in term["matchExpressions"]
                 for term in terms
             )
-        # Nothing of the user's is lost: every original leaf is still there, same value.
+        # The document carries the namespace it was judged for (-n), whatever it said.
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        # Nothing else of the user's is lost: every original leaf is still there, same value.
         missing = _leaves(stripped[index]) - _leaves(doc)
-        assert missing <= ({(suspend, False)} if suspend else set()), missing
+        replaced = {(("metadata", "namespace"), stripped[index].get("metadata", {}).get("namespace"))}
+        assert missing <= ({(suspend, False)} if suspend else set()) | replaced, missing
     # Documents that are not workloads come back exactly as given.
     for index, doc in enumerate(out):
         if index not in EXPECTED[name]:

@@ -66,13 +66,13 @@ def test_kinds_document_follows_the_kinds_table() -> None:
 def test_chart_values_command_and_drift_check(tmp_path: Path) -> None:
     output = tmp_path / "values.yaml"
     runner = CliRunner()
-    result = runner.invoke(main, ["chart", "values", str(BUNDLED), "-o", str(output)])
+    result = runner.invoke(main, ["chart", "values", str(BUNDLED), "--out", str(output)])
     assert result.exit_code == 0, result.output
     written = yaml.safe_load(output.read_text())
     assert written["platform"]["teams"][0]["name"] == "research"
-    assert runner.invoke(main, ["chart", "values", str(BUNDLED), "-o", str(output), "--check"]).exit_code == 0
+    assert runner.invoke(main, ["chart", "values", str(BUNDLED), "--out", str(output), "--check"]).exit_code == 0
     output.write_text(output.read_text().replace("research", "rsrch"))
-    drift = runner.invoke(main, ["chart", "values", str(BUNDLED), "-o", str(output), "--check"])
+    drift = runner.invoke(main, ["chart", "values", str(BUNDLED), "--out", str(output), "--check"])
     assert drift.exit_code == 1
     assert "-  - name: rsrch" in drift.output and "+  - name: research" in drift.output
 
@@ -81,7 +81,7 @@ def test_chart_values_of_an_invalid_platform_names_the_problem(tmp_path: Path) -
     bad = tmp_path / "bad.yaml"
     bad.write_text(BUNDLED.read_text().replace("flavor: p5-48xlarge", "flavor: p5", 1))
     result = CliRunner().invoke(main, ["chart", "values", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown flavor 'p5'" in result.output
 
 
@@ -109,9 +109,9 @@ def test_chart_outputs_in_a_missing_directory_are_refused_not_created(tmp_path: 
     # `chart values -o` made the missing directories; like every other output file, it now refuses.
     for args in (["values", str(BUNDLED)], ["kinds"]):
         target = tmp_path / "absent" / "v.yaml"
-        done = CliRunner().invoke(main, ["chart", *args, "-o", str(target)])
+        done = CliRunner().invoke(main, ["chart", *args, "--out", str(target)])
         assert done.exit_code == 2, done.output
-        assert f"-o {target}: directory {tmp_path / 'absent'} does not exist" in done.output
+        assert f"--out {target}: directory {tmp_path / 'absent'} does not exist" in done.output
         assert not (tmp_path / "absent").exists()
     done = CliRunner().invoke(main, ["chart", "values", str(BUNDLED), "--namespace", "a/../b"])
     assert done.exit_code == 2 and "'a/../b' is not a DNS-1123 label" in done.output

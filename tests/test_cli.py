@@ -505,7 +505,7 @@ def test_every_command_refuses_a_node_file_that_is_no_node_inventory(
     manifest.write_text(yaml.safe_dump(job()))
     args = {
         "mutate": ["mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest)],
-        "generate": ["generate", str(PLATFORM), "-o", str(tmp_path / "out")],
+        "generate": ["generate", str(PLATFORM), "--out", str(tmp_path / "out")],
         "topology": ["topology"],
         "serve": [
             "serve",
@@ -546,7 +546,7 @@ def test_mutate_answers_an_admission_review_as_the_server_does() -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     message = served["response"]["status"]["message"].removeprefix("kueue-governor: ")
-    assert result.stderr == f"kgov: document 1 (UPDATE) denied: {message}\n"
+    assert result.stderr == f"kgov mutate: document 1 (UPDATE) denied: {message}\n"
 
 
 def test_mutate_prints_an_admitted_review_object_patched_and_names_another_namespace(tmp_path: Path) -> None:
@@ -562,12 +562,13 @@ def test_mutate_prints_an_admitted_review_object_patched_and_names_another_names
         "kueue.x-k8s.io/queue-name": "hyperpod-ns-research-localqueue",  # put back, as the server does
     }
     assert result.stderr.startswith(
-        "kgov: document 1 is an AdmissionReview of namespace 'hyperpod-ns-research'; answered in it, not in "
+        "kgov mutate: document 1 is an AdmissionReview of namespace 'hyperpod-ns-research'; answered in it, not in "
         "'default' (-n)\n# document 1 (UPDATE): Job "
     )
-    assert "Warning: document 1 (UPDATE): queue: this update removes metadata.labels.kueue.x-k8s.io/queue-name" in (
-        result.stderr
-    )
+    assert (
+        "kgov mutate: warning: document 1 (UPDATE): queue: this update removes "
+        "metadata.labels.kueue.x-k8s.io/queue-name"
+    ) in result.stderr
 
 
 def test_mutate_refuses_a_malformed_admission_review(tmp_path: Path) -> None:
@@ -575,7 +576,9 @@ def test_mutate_refuses_a_malformed_admission_review(tmp_path: Path) -> None:
     path.write_text('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}')
     result = invoke("mutate", "--platform", str(PLATFORM), "-n", "default", "-f", str(path))
     assert result.exit_code == 1
-    assert result.stderr == "kgov: document 1 refused: malformed AdmissionReview: AdmissionReview.request is missing\n"
+    assert result.stderr == (
+        "kgov mutate: document 1 refused: malformed AdmissionReview: AdmissionReview.request is missing\n"
+    )
 
 
 def test_mutate_explains_a_delete_review_and_prints_no_object(tmp_path: Path) -> None:

@@ -116,10 +116,10 @@ def test_any_value_in_a_platform_file_is_an_error_naming_its_path_in_kgov_policy
     except PlatformError as exc:
         first = exc.problems[0]
         policy = _invoke("policy", "--platform", str(file))
-        assert policy.exit_code == 2 and policy.stderr.startswith(f"kgov: {file}: invalid platform file\n")
+        assert policy.exit_code == 2 and policy.stderr.startswith(f"kgov policy: {file}: invalid platform file\n")
         assert f"  {first}" in policy.stderr
-        generate = _invoke("generate", str(file), "-o", str(file.parent / "out"))
-        assert generate.exit_code == 1 and f"error: {first}" in generate.stderr  # its documented exit code
+        generate = _invoke("generate", str(file), "--out", str(file.parent / "out"))
+        assert generate.exit_code == 2 and f"  {first}" in generate.stderr
         return
     assert _invoke("policy", "--platform", str(file)).exit_code == 0
 
@@ -157,7 +157,7 @@ def test_a_quota_limit_that_is_no_quantity_is_refused_on_load(tmp_path: Path) ->
         file.write_text(json.dumps(replaced(POLICY, ("teams", 0, "quotaLimits", "cpu"), value)))
         result = _invoke("review", "--policy", str(file))
         assert result.exit_code == 2
-        assert result.stderr == f"kgov: {file}: invalid policy file\n  teams.0.quotaLimits.cpu: {reason}\n"
+        assert result.stderr == f"kgov review: {file}: invalid policy file\n  teams.0.quotaLimits.cpu: {reason}\n"
 
 
 @examples(40)

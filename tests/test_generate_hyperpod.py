@@ -187,8 +187,10 @@ def test_fair_share_disabled_drops_weights() -> None:
         pytest.param(
             {"ComputeQuotaConfig": {"ComputeQuotaResources": [{"InstanceType": "ml.g5.xlarge", "Count": 1}]}},
             "q.ComputeQuotaConfig.ComputeQuotaResources[0].InstanceType",
-            "no --instance-resources for ml.g5.xlarge (e.g. --instance-resources "
-            "ml.g5.xlarge=cpu=192,memory=2Ti,nvidia.com/gpu=8)",
+            "no --instance-resources for ml.g5.xlarge: give --instance-resources "
+            "ml.g5.xlarge=cpu=N,memory=QTY[,RESOURCE=N…] with the allocatable resources of one such node "
+            "(`kubectl get nodes -l node.kubernetes.io/instance-type=ml.g5.xlarge -o "
+            "jsonpath='{.items[0].status.allocatable}'`)",
             id="unknown-instance-type",
         ),
         pytest.param(
@@ -282,7 +284,7 @@ def test_command_prints_a_platform_that_generates(tmp_path: Path) -> None:
     assert "team 'retired' is Disabled: skipped" in result.stderr
     (tmp_path / "platform.yaml").write_text(result.stdout)
     generated = CliRunner().invoke(
-        generate_command, [str(tmp_path / "platform.yaml"), "-o", str(tmp_path / "out"), "--namespaces"]
+        generate_command, [str(tmp_path / "platform.yaml"), "--out", str(tmp_path / "out"), "--namespaces"]
     )
     assert generated.exit_code == 0, generated.output
     queues = list(yaml.safe_load_all((tmp_path / "out" / "localqueues.yaml").read_text()))
@@ -306,7 +308,7 @@ def test_command_prints_a_platform_that_generates(tmp_path: Path) -> None:
         ),
         pytest.param(
             ["--quota", str(DATA / "quota-research.json"), "--instance-resources", M5],
-            1,
+            2,
             "quota-research.json.ComputeQuotaConfig.ComputeQuotaResources[0].InstanceType: no "
             "--instance-resources for ml.p5.48xlarge",
             id="unmapped-instance",

@@ -81,10 +81,11 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_generate_refuses_a_platform_file_with_two_teams_keys(tmp_path: Path) -> None:
     platform = write(tmp_path, "dup-teams-key.yaml", DUP_TEAMS)
-    result = kgov("generate", str(platform), "-o", str(tmp_path / "out"))
-    assert result.exit_code == 1
+    result = kgov("generate", str(platform), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
     assert result.stderr == (
-        f'error: {platform} is not usable YAML: duplicate mapping key "teams" at line 11 column 1 '
+        f"kgov generate: {platform}: invalid platform file\n"
+        f'  {platform} is not usable YAML: duplicate mapping key "teams" at line 11 column 1 '
         "(first at line 6 column 1)\n"
     )
     assert not (tmp_path / "out").exists()
@@ -95,7 +96,7 @@ def test_policy_refuses_a_team_policy_with_two_queue_keys(tmp_path: Path) -> Non
     result = kgov("policy", "--platform", str(platform))
     assert result.exit_code == 2
     assert result.stderr == (
-        f"kgov: {platform}: invalid platform file\n"
+        f"kgov policy: {platform}: invalid platform file\n"
         f'  {platform} is not usable YAML: duplicate mapping key "queue" at line 11 column 7 '
         "(first at line 10 column 7) within teams[0].policy\n"
     )
@@ -107,7 +108,7 @@ def test_mutate_refuses_a_manifest_with_two_labels_keys(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == (
-        f'kgov: {manifest}: duplicate mapping key "labels" at line 6 column 3 (first at line 5 column 3) '
+        f'kgov mutate: {manifest}: duplicate mapping key "labels" at line 6 column 3 (first at line 5 column 3) '
         "within metadata\n"
     )
 
@@ -155,7 +156,8 @@ def test_a_node_dump_in_json_with_a_duplicate_key_is_refused_with_its_line(tmp_p
     result = kgov("topology", "--nodes", str(dump))
     assert result.exit_code == 2
     assert (
-        result.stderr == f'Error: {dump}: duplicate mapping key "kind" at line 4 column 2 (first at line 3 column 2)\n'
+        result.stderr
+        == f'kgov topology: {dump}: duplicate mapping key "kind" at line 4 column 2 (first at line 3 column 2)\n'
     )
 
 
@@ -168,7 +170,7 @@ def test_a_pod_dump_with_a_duplicate_key_is_refused(tmp_path: Path) -> None:
     result = kgov("topology", "--nodes", str(NODES), "--pods", str(pods))
     assert result.exit_code == 2
     assert result.stderr == (
-        f'Error: {pods}: duplicate mapping key "name" at line 1 column 73 (first at line 1 column 60) '
+        f'kgov topology: {pods}: duplicate mapping key "name" at line 1 column 73 (first at line 1 column 60) '
         "within items[0].metadata\n"
     )
 
@@ -187,7 +189,7 @@ def test_a_policy_file_with_a_duplicate_key_is_refused(tmp_path: Path) -> None:
     result = kgov("review", "--policy", str(policy))
     assert result.exit_code == 2
     assert result.stderr == (
-        f'kgov: {policy}: duplicate mapping key "teams" at line 3 column 2 (first at line 2 column 2)\n'
+        f'kgov review: {policy}: duplicate mapping key "teams" at line 3 column 2 (first at line 2 column 2)\n'
     )
 
 
@@ -208,7 +210,9 @@ def test_a_policy_configmap_whose_policy_json_repeats_a_key_is_refused(tmp_path:
     configmap = write(tmp_path, "policy-configmap.json", json.dumps(document))
     result = kgov("review", "--policy", str(configmap))
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"kgov: {configmap}: data['policy.json']: duplicate mapping key \"kind\" at line ")
+    assert result.stderr.startswith(
+        f"kgov review: {configmap}: data['policy.json']: duplicate mapping key \"kind\" at line "
+    )
 
 
 def test_topology_label_refuses_a_document_with_a_duplicate_key(tmp_path: Path) -> None:
@@ -221,8 +225,8 @@ def test_topology_label_refuses_a_document_with_a_duplicate_key(tmp_path: Path) 
     result = kgov("topology", "label", "--from", str(source), "--nodes", str(NODES))
     assert result.exit_code == 2
     assert result.stderr == (
-        f'Error: {source}: duplicate mapping key "InstanceId" at line 2 column 2 (first at line 1 column 17) '
-        "within Instances[0]\n"
+        f'kgov topology label: {source}: duplicate mapping key "InstanceId" at line 2 column 2 '
+        "(first at line 1 column 17) within Instances[0]\n"
     )
 
 
@@ -254,7 +258,7 @@ def test_mutate_names_the_label_that_is_infinite(tmp_path: Path, value: str, mes
     )
     result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-inference", "-f", str(manifest))
     assert result.exit_code == 2
-    assert result.stderr == f"kgov: {manifest}: {message}\n"
+    assert result.stderr == f"kgov mutate: {manifest}: {message}\n"
 
 
 def test_mutate_names_the_path_of_a_nan_nested_deep(tmp_path: Path) -> None:
@@ -268,7 +272,7 @@ def test_mutate_names_the_path_of_a_nan_nested_deep(tmp_path: Path) -> None:
     result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-inference", "-f", str(manifest))
     assert result.exit_code == 2
     assert result.stderr == (
-        f"kgov: {manifest}: document 2 holds a number JSON cannot carry (NaN) at "
+        f"kgov mutate: {manifest}: document 2 holds a number JSON cannot carry (NaN) at "
         "spec.template.spec.containers[0].env[1].value.deep[1][1].z\n"
     )
 
@@ -284,22 +288,26 @@ def test_a_path_with_a_step_repeated_twice_keeps_both() -> None:
     ("args", "message"),
     [
         (
-            ("-o", "out.gif"),
-            "-o out.gif: .gif is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
-            "suffix); or give --format table|tree|json|png|svg",
+            ("--out", "out.gif"),
+            "--out out.gif: .gif is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
+            "suffix); or give -o table|tree|json|png|svg",
         ),
         (
-            ("-o", "out.JPEG"),
-            "-o out.JPEG: .JPEG is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
-            "suffix); or give --format table|tree|json|png|svg",
+            ("--out", "out.JPEG"),
+            "--out out.JPEG: .JPEG is not a format kgov topology writes (.png, .svg, .json, or text: .txt or no "
+            "suffix); or give -o table|tree|json|png|svg",
         ),
         (
-            ("--format", "png", "-o", "t.svg"),
-            "-o t.svg: a .svg file, but --format png; give -o FILE.png or --format svg",
+            ("-o", "png", "--out", "t.svg"),
+            "--out t.svg: a .svg file, but -o png; give --out FILE.png or -o svg",
         ),
         (
-            ("--format", "table", "-o", "t.json"),
-            "-o t.json: a .json file, but --format table; give -o FILE.txt or --format json",
+            ("-o", "table", "--out", "t.json"),
+            "--out t.json: a .json file, but -o table; give --out FILE.txt or -o json",
+        ),
+        (
+            ("-o", "t.json", "--out", "t.json"),
+            "-o t.json: not a format (table|tree|json|png|svg)",
         ),
     ],
 )
@@ -309,17 +317,17 @@ def test_topology_refuses_an_output_suffix_that_names_no_format_or_another(
     monkeypatch.chdir(tmp_path)
     result = kgov("topology", "--nodes", str(NODES), *args)
     assert result.exit_code == 2
-    assert result.stderr == f"Error: {message}\n"
+    assert result.stderr == f"kgov topology: {message}\n"
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
     ("args", "fmt"),
     [
-        (("-o", "t.json"), "json"),
-        (("-o", "t.txt"), "table"),
-        (("-o", "t"), "table"),
-        (("--format", "tree", "-o", "t.out"), "tree"),
+        (("--out", "t.json"), "json"),
+        (("--out", "t.txt"), "table"),
+        (("--out", "t"), "table"),
+        (("-o", "tree", "--out", "t.out"), "tree"),
     ],
 )
 def test_topology_writes_the_format_the_suffix_names(
@@ -328,7 +336,25 @@ def test_topology_writes_the_format_the_suffix_names(
     monkeypatch.chdir(tmp_path)
     result = kgov("topology", "--nodes", str(NODES), *args)
     assert result.exit_code == 0, result.output
-    assert (tmp_path / args[-1]).read_text() == kgov("topology", "--nodes", str(NODES), "--format", fmt).stdout
+    assert (tmp_path / args[-1]).read_text() == kgov("topology", "--nodes", str(NODES), "-o", fmt).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "legacy"),
+    [
+        (("-o", "t.json"), "kgov topology: warning: -o t.json names a file: this is deprecated, give --out t.json"),
+        (("--format", "json", "--out", "t.json"), "kgov topology: warning: --format json is deprecated: give -o json"),
+    ],
+)
+def test_topology_takes_the_old_output_flags_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], legacy: str
+) -> None:
+    """``-o FILE`` and ``--format FORMAT`` as they were before ``-o`` named a format everywhere."""
+    monkeypatch.chdir(tmp_path)
+    result = kgov("topology", "--nodes", str(NODES), *args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(legacy)
+    assert (tmp_path / "t.json").read_text() == kgov("topology", "--nodes", str(NODES), "-o", "json").stdout
 
 
 @pytest.mark.parametrize(
@@ -344,6 +370,6 @@ def test_topology_label_refuses_a_document_without_instances(tmp_path: Path, tex
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == (
-        f"Error: {source}: {message}, so nothing to label; expected `aws ec2 describe-instance-topology` "
+        f"kgov topology label: {source}: {message}, so nothing to label; expected `aws ec2 describe-instance-topology` "
         "output listing the cluster's instances (run in the cluster's region)\n"
     )

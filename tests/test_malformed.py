@@ -844,7 +844,7 @@ def test_kgov_mutate_refuses_a_malformed_document_naming_the_path(
     good = KINDS["Job"][0]()
     result = _mutate(tmp_path, [with_value(KINDS[kind][0](), path, value), good])
     assert result.exit_code == 1, result.stderr
-    assert f"kgov: document 1 denied: malformed object: {dotted(path)} {message}\n" in result.stderr
+    assert f"kgov mutate: document 1 denied: malformed object: {dotted(path)} {message}\n" in result.stderr
     assert "document 2" not in result.stderr
     printed = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in printed] == ["Job"]  # only the well-formed document
@@ -869,9 +869,9 @@ def test_kgov_mutate_refuses_the_users_manifest(tmp_path: Path) -> None:
     assert f"document 2 item 1 denied: malformed object: spec.completions {COUNT}, got boolean true" in result.stderr
     listed = _mutate(tmp_path, [{"apiVersion": "v1", "kind": "List", "items": [KINDS["Job"][0](), "x"]}])
     assert listed.exit_code == 2
-    assert 'kgov: document 1 item 2 is not a Kubernetes object (needs apiVersion and kind): items[1] is string "x"' in (
-        listed.stderr
-    )
+    assert (
+        'kgov mutate: document 1 item 2 is not a Kubernetes object (needs apiVersion and kind): items[1] is string "x"'
+    ) in listed.stderr
 
 
 # -- labels and annotations: string maps ----------------------------------------------------------

@@ -543,9 +543,7 @@ def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
     assert load_problems(path) == [
         (
             "",
-            f'not valid YAML: mapping values are not allowed here\n  in "{path}", line 2, column 12:\n'
-            "    teams: oops: [\n"
-            "               ^",
+            "not valid YAML: mapping values are not allowed here at line 2 column 12",  # one line, as every error
         )
     ]
 

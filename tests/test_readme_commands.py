@@ -3,7 +3,6 @@ excerpt, each command's exit codes, the options of `kgov certs create`, `kgov se
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
@@ -47,24 +46,23 @@ def _invalid_platform(tmp_path: Path) -> Path:
 
 def test_readme_exit_codes_for_an_invalid_platform_are_the_commands(tmp_path: Path) -> None:
     """Regression: README said 1 was a denied document or drift and 2 an unusable input file, yet
-    `kgov generate` exits 1 on an invalid platform file."""
+    `kgov generate` exited 1 on an invalid platform file. One grammar now: 2 for every command."""
     text = " ".join(README.split())
-    sentence = re.search(r"So an invalid platform file is exit 1 for (.*?) but 2 for (.*?)\. ", text)
-    assert sentence is not None
-    said = {name: 1 for name in re.findall(r"`([a-z -]+)`", sentence.group(1))}
-    said |= {name: 2 for name in re.findall(r"`([a-z -]+)`", sentence.group(2))}
+    assert "So an invalid platform file is exit 2 for every command" in text
     platform = str(_invalid_platform(tmp_path))
     manifest = str(REPO / "examples" / "pytorchjob.yaml")
     runs = {
-        "generate": ["generate", platform, "-o", str(tmp_path / "out")],
+        "generate": ["generate", platform, "--out", str(tmp_path / "out")],
         "chart values": ["chart", "values", platform],
         "policy": ["policy", "--platform", platform],
         "mutate": ["mutate", "--platform", platform, "-n", "hyperpod-ns-research", "-f", manifest],
         "review": ["review", "--platform", platform],
+        "diff": ["diff", platform],
     }
     for command, args in runs.items():
         result = CliRunner().invoke(main, args, input="{}")
-        assert (command, result.exit_code) == (command, said[command])
+        assert (command, result.exit_code) == (command, 2)
+        assert result.stderr.startswith(f"kgov {command}: {platform}: invalid platform file\n"), result.stderr
         assert "nominalQuota" in result.stderr
 
 

@@ -110,7 +110,7 @@ def test_nodes_with_a_taint_no_flavor_tolerates_are_marked_and_offer_nothing_fre
     table = kgov_table(nodes, "--platform", str(PLATFORM))
     assert "ip-10-1-1-1.ec2.internal      1            1            8     0  tainted maint=yes:NoSchedule" in table
     assert "# 16 nodes, 2 taking no new pods; nvidia.com/gpu: 128 allocatable, 112 free" in table
-    document = json.loads(kgov_table(nodes, "--platform", str(PLATFORM), "--format", "json"))
+    document = json.loads(kgov_table(nodes, "--platform", str(PLATFORM), "-o", "json"))
     host = document["domains"][0]["domains"][0]["domains"][0]["hosts"][0]
     assert (host["name"], host["free"], host["taints"]) == ("ip-10-1-1-1.ec2.internal", 0, ["maint=yes:NoSchedule"])
     # Without the platform (its flavor's toleration unknown) the nvidia.com/gpu taint counts too.
@@ -283,10 +283,10 @@ def test_table_of_the_bundled_inventory() -> None:
 
 
 def test_tree_and_json_formats() -> None:
-    tree = kgov("topology", "--nodes", str(NODES), "--pods", str(PODS), "--format", "tree").output
+    tree = kgov("topology", "--nodes", str(NODES), "--pods", str(PODS), "-o", "tree").output
     assert "│   ├── nn-0cc11 (layer-3)  4 nodes  0/32 free" in tree
     assert "        │   ├── ip-10-2-1-1.ec2.internal  4/8 free" in tree
-    document = json.loads(kgov("topology", "--nodes", str(NODES), "--format", "json").output)
+    document = json.loads(kgov("topology", "--nodes", str(NODES), "-o", "json").output)
     assert (document["nodes"], document["allocatable"], document["free"]) == (16, 128, 128)
     rack = document["domains"][0]["domains"][1]["domains"][0]
     assert (rack["name"], rack["nodes"], [h["name"] for h in rack["hosts"]][:1]) == (
@@ -299,7 +299,7 @@ def test_tree_and_json_formats() -> None:
 @pytest.mark.parametrize("fmt, magic", [("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<?xml")])
 def test_pictures(tmp_path: Path, fmt: str, magic: bytes) -> None:
     output = tmp_path / f"topology.{fmt}"
-    result = kgov("topology", "--nodes", str(NODES), "--pods", str(PODS), "-o", str(output))
+    result = kgov("topology", "--nodes", str(NODES), "--pods", str(PODS), "--out", str(output))
     assert result.exit_code == 0, result.output
     assert output.read_bytes().startswith(magic)
     if fmt == "svg":
@@ -550,9 +550,9 @@ def test_topology_reads_the_kubeconfig_of_kubeconfig_env(tmp_path: Path, monkeyp
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("-o", "png"), "-o png: -o names the output file; for the png format give --format png -o topology.png"),
-        (("-o", "json"), "-o json: -o names the output file; for the json format give --format json (stdout)"),
-        (("-o", "/nonexistent/dir/t.png"), "-o /nonexistent/dir/t.png: directory /nonexistent/dir does not exist"),
+        (("-o", "png", "--out", "/nonexistent/dir/t.png"), "--out /nonexistent/dir/t.png: directory /nonexistent/dir"),
+        (("--out", "/nonexistent/dir/t.json"), "--out /nonexistent/dir/t.json: directory /nonexistent/dir does not"),
+        (("-o", "/nonexistent/dir/t.png"), "--out /nonexistent/dir/t.png: directory /nonexistent/dir does not exist"),
         (("--resource", "nvidia.com/gpus"), "--resource nvidia.com/gpus: no node has it allocatable (the nodes have: "),
         (("--topology", "a/../b", "--platform", "p.yaml"), "Invalid value for '--topology': 'a/../b' is not a valid"),
     ],
@@ -575,4 +575,4 @@ def test_topology_names_nodes_and_pods_in_the_singular_when_one(tmp_path: Path) 
     result = kgov("topology", "--nodes", str(one), "--pods", str(PODS))
     assert result.exit_code == 0
     assert "# 1 node;" in result.output or "# 1 node " in result.output
-    assert re.search(r"kgov: \d+ pods are bound|kgov: 1 pod is bound", result.output)
+    assert re.search(r"kgov topology: \d+ pods are bound|kgov topology: 1 pod is bound", result.output)

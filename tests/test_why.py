@@ -469,7 +469,7 @@ def test_cli_on_a_snapshot(tmp_path: Path) -> None:
         done = runner.invoke(main, args)
         assert done.exit_code == 2 and message in done.output, (args, done.output)
     picture = tmp_path / "status.png"
-    done = runner.invoke(main, ["status", "--snapshot", snapshot, "-o", "png", "-f", str(picture)])
+    done = runner.invoke(main, ["status", "--snapshot", snapshot, "-o", "png", "--out", str(picture)])
     assert done.exit_code == 0 and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     done = runner.invoke(main, ["status", "--snapshot", snapshot, "--team", "research"])
     assert done.exit_code == 0 and "job-finetune-872a0" in done.output and "waiting for topology" in done.output
@@ -592,12 +592,16 @@ def test_status_refuses_a_team_that_is_no_name_and_unwritable_files(tmp_path: Pa
     assert done.exit_code == 2 and "Invalid value for '--team': 'a/../b' is neither a ClusterQueue name" in done.output
     for args, message in (
         (
-            ["-o", "png", "-f", "/nonexistent/dir/x.png"],
-            "-f /nonexistent/dir/x.png: directory /nonexistent/dir does not exist",
+            ["-o", "png", "--out", "/nonexistent/dir/x.png"],
+            "--out /nonexistent/dir/x.png: directory /nonexistent/dir does not exist",
         ),
-        (["-f", "/nonexistent/dir/x.txt"], "-f /nonexistent/dir/x.txt: directory /nonexistent/dir does not exist"),
-        (["-o", "json", "-f", str(tmp_path)], f"File '{tmp_path}' is a directory"),
-        (["-f", "/proc/nope"], "-f /proc/nope: cannot write: No such file or directory"),
+        (
+            ["--out", "/nonexistent/dir/x.txt"],
+            "--out /nonexistent/dir/x.txt: directory /nonexistent/dir does not exist",
+        ),
+        (["-o", "json", "--out", str(tmp_path)], f"File '{tmp_path}' is a directory"),
+        (["--out", "/proc/nope"], "--out /proc/nope: cannot write: No such file or directory"),
+        (["-f", "/proc/nope"], "--out /proc/nope: cannot write: No such file or directory"),  # the old flag
     ):
         done = CliRunner().invoke(main, ["status", "--snapshot", snapshot, *args])
         assert done.exit_code == 2, (args, done.output)
@@ -633,7 +637,8 @@ def test_a_snapshot_that_is_not_lists_of_objects_is_named(tmp_path: Path, conten
     for args in (["status"], ["why", "job/x"]):
         done = CliRunner().invoke(main, [*args, "--snapshot", str(bad)])
         assert done.exit_code == 2, done.output
-        assert done.output == f"kgov: --snapshot {bad}: not a snapshot (JSON with lists of objects): {reason}\n"
+        expected = f"kgov {args[0]}: --snapshot {bad}: not a snapshot (JSON with lists of objects): {reason}\n"
+        assert done.output == expected
 
 
 def test_a_snapshot_keeps_keys_it_does_not_read_and_null_lists() -> None:

@@ -108,7 +108,7 @@ CQ = BUNDLED["clusterqueues"][0]["metadata"]["name"]
 )
 def test_a_snapshot_value_of_the_wrong_type_is_named(tmp_path: Path, change: Change, reason: str) -> None:
     path, done = _why(tmp_path, _damaged(change))
-    assert (done.exit_code, done.output) == (2, f"kgov: --snapshot {path}: {reason}\n")
+    assert (done.exit_code, done.output) == (2, f"kgov why: --snapshot {path}: {reason}\n")
 
 
 def test_a_snapshot_without_a_policy_says_the_policy_is_not_known(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_a_cluster_object_of_the_wrong_type_is_named_too(monkeypatch: pytest.Mon
         else:
             assert (done.exit_code, done.output) == (
                 2,
-                f"kgov: the API server returned an object kgov cannot read: {reason}\n",
+                f"kgov why: the API server returned an object kgov cannot read: {reason}\n",
             )
 
 
@@ -271,7 +271,7 @@ def test_a_snapshot_key_defined_twice_is_refused_with_its_line_and_path(tmp_path
     assert result.exit_code == 2, result.output
     line = next(n for n, row in enumerate(text.splitlines(), 1) if '"kind": "Workload", "kind"' in row)
     assert result.output.strip() == (
-        f'kgov: --snapshot {path}: duplicate mapping key "kind" at line {line} column 24 '
+        f'kgov why: --snapshot {path}: duplicate mapping key "kind" at line {line} column 24 '
         f"(first at line {line} column 4) within workloads[0]"
     )
     assert "Traceback" not in result.output

@@ -11,6 +11,7 @@ module              commands
 :mod:`.topology`    ``topology``, ``topology label`` (:mod:`webhook.topology`)
 :mod:`.certs`       ``certs`` (:mod:`webhook.certs`)
 :mod:`.why`         ``why``, ``status`` (:mod:`webhook.why`)
+:mod:`.completion`  ``completion bash|zsh|fish``
 =================== ===================================================================
 
 Shared options and exit codes: :mod:`.common`, :mod:`.options`. Nothing else imports this package.
@@ -26,6 +27,8 @@ import click
 from webhook.cli.admission import mutate_command, review_command
 from webhook.cli.certs import certs_group
 from webhook.cli.chart import chart_group
+from webhook.cli.completion import completion_command
+from webhook.cli.errors import KgovGroup
 from webhook.cli.generate import diff_command, generate_command, import_hyperpod_command
 from webhook.cli.platform import policy_command, schema_command
 from webhook.cli.serve import serve_command
@@ -35,7 +38,7 @@ from webhook.cli.why import status_command, why_command
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=KgovGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kueue-governor", prog_name="kgov")
 def main() -> None:
     """kueue-governor: team policies and topology-aware placement for Kueue clusters."""
@@ -55,5 +58,6 @@ for _name, _command in (
     ("certs", certs_group),
     ("why", why_command),
     ("status", status_command),
+    ("completion", completion_command),
 ):
     main.add_command(_command, _name)

@@ -26,6 +26,7 @@ from webhook.cli.common import (
     read_inputs,
     team_index,
 )
+from webhook.cli.errors import say, warn
 from webhook.core.admission.envelope import MalformedReview, decode_body
 from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import ReviewOutcome, review
@@ -41,20 +42,33 @@ from webhook.kube.files import InputError, load_manifests
 @click.command("review", epilog=REVIEW_EXIT_CODES)
 @platform_option
 @policy_option
+@click.option(
+    "-f",
+    "--filename",
+    "review_file",
+    type=click.File("rb"),
+    default="-",
+    show_default=True,
+    help="AdmissionReview JSON file; - for stdin.",
+)
 @namespaces_option
 @nodes_option
 def review_command(
-    platform: Path | None, policy: Path | None, namespaces_file: Path | None, nodes_file: Path | None
+    platform: Path | None,
+    policy: Path | None,
+    review_file: Any,
+    namespaces_file: Path | None,
+    nodes_file: Path | None,
 ) -> None:
-    """Answer one AdmissionReview read from stdin, exactly as the server would.
+    """Answer one AdmissionReview, exactly as the server would.
 
-    Reads an AdmissionReview JSON (admission.k8s.io/v1 or v1beta1) on stdin and writes the
-    AdmissionReview response JSON on stdout. A malformed review prints the server's 400 reason
-    on stderr and exits 1.
+    Reads an AdmissionReview JSON (admission.k8s.io/v1 or v1beta1) from -f (stdin by default) and
+    writes the AdmissionReview response JSON on stdout. A malformed review prints the server's 400
+    reason on stderr and exits 1.
     """
     teams = team_index(platform, policy)
     labels, nodes = read_inputs(namespaces_file, nodes_file)
-    raw = sys.stdin.buffer.read()
+    raw = review_file.read()
     try:
         outcome = review(decode_body(raw), teams, labels.get, nodes)
     except MalformedReview as exc:
@@ -117,6 +131,15 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
 )
 @click.option("--patch", "show_patch", is_flag=True, help="Print the JSON Patch of each document instead.")
 @click.option(
+    "-o",
+    "--output",
+    "output_format",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="Format of the mutated manifests (json: one object, or a List of several).",
+)
+@click.option(
     "--explain",
     is_flag=True,
     help="Say on stderr which rule made which change, and how topology mode auto chose each level.",
@@ -129,6 +152,7 @@ def mutate_command(
     namespace: str,
     manifest: Any,
     show_patch: bool,
+    output_format: str,
     explain: bool,
     namespaces_file: Path | None,
     nodes_file: Path | None,
@@ -139,8 +163,10 @@ def mutate_command(
     JSON Patch per document, in file order; null for a denied document; for a `kind: List`, an
     array of its items' patches). The items of a List are reviewed one by one.
     Denied documents are reported on stderr with the policy's
-    message; the exit code is 1 if any document was denied. A document whose own
-    metadata.namespace differs from -n is reviewed in -n, with a note on stderr. A document
+    message; the exit code is 1 if any document was denied. Every manifest printed carries
+    metadata.namespace NAMESPACE, the namespace it was judged for, so that `kubectl apply -f -`
+    creates it there; a document whose own metadata.namespace differs is reviewed in -n, with a
+    note on stderr. A document
     that is an AdmissionReview (admission.k8s.io, e.g. an UPDATE with its oldObject) is
     answered as `kgov review` answers it, in the namespace it names, and its request.object
     is printed patched.
@@ -159,10 +185,9 @@ def mutate_command(
     if not documents:
         fail(f"{source}: no object to review (the input is empty or holds only comments)")
     if teams.needs_namespace_labels and namespace not in labels and teams.resolve(namespace, None).team is None:
-        click.echo(
-            f"kgov: some teams select namespaces by labels; without --namespaces the labels of "
-            f"{namespace!r} are unknown, so only teams that list it by name apply",
-            err=True,
+        warn(
+            f"some teams select namespaces by labels; without --namespaces the labels of "
+            f"{namespace!r} are unknown, so only teams that list it by name apply"
         )
     reviewer = _Reviewer(teams, labels, nodes, namespace, explain)
     outputs: list[Any] = []
@@ -177,6 +202,9 @@ def mutate_command(
             outputs.append(result)
     if show_patch:
         click.echo(json.dumps(outputs, indent=2))
+    elif outputs and output_format == "json":
+        single = outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}
+        click.echo(json.dumps(single, indent=2))
     elif outputs:
         click.echo(yaml.safe_dump_all(outputs, sort_keys=False), nl=False)
     sys.exit(EXIT_DENIED if reviewer.denied else 0)
@@ -224,14 +252,18 @@ class _Reviewer:
         metadata = document.get("metadata")
         own = metadata.get("namespace") if isinstance(metadata, dict) else None
         if own and own != self.namespace:
-            click.echo(f"kgov: {where} says namespace {own!r}; reviewed in {self.namespace!r} (-n)", err=True)
+            say(f"{where} says namespace {own!r}; reviewed in {self.namespace!r} (-n) and printed for it")
         try:
             outcome = review(_admission_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:  # the server would answer 400: refused, like a denial
             self.denied = True
-            click.echo(f"kgov: {where} refused: {str(exc).replace('request.object.', '')}", err=True)
+            say(f"{where} refused: {str(exc).replace('request.object.', '')}")
             return None, None
-        return self._answer(where, document, outcome)
+        result, patch = self._answer(where, document, outcome)
+        governed = find_kind(str(document.get("apiVersion", "")), str(document.get("kind", ""))) is not None
+        if governed and isinstance(result, dict) and isinstance(result.get("metadata", {}), dict):
+            result.setdefault("metadata", {})["namespace"] = self.namespace  # what it was judged for
+        return result, patch
 
     def _answer(self, where: str, document: Any, outcome: ReviewOutcome) -> tuple[Any, list[dict[str, Any]] | None]:
         if self.explain:
@@ -239,10 +271,10 @@ class _Reviewer:
         if not outcome.plan.allowed:
             self.denied = True
             for message in outcome.plan.denials:
-                click.echo(f"kgov: {where} denied: {message}", err=True)
+                say(f"{where} denied: {message}")
             return None, None
         for warning in outcome.plan.warnings:
-            click.echo(f"Warning: {where}: {warning}", err=True)
+            warn(f"{where}: {warning}")
         return apply_patch(document, outcome.patch), outcome.patch
 
     def run_review(self, document: Mapping[str, Any], where: str) -> tuple[Any, list[dict[str, Any]] | None]:
@@ -253,14 +285,13 @@ class _Reviewer:
             outcome = review(document, self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:
             self.denied = True
-            click.echo(f"kgov: {where} refused: malformed AdmissionReview: {exc}", err=True)
+            say(f"{where} refused: malformed AdmissionReview: {exc}")
             return None, None
         request = document["request"]
         if request.get("namespace") != self.namespace:
-            click.echo(
-                f"kgov: {where} is an AdmissionReview of namespace {request.get('namespace')!r}; "
-                f"answered in it, not in {self.namespace!r} (-n)",
-                err=True,
+            say(
+                f"{where} is an AdmissionReview of namespace {request.get('namespace')!r}; "
+                f"answered in it, not in {self.namespace!r} (-n)"
             )
         obj = request.get("object")
         where = f"{where} ({request.get('operation')})"

@@ -1,18 +1,16 @@
-"""What the ``kgov`` commands share: exit codes, the input options, and reading teams and dumps.
-
-Exit codes (all commands): 0 success; 1 the answer is "no" (a denied manifest, a malformed
-AdmissionReview); 2 usage error or an input file that cannot be used (bad platform file, bad YAML).
+"""What the ``kgov`` commands share: the input options, reading teams and dumps, and the exit-code
+epilogs of ``--help`` (the codes themselves are :mod:`.errors`').
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
+from webhook.cli.errors import EXIT_INPUT, EXIT_NO, fail
 from webhook.cli.options import file_option
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.platform.platform import PlatformError
@@ -21,8 +19,23 @@ from webhook.kube.files import InputError, load_namespace_labels, load_nodes, lo
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-EXIT_DENIED = 1
-EXIT_INPUT = 2
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DENIED",
+    "EXIT_INPUT",
+    "FILE_EXIT_CODES",
+    "REVIEW_EXIT_CODES",
+    "fail",
+    "namespaces_option",
+    "nodes_option",
+    "platform_option",
+    "policy_option",
+    "read_inputs",
+    "seconds_option",
+    "team_index",
+]
+
+EXIT_DENIED = EXIT_NO
 
 EXIT_CODES = """\b
 Exit codes:
@@ -30,11 +43,6 @@ Exit codes:
   1  a document was denied, or the AdmissionReview was malformed
   2  usage error, or an input file that cannot be used
 """
-
-
-def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
-    click.echo(f"kgov: {message}", err=True)
-    sys.exit(code)
 
 
 platform_option = file_option("--platform", "platform", help="Platform file (teams, quotas, policies).")

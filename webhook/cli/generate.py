@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, file_option
 from webhook.core.platform.models import label_value_error
 from webhook.core.platform.platform import Platform, PlatformError, Problem, check_platform, load_platform
@@ -28,7 +29,15 @@ from webhook.generate.hyperpod import (
 from webhook.generate.live import diff_objects, fetch_live
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 from webhook.generate.recreate import recreate_warnings
-from webhook.generate.render import dump_yaml, file_drift, load_generated, render_files, source_reference, write_files
+from webhook.generate.render import (
+    dump_yaml,
+    file_drift,
+    foreign_files,
+    load_generated,
+    render_files,
+    source_reference,
+    write_files,
+)
 from webhook.generate.validate import validate_platform
 from webhook.kube.client import ClusterError
 from webhook.kube.files import InputError, load_nodes, read_document
@@ -38,26 +47,31 @@ __all__ = ["diff_command", "generate_command", "import_hyperpod_command"]
 DEFAULT_OUTPUT = Path("kueue-config/generated")
 
 
-class UsageFailure(click.ClickException):
-    """An input that cannot be used at all (exit code 2, like click's own usage errors)."""
-
-    exit_code = 2
-
-
-def _report(problems: list[Problem]) -> None:
+def _report(problems: list[Problem], platform_file: str = "", by_strict: frozenset[Problem] = frozenset()) -> None:
+    """Warnings in the grammar. Errors end the command: exit 2 when the platform file itself is
+    invalid; exit 1 ("the answer is no") when every error is one that only --strict made an error
+    (``by_strict``: findings against --nodes)."""
     for problem in problems:
-        click.echo(f"{problem.severity}: {problem}", err=True)
+        if problem.severity != "error":
+            warn(str(problem))
+    errors = [problem for problem in problems if problem.severity == "error"]
+    if not errors:
+        return
+    where = f"{platform_file}: " if platform_file else ""
+    if all(problem in by_strict for problem in errors):
+        fail(f"{where}the platform does not fit the nodes of --nodes (--strict)", EXIT_NO, [str(p) for p in errors])
+    fail(f"{where}invalid platform file", details=[str(p) for p in errors])
 
 
 def _load_and_validate(
     path: str, nodes_path: str | None, strict: bool, policy_namespace: str
-) -> tuple[Platform, list[Problem]]:
-    """The platform and every finding; exits 1 on a platform that cannot be loaded."""
+) -> tuple[Platform, list[Problem], frozenset[Problem]]:
+    """The platform, every finding, and the findings that are errors only because of ``strict``;
+    exits 2 on a platform that cannot be loaded."""
     try:
         platform = load_platform(path)
     except PlatformError as exc:
-        _report(exc.problems)
-        raise SystemExit(1) from None
+        fail(str(exc))
     nodes = None
     if nodes_path is not None:
         try:
@@ -65,8 +79,13 @@ def _load_and_validate(
         except InputError as exc:
             raise click.BadParameter(str(exc), param_hint="'--nodes'") from None
     problems = [p for p in check_platform(platform) if p.severity == "warning"]
-    problems += validate_platform(platform, nodes, strict=strict, policy_namespace=policy_namespace)
-    return platform, problems
+    found = validate_platform(platform, nodes, strict=strict, policy_namespace=policy_namespace)
+    by_strict: frozenset[Problem] = frozenset()
+    if strict:
+        lenient = validate_platform(platform, nodes, strict=False, policy_namespace=policy_namespace)
+        warned = {(p.path, p.message) for p in lenient if p.severity == "warning"}
+        by_strict = frozenset(p for p in found if p.severity == "error" and (p.path, p.message) in warned)
+    return platform, problems + found, by_strict
 
 
 _platform_argument = click.argument("platform_file", metavar="PLATFORM", type=click.Path(exists=True, dir_okay=False))
@@ -113,19 +132,20 @@ _strict_option = click.option(
 
 @click.command(
     "generate",
-    epilog="Exit codes: 0 files written or up to date; 1 the platform file is invalid, or with --check "
-    "the files on disk differ (the unified diff is printed); 2 usage error.",
+    epilog="Exit codes: 0 files written or up to date; 1 with --check, the files on disk differ (the unified "
+    "diff is printed); 2 usage error, an invalid platform file, or a file in --out that kgov did not write.",
 )
 @_platform_argument
 @click.option(
-    "-o",
-    "--output",
+    "--out",
     "output_dir",
     type=click.Path(file_okay=False),
     default=str(DEFAULT_OUTPUT),
     show_default=True,
     help="Directory of the generated files.",
 )
+@click.option("-o", "--output", "legacy_output", type=click.Path(file_okay=False), hidden=True)
+@click.option("--force", is_flag=True, help="Overwrite files in --out that kgov did not write.")
 @_nodes_option
 @click.option("--check", is_flag=True, help="Write nothing; fail with a diff if the files on disk differ.")
 @_strict_option
@@ -135,6 +155,8 @@ _strict_option = click.option(
 def generate_command(
     platform_file: str,
     output_dir: str,
+    legacy_output: str | None,
+    force: bool,
     nodes_path: str | None,
     check: bool,
     strict: bool,
@@ -148,29 +170,36 @@ def generate_command(
     localqueues, workloadpriorityclasses, priorityclasses, namespaces with --namespaces,
     policy-configmap) and a kustomization.yaml listing them: apply with `kubectl apply -k DIR`.
     Warns when a change to the files already there would need an object to be re-created.
+    Refuses to overwrite a file of --out that it did not write, unless --force.
     """
-    platform, problems = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
+    if legacy_output is not None:
+        warn(f"-o {legacy_output} is deprecated: give --out {legacy_output} (-o names a format in every other command)")
+        output_dir = legacy_output
+    platform, problems, by_strict = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
     options = GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace, instance=instance)
     manifests = build_manifests(platform, options)
     desired = [obj for objects in manifests.values() for obj in objects]
     problems += recreate_warnings(desired, load_generated(output_dir), platform)
-    _report(problems)
-    if any(p.severity == "error" for p in problems):
-        raise SystemExit(1)
+    _report(problems, platform_file, by_strict)
     files = render_files(manifests, source_reference(platform_file, output_dir))
     if check:
         drift = file_drift(files, output_dir)
         if drift:
             click.echo(drift, nl=False)
-            click.echo(f"{output_dir} is out of date: run `kgov generate {platform_file} -o {output_dir}`", err=True)
-            raise SystemExit(1)
+            fail(f"{output_dir} is out of date: run `kgov generate {platform_file} --out {output_dir}`", EXIT_NO)
         click.echo(f"{output_dir} is up to date", err=True)
         return
+    foreign = [] if force else foreign_files(files, output_dir)
+    if foreign:
+        fail(
+            f"--out {output_dir}: would overwrite files kgov did not write; give another --out, or --force",
+            details=[str(path) for path in foreign],
+        )
     try:
         written, removed = write_files(files, output_dir)
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename and str(exc.filename) != output_dir else ""
-        raise UsageFailure(f"-o {output_dir}: cannot write{where}: {exc.strerror or exc}") from None
+        fail(f"--out {output_dir}: cannot write{where}: {exc.strerror or exc}")
     for path in written:
         click.echo(f"wrote {path}", err=True)
     for path in removed:
@@ -181,8 +210,8 @@ def generate_command(
 
 @click.command(
     "diff",
-    epilog="Exit codes: 0 the cluster matches; 1 the platform file is invalid or the cluster differs; "
-    "2 usage error, or the kubeconfig or cluster cannot be used.",
+    epilog="Exit codes: 0 the cluster matches; 1 the cluster differs (drift); 2 usage error, an invalid "
+    "platform file, or a kubeconfig or cluster that cannot be used.",
 )
 @_platform_argument
 @file_option(
@@ -223,17 +252,15 @@ def diff_command(
     longer generated show as deletions. Quantities compare by value (64 and "64", 1024Mi and 1Gi).
     Fields the --field-manager applied that are no longer generated show as removed.
     """
-    platform, problems = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
-    _report(problems)
-    if any(p.severity == "error" for p in problems):
-        raise SystemExit(1)
+    platform, problems, by_strict = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
+    _report(problems, platform_file, by_strict)
     options = GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace, instance=instance)
     manifests = build_manifests(platform, options)
     desired = [obj for objects in manifests.values() for obj in objects]
     try:
         live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
     except ClusterError as exc:
-        raise UsageFailure(str(exc)) from None
+        fail(str(exc))
     diffs = diff_objects(desired, live, field_manager)
     for diff in diffs:
         click.echo(f"# {diff.action}: {diff.label}")
@@ -243,12 +270,11 @@ def diff_command(
     if diffs:
         counts = {action: sum(d.action == action for d in diffs) for action in ("create", "update", "delete")}
         recreate = sum(d.recreate is not None for d in diffs)
-        click.echo(
-            f"{counts['create']} to create, {counts['update']} to update ({recreate} need a recreate), "
-            f"{counts['delete']} to delete",
-            err=True,
+        fail(
+            f"the cluster differs from {platform_file}: {counts['create']} to create, {counts['update']} to update "
+            f"({recreate} need a recreate), {counts['delete']} to delete",
+            EXIT_NO,
         )
-        raise SystemExit(1)
     click.echo(f"the cluster matches {platform_file}", err=True)
 
 
@@ -256,12 +282,12 @@ def _read_json(path: str) -> Any:
     try:
         return read_document(path)
     except InputError as exc:
-        raise UsageFailure(str(exc)) from None
+        fail(str(exc))
 
 
 @click.command(
     "import-hyperpod",
-    epilog="Exit codes: 0 platform printed; 1 the definitions cannot be mapped; 2 usage error. "
+    epilog="Exit codes: 0 platform printed; 2 usage error, or definitions that cannot be read or mapped. "
     "The mapping is described in docs/hyperpod-mapping.md.",
 )
 @file_option(
@@ -318,8 +344,7 @@ def import_hyperpod_command(
             scheduler = parse_scheduler_config(_read_json(scheduler_file), scheduler_file)
         document, _, warnings = import_hyperpod(quotas, scheduler, instances, cohort=cohort, topology=topology)
     except HyperPodError as exc:
-        _report(exc.problems)
-        raise SystemExit(1) from None
+        fail("cannot map the HyperPod definitions", details=[f"{p.severity}: {p}" for p in exc.problems])
     _report(warnings)
     sources = ", ".join([*quota_files, *([scheduler_file] if scheduler_file else [])])
     click.echo(f"# Imported by `kgov import-hyperpod` from {sources}.")

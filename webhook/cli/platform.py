@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+import yaml
 
 from webhook.cli.common import (
     FILE_EXIT_CODES,
@@ -15,11 +18,33 @@ from webhook.cli.common import (
 from webhook.core.platform.platform import PlatformError, platform_json_schema
 from webhook.kube.files import InputError, load_policies
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _output_option(default: str) -> Callable[[_F], _F]:
+    return click.option(
+        "-o",
+        "--output",
+        "output_format",
+        type=click.Choice(["json", "yaml"]),
+        default=default,
+        show_default=True,
+        help="Output format.",
+    )
+
+
+def _print(document: Any, output_format: str) -> None:
+    if output_format == "yaml":
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+    else:
+        click.echo(json.dumps(document, indent=2))
+
 
 @click.command("schema")
-def schema_command() -> None:
+@_output_option("json")
+def schema_command(output_format: str) -> None:
     """Print the platform file's JSON Schema (for editors)."""
-    click.echo(json.dumps(platform_json_schema(), indent=2))
+    _print(platform_json_schema(), output_format)
 
 
 @click.command("policy", epilog=FILE_EXIT_CODES)
@@ -29,7 +54,8 @@ def schema_command() -> None:
     multiple=True,
     help="Namespace never mutated (repeatable), e.g. the webhook's own, as the generated ConfigMap has it.",
 )
-def policy_command(platform: Path | None, exclude_namespace: tuple[str, ...]) -> None:
+@_output_option("json")
+def policy_command(platform: Path | None, exclude_namespace: tuple[str, ...], output_format: str) -> None:
     """Print the compiled policy JSON the webhook would use for a platform file."""
     if platform is None:
         fail("give --platform FILE")
@@ -37,4 +63,7 @@ def policy_command(platform: Path | None, exclude_namespace: tuple[str, ...]) ->
         policies = load_policies(platform, None, list(exclude_namespace))
     except (PlatformError, InputError) as exc:
         fail(str(exc))
-    click.echo(policies.model_dump_json(indent=2))
+    if output_format == "json":
+        click.echo(policies.model_dump_json(indent=2))
+    else:
+        _print(policies.model_dump(mode="json"), output_format)

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from webhook.cli.errors import CommandError, say, warn
 from webhook.cli.options import OBJECT_NAME, check_output_file, file_option, write_output
 from webhook.core.platform.platform import Platform, PlatformError, load_platform
 from webhook.core.platform.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
@@ -39,10 +40,7 @@ Exit codes:
 """
 
 
-class UsageFailure(click.ClickException):
-    """An input that cannot be used (exit code 2, like click's own usage errors)."""
-
-    exit_code = 2
+UsageFailure = CommandError
 
 
 def _load_platform(platform: Path) -> Platform:
@@ -72,7 +70,7 @@ def _write(output: Path | None, content: str | bytes) -> None:
         else:
             click.echo(content, nl=False)
         return
-    write_output(output, content, "-o")
+    write_output(output, content, "--out")
 
 
 @click.group(
@@ -109,12 +107,14 @@ def _write(output: Path | None, content: str | bytes) -> None:
     "aws.amazon.com/neuron… the nodes have).",
 )
 @click.option(
-    "--format",
+    "-o",
+    "--output",
     "fmt",
-    type=click.Choice([*TEXT_FORMATS, *PICTURE_FORMATS]),
-    help="Output format (default: the one -o's suffix names, .png, .svg or .json; else table).",
+    metavar="|".join([*TEXT_FORMATS, *PICTURE_FORMATS]),
+    help="Output format (default: the one --out's suffix names, .png, .svg or .json; else table).",
 )
-@file_option("-o", "--output", help="Write here instead of stdout.")
+@file_option("--out", "output", help="Write here instead of stdout.")
+@click.option("--format", "legacy_format", type=click.Choice([*TEXT_FORMATS, *PICTURE_FORMATS]), hidden=True)
 @click.pass_context
 def topology_group(
     ctx: click.Context,
@@ -126,6 +126,7 @@ def topology_group(
     resource: str | None,
     fmt: str | None,
     output: Path | None,
+    legacy_format: str | None,
 ) -> None:
     """Show the tree of network nodes: layer 1 > 2 > 3 > host.
 
@@ -135,6 +136,7 @@ def topology_group(
     requests of pods bound there and, read live, the usage of Workloads holding quota where their
     topology assignment puts it (as Kueue counts it); 0 on a node taking no new pods.
     """
+    fmt, output = _format_and_file(fmt, output, legacy_format)
     if ctx.invoked_subcommand is not None:
         if any(
             v is not None for v in (kubeconfig, nodes_file, pods_file, topology_name, platform, resource, fmt, output)
@@ -155,7 +157,7 @@ def topology_group(
         _check_kubeconfig(kubeconfig)
     if fmt in PICTURE_FORMATS and output is None and sys.stdout.isatty():
         raise UsageFailure(
-            f"--format {fmt} writes an image, not text for a terminal: give -o FILE.{fmt} (or redirect stdout)"
+            f"-o {fmt} writes an image, not text for a terminal: give --out FILE.{fmt} (or redirect stdout)"
         )
 
     spec = _load_platform(platform) if platform is not None else None
@@ -175,7 +177,7 @@ def topology_group(
             except ClusterError as exc:
                 raise UsageFailure(str(exc)) from None
             for note in state.notes:
-                click.echo(f"kgov: {note}", err=True)
+                say(note)
             nodes, pods, workloads = state.nodes, state.pods, state.workloads
             levels = levels if levels is not None else (state.levels or None)
             tolerations = tolerations if platform is not None else state.tolerations
@@ -193,9 +195,9 @@ def topology_group(
     if tree.unmatched_pods:
         count = len(tree.unmatched_pods)
         bound = f"{count} pod{'s are' if count != 1 else ' is'} bound"
-        click.echo(f"kgov: {bound} to nodes not in the inventory", err=True)
+        say(f"{bound} to nodes not in the inventory")
     for problem in tree.unmatched_assignments:
-        click.echo(f"kgov: Workload {problem}", err=True)
+        say(f"Workload {problem}")
 
     if fmt in PICTURE_FORMATS:
         from webhook.topology.picture import render_picture
@@ -206,13 +208,13 @@ def topology_group(
         try:
             render_picture(tree, output, fmt)
         except OSError as exc:
-            raise UsageFailure(f"-o {output}: cannot write: {exc.strerror}") from None
+            raise UsageFailure(f"--out {output}: cannot write: {exc.strerror}") from None
         return
     render = {"table": render_table, "tree": render_tree, "json": render_json}[fmt]
     _write(output, render(tree))
 
 
-#: -o suffixes (lower case, no dot) → the format written without --format.
+#: --out suffixes (lower case, no dot) → the format written without -o.
 _SUFFIX_FORMATS = {
     **{fmt: fmt for fmt in PICTURE_FORMATS},
     "json": "json",
@@ -222,40 +224,56 @@ _SUFFIX_FORMATS = {
 }
 
 
+def _format_and_file(fmt: str | None, output: Path | None, legacy_format: str | None) -> tuple[str | None, Path | None]:
+    """``-o FORMAT`` and ``--out FILE``; ``--format FORMAT`` and ``-o FILE`` as they were before ``-o``
+    named a format everywhere: still taken, with a warning.
+
+    Raises:
+        UsageFailure: ``-o`` names no format while ``--out`` is given too.
+    """
+    if legacy_format is not None:
+        if fmt is not None:
+            raise UsageFailure(f"--format {legacy_format}: give the format once, as -o {fmt}")
+        warn(f"--format {legacy_format} is deprecated: give -o {legacy_format}")
+        fmt = legacy_format
+    if fmt is not None and fmt.lower() not in _ALL_FORMATS:
+        if output is not None:
+            raise UsageFailure(f"-o {fmt}: not a format ({'|'.join(_ALL_FORMATS)})")
+        warn(f"-o {fmt} names a file: this is deprecated, give --out {fmt} (-o names the format)")
+        check_output_file(Path(fmt), "--out")
+        return None, Path(fmt)
+    return (fmt.lower() if fmt is not None else None), output
+
+
 def _output_format(output: Path | None, fmt: str | None) -> str:
-    """The format to write: --format, else the one -o's suffix names (.png, .svg, .json; a table for
+    """The format to write: -o, else the one --out's suffix names (.png, .svg, .json; a table for
     .txt, .text, no suffix or stdout).
 
     Raises:
-        UsageFailure: a suffix that names no format without --format (``-o out.gif`` got a text
-            table), or one that names a format other than --format (``--format png -o t.svg``).
+        UsageFailure: a suffix that names no format without -o (``--out out.gif`` got a text
+            table), or one that names a format other than -o (``-o png --out t.svg``).
     """
     suffix = output.suffix.lower().lstrip(".") if output is not None else ""
     named = _SUFFIX_FORMATS.get(suffix)
     if fmt is None:
         if named is None:
             raise UsageFailure(
-                f"-o {output}: {output.suffix if output is not None else ''} is not a format kgov topology writes "
-                f"(.png, .svg, .json, or text: .txt or no suffix); or give --format {'|'.join(_ALL_FORMATS)}"
+                f"--out {output}: {output.suffix if output is not None else ''} is not a format kgov topology writes "
+                f"(.png, .svg, .json, or text: .txt or no suffix); or give -o {'|'.join(_ALL_FORMATS)}"
             )
         return named
     if suffix in ("json", *PICTURE_FORMATS) and named != fmt:
         wanted = f"FILE.{fmt}" if fmt in _SUFFIX_FORMATS else "FILE.txt"
-        raise UsageFailure(f"-o {output}: a .{suffix} file, but --format {fmt}; give -o {wanted} or --format {named}")
+        raise UsageFailure(f"--out {output}: a .{suffix} file, but -o {fmt}; give --out {wanted} or -o {named}")
     return fmt
 
 
 def _check_output(output: Path | None) -> None:
-    """-o names a file: refuse one that is a format's name (``-o png``, as ``kgov status -o png``
-    means) and one whose directory does not exist, before the cluster is read."""
+    """Refuse an --out file whose directory does not exist, before the cluster is read."""
     if output is None:
         return
-    if not output.suffix and output.name.lower() in (*TEXT_FORMATS, *PICTURE_FORMATS) and not output.exists():
-        fmt = output.name.lower()
-        example = f"-o topology.{fmt}" if fmt in PICTURE_FORMATS else "(stdout)"
-        raise UsageFailure(f"-o {output}: -o names the output file; for the {fmt} format give --format {fmt} {example}")
     try:
-        check_output_file(output, "-o")
+        check_output_file(output, "--out")
     except click.ClickException as exc:
         raise UsageFailure(exc.message) from None
 

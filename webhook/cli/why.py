@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from webhook.cli.errors import fail, warn
 from webhook.cli.options import NAMESPACE, OutputError, check_output_file, file_option, write_output
 from webhook.core.kueue.kinds import KINDS, WorkloadKind
 from webhook.core.platform.models import dns1123_subdomain_error, label_value_error
@@ -42,11 +42,6 @@ Exit codes:
 """
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"kgov: {message}", err=True)
-    sys.exit(2)
-
-
 def _team_name(value: str | None, param: click.Parameter) -> str | None:
     """--team is a ClusterQueue name (DNS-1123 subdomain) or a team label value: refuse anything else."""
     if value is None:
@@ -66,7 +61,7 @@ def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> Te
         try:
             return TeamIndex(load_policies(platform, policy))
         except (PlatformError, InputError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
     text = ((snapshot.policy or {}).get("data") or {}).get(POLICY_KEY)
     if not isinstance(text, str):
         if snapshot.policy is not None:
@@ -164,7 +159,7 @@ def _context_namespace(kubeconfig: Path | None) -> str:
     try:
         return context_namespace(kubeconfig)
     except ClusterError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _read(
@@ -179,13 +174,13 @@ def _read(
             return Snapshot.from_file(snapshot_file)
         return asyncio.run(read_snapshot(kubeconfig, target=target, workload_name=workload_name))
     except ClusterError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"--snapshot {snapshot_file}: cannot read: {exc.strerror or exc}")
+        fail(f"--snapshot {snapshot_file}: cannot read: {exc.strerror or exc}")
     except (ShapeError, DuplicateKeyError) as exc:
-        _fail(f"--snapshot {snapshot_file}: {exc}")
+        fail(f"--snapshot {snapshot_file}: {exc}")
     except (ValueError, RecursionError) as exc:
-        _fail(f"--snapshot {snapshot_file}: not a snapshot (JSON with lists of objects): {exc}")
+        fail(f"--snapshot {snapshot_file}: not a snapshot (JSON with lists of objects): {exc}")
 
 
 def _report(
@@ -194,13 +189,13 @@ def _report(
     if kind == "Workload":
         workload = snapshot.workload(namespace, name)
         if workload is None:
-            _fail(f"Workload {namespace}/{name} not found")
+            fail(f"Workload {namespace}/{name} not found")
         report = explain(snapshot, workload, "Workload", namespace, name)
         obj = _owner(snapshot, workload, namespace, report)
     else:
         obj = snapshot.target or snapshot.find_object(kind, namespace, name)
         if obj is None:
-            _fail(f"{kind} {namespace}/{name} not found")
+            fail(f"{kind} {namespace}/{name} not found")
         report = explain_object(snapshot, obj, kind, namespace, name)
     if obj is not None:
         teams = _teams(snapshot, platform, policy)
@@ -240,24 +235,28 @@ def _owner(snapshot: Snapshot, workload: dict[str, Any], namespace: str, report:
     help="List this team's workloads (its kueue-governor.io/team label or ClusterQueue name).",
 )
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json", "png"]), default="table", show_default=True)
-@file_option(
-    "-f",
-    "--file",
-    "out_file",
-    help="Write here (png: default kgov-status.png).",
-)
+@file_option("--out", "out_file", help="Write here (png: default kgov-status.png).")
+@file_option("-f", "--file", "legacy_file", hidden=True)
 def status_command(
-    kubeconfig: Path | None, snapshot_file: Path | None, team: str | None, fmt: str, out_file: Path | None
+    kubeconfig: Path | None,
+    snapshot_file: Path | None,
+    team: str | None,
+    fmt: str,
+    out_file: Path | None,
+    legacy_file: Path | None,
 ) -> None:
     """Each team's quota, borrowing, usage and pending work, from its ClusterQueue's status."""
+    if legacy_file is not None:
+        warn(f"-f {legacy_file} is deprecated: give --out {legacy_file} (-f names an input in every command)")
+        out_file = out_file or legacy_file
     if fmt == "png" and out_file is None:
         out_file = Path("kgov-status.png")
     if out_file is not None:
-        check_output_file(out_file, "-f")
+        check_output_file(out_file, "--out")
     snapshot = _read(kubeconfig, snapshot_file)
     rows = team_statuses(snapshot, team)
     if team is not None and not rows:
-        _fail(f"no ClusterQueue of team {team!r}")
+        fail(f"no ClusterQueue of team {team!r}")
     if fmt == "png":
         from webhook.why.picture import render_status_picture
 
@@ -265,13 +264,13 @@ def status_command(
         try:
             render_status_picture(rows, out_file)
         except OSError as exc:
-            raise OutputError(f"-f {out_file}: cannot write: {exc.strerror or exc}") from None
+            raise OutputError(f"--out {out_file}: cannot write: {exc.strerror or exc}") from None
         click.echo(f"wrote {out_file}" + (f" ({out_file.resolve()})" if not out_file.is_absolute() else ""), err=True)
         return
     text: Any = json.dumps(status_json(rows), indent=2) + "\n" if fmt == "json" else status_table(rows)
     if team is not None and fmt == "table":
         text += "\n" + workloads_table(rows)
     if out_file is not None:
-        write_output(out_file, text, "-f")
+        write_output(out_file, text, "--out")
     else:
         click.echo(text, nl=False)

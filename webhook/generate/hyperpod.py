@@ -173,8 +173,11 @@ def _team(
             problems.append(
                 Problem(
                     path=f"{path}.InstanceType",
-                    message=f"no --instance-resources for {entry.InstanceType} (e.g. "
-                    f"--instance-resources {entry.InstanceType}=cpu=192,memory=2Ti,nvidia.com/gpu=8)",
+                    message=f"no --instance-resources for {entry.InstanceType}: give "
+                    f"--instance-resources {entry.InstanceType}=cpu=N,memory=QTY[,RESOURCE=N…] with the allocatable "
+                    "resources of one such node (`kubectl get nodes -l "
+                    f"node.kubernetes.io/instance-type={entry.InstanceType} -o "
+                    "jsonpath='{.items[0].status.allocatable}'`)",
                 )
             )
             continue

@@ -24,6 +24,7 @@ __all__ = [
     "KUSTOMIZATION",
     "dump_yaml",
     "file_drift",
+    "foreign_files",
     "header",
     "load_generated",
     "render_files",
@@ -107,6 +108,24 @@ def _owned_stale_files(files: dict[str, str], output_dir: Path) -> list[Path]:
             if handle.readline().startswith(GENERATED_MARKER):
                 stale.append(path)
     return stale
+
+
+def foreign_files(files: dict[str, str], output_dir: str | Path) -> list[Path]:
+    """The files of ``files`` that already exist in ``output_dir`` and that the generator did not
+    write (their first line is not :data:`GENERATED_MARKER`): writing would overwrite a user's file."""
+    foreign = []
+    for name in files:
+        path = Path(output_dir) / name
+        if not path.is_file():
+            continue
+        try:
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                first = handle.readline()
+        except OSError:
+            first = ""
+        if not first.startswith(GENERATED_MARKER):
+            foreign.append(path)
+    return foreign
 
 
 def file_drift(files: dict[str, str], output_dir: str | Path) -> str:

@@ -29,6 +29,7 @@ from webhook.core.platform.yamlload import (
     limited,
     locate_duplicate,
     no_duplicate_pairs,
+    yaml_error_line,
 )
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
@@ -302,7 +303,7 @@ def load_manifests(text: str, source: str) -> list[Any]:
                 raise InputError(
                     f"{source}: not valid JSON: {json_exc.msg} at line {json_exc.lineno} column {json_exc.colno}"
                 ) from None
-        raise InputError(f"{source}: not valid YAML: {exc}") from None
+        raise InputError(f"{source}: not valid YAML: {yaml_error_line(exc)}") from None
     except YamlLimitError as exc:
         raise InputError(f"{source}: {exc}") from None
     except RecursionError:  # none known under MAX_YAML_DEPTH; still one line, never a traceback

@@ -46,7 +46,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Fail early on values that would break admission. */}}
 {{- define "kueue-governor.validate" -}}
 {{- if not .Values.platform.policy }}
-{{- fail "platform.policy is empty: write the platform values with `kgov chart values PLATFORM -o platform-values.yaml` and pass -f platform-values.yaml" }}
+{{- fail "platform.policy is empty: write the platform values with `kgov chart values PLATFORM --out platform-values.yaml` and pass -f platform-values.yaml" }}
 {{- end }}
 {{- if not (lt .Values.webhook.name "kueue") }}
 {{- fail (printf "webhook.name %q must sort before Kueue's kueue-mutating-webhook-configuration (the API server calls webhooks in name order)" .Values.webhook.name) }}

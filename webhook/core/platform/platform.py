@@ -53,7 +53,7 @@ from webhook.core.platform.models import (
     TopologySpec,
     dns1123_label_error,
 )
-from webhook.core.platform.yamlload import YamlLimitError, limited
+from webhook.core.platform.yamlload import YamlLimitError, limited, yaml_error_line
 
 __all__ = [
     "API_VERSION",
@@ -141,7 +141,9 @@ def load_platform(path: str | Path) -> Platform:
         data = _safe_load(text, source)
     except YamlLimitError as exc:
         raise PlatformError(source, [Problem(path="", message=f"{source} is not usable YAML: {exc}")]) from None
-    except (yaml.YAMLError, ValueError) as exc:
+    except yaml.YAMLError as exc:
+        raise PlatformError(source, [Problem(path="", message=f"not valid YAML: {yaml_error_line(exc)}")]) from None
+    except ValueError as exc:
         raise PlatformError(source, [Problem(path="", message=f"not valid YAML: {exc}")]) from None
     except RecursionError:  # none known under MAX_YAML_DEPTH; still a problem, never a traceback
         raise PlatformError(source, [Problem(path="", message="not valid YAML: nested too deeply")]) from None

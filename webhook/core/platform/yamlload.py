@@ -28,7 +28,15 @@ import yaml
 
 from webhook.core.objects.jsonbody import dotted_path
 
-__all__ = ["MAX_YAML_DEPTH", "DuplicateKeyError", "YamlLimitError", "limited", "locate_duplicate", "no_duplicate_pairs"]
+__all__ = [
+    "MAX_YAML_DEPTH",
+    "DuplicateKeyError",
+    "YamlLimitError",
+    "limited",
+    "locate_duplicate",
+    "no_duplicate_pairs",
+    "yaml_error_line",
+]
 
 #: Deepest nesting of sequences and mappings, the document itself being level 1. Kubernetes objects
 #: are about 20 levels deep and platform files under 10; PyYAML spends two stack frames a level.
@@ -47,6 +55,16 @@ class DuplicateKeyError(YamlLimitError):
 
 def _where(mark: Any) -> str:
     return f"line {mark.line + 1} column {mark.column + 1}"
+
+
+def yaml_error_line(error: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: what is wrong and where (``expected ',' or ']', but got
+    '<stream end>' at line 2 column 1``); PyYAML's own text spans several, with a copy of the line."""
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return " ".join(str(error).split())
+    mark = error.problem_mark or error.context_mark
+    what = " ".join(part for part in (error.context, error.problem) if part) or "invalid YAML"
+    return f"{' '.join(what.split())} at {_where(mark)}" if mark is not None else " ".join(what.split())
 
 
 class _Limits:
