@@ -26,9 +26,11 @@ Rule = Literal["queue", "kueuePriority", "podPriority", "topology", "nodeAffinit
 
 @dataclass(frozen=True)
 class Change:
-    """One edit: ``op`` at ``path`` (keys from the object root) with ``value``, and why."""
+    """One edit: ``op`` at ``path`` (keys from the object root) with ``value``, and why; a
+    ``remove`` (of a value an admission policy filled in, :mod:`webhook.core.policy_fill`) has
+    no value."""
 
-    op: Literal["add", "replace"]
+    op: Literal["add", "replace", "remove"]
     path: tuple[Key, ...]
     value: Any
     rule: Rule

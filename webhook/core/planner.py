@@ -70,11 +70,13 @@ __all__ = [
 def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
-    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.update.plan_update`; an UPDATE
+    CREATE → :func:`plan_object` (values an admission policy filled in planned as absent:
+    :func:`webhook.core.policy_fill.plan_created`); UPDATE → :func:`webhook.core.update.plan_update`; an UPDATE
     through the ``status`` subresource of a built-in kind → its labels only
     (:func:`webhook.core.update.plan_status_update`); other operations and subresources → nothing.
     """
-    from webhook.core.update import plan_status_update, plan_update  # the UPDATE planner builds on this module
+    from webhook.core.policy_fill import plan_created  # both build on this module
+    from webhook.core.update import plan_status_update, plan_update
 
     row = find_kind(request.api_version, request.kind)
     status = (
@@ -107,7 +109,7 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
     if status and request.object is not None and request.old_object is not None:
         return plan_status_update(request.object, request.old_object, row, team)
     if request.operation == "CREATE" and request.object is not None:
-        return plan_object(request.object, row, team, inventory)
+        return plan_created(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
         return plan_update(request.object, request.old_object, row, team, inventory)
     return Plan(skipped=f"operation {request.operation} is not mutated")

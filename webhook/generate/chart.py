@@ -145,9 +145,13 @@ def queue_label_expression(variable: str) -> str:
 
 def kinds_document() -> dict[str, Any]:
     """The content of ``files/kinds.yaml`` (see the module docstring)."""
+    from webhook.generate.admission_policies import fill_rules  # builds on this module
+
     return {
         "rules": webhook_rules(),
         "queueLabel": QUEUE_LABEL,
+        # The MutatingAdmissionPolicies (failSafe.mode: mutate): CREATE of the versions Kueue manages.
+        "fillRules": fill_rules(),
         "cel": {
             "notAManagedChild": not_a_child_expression(),
             # The ValidatingAdmissionPolicy: what matchConditions let through as a child was made one by a user.
@@ -170,12 +174,19 @@ def platform_values(
 
     ``teams[]``: ``name``, ``namespaces`` (names), ``namespaceSelector`` (a LabelSelector or
     None), ``queues`` (the LocalQueues its workloads may name: the queue rule's ``allowed``, else
-    its ``default``) and ``queueEnforced`` (``enforcement: enforce``; otherwise the backstop only
-    requires that some queue label is there, as the webhook admits other values with a warning).
+    its ``default``), ``queueEnforced`` (``enforcement: enforce``; otherwise the backstop only
+    requires that some queue label is there, as the webhook admits other values with a warning)
+    and ``fill`` (the ``variables`` and ``mutations`` of the team's MutatingAdmissionPolicy for
+    ``failSafe.mode: mutate``, :mod:`webhook.generate.admission_policies`; None when it fills
+    nothing).
     """
+    # admission_policies builds on this module's CEL: imported here, where both are loaded
+    from webhook.generate.admission_policies import team_mutations, team_variables
+
     policy = compile_policies(platform, extra_excluded=[policy_namespace])
     teams = []
     for team in policy.teams:
+        mutations = team_mutations(team)
         rule = team.queue
         queues = list(rule.allowed or ([rule.default] if rule.default else []))
         selector = team.namespaceSelector.model_dump(exclude_none=True) if team.namespaceSelector else None
@@ -186,6 +197,7 @@ def platform_values(
                 "namespaceSelector": selector,
                 "queues": queues,
                 "queueEnforced": rule.enforcement == "enforce" and bool(queues),
+                "fill": {"variables": team_variables(team), "mutations": mutations} if mutations else None,
             }
         )
     manifests = build_manifests(platform, GenerateOptions(namespaces=True, policy_namespace=policy_namespace))
