@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -266,7 +267,7 @@ CASES: dict[str, dict[str, Any]] = {
         **user_job("same-topology", "hyperpod-ns-data-science"),
         "spec": {
             "template": {
-                "metadata": {"annotations": {PREFERRED: "topology.k8s.aws/network-node-layer-2"}},
+                "metadata": {"annotations": {REQUIRED: "kubernetes.io/hostname"}},
                 "spec": support.pause_pod_spec(0, "50m"),
             }
         },
@@ -312,7 +313,9 @@ _VOLATILE = ("uid", "creationTimestamp", "resourceVersion", "managedFields", "ge
 
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
+    """``obj`` without what differs from one create to the next (its uid, also in a Job's selector)."""
+    uid = obj["metadata"].get("uid")
+    out: dict[str, Any] = json.loads(json.dumps(obj).replace(uid, "UID")) if uid else copy.deepcopy(obj)
     for key in _VOLATILE:
         out["metadata"].pop(key, None)
     out.pop("status", None)
