@@ -29,7 +29,8 @@ import pytest
 import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from e2e import support
+from e2e import devcluster, support
+from e2e.conftest import E2ECluster
 from e2e.helm_support import PLATFORM_VALUES, Helm
 
 pytestmark = pytest.mark.e2e
@@ -329,11 +330,26 @@ async def _dry_run_all(dynamic: DynamicClient) -> dict[str, dict[str, Any]]:
     }
 
 
+def _reviews_with_a_removal(state: Path, run: str) -> set[str]:
+    """Names of the objects whose CREATE review by ``kgov serve`` (its log, lines after ``run``)
+    took out a value a policy filled in (a ``remove`` change)."""
+    names = set()
+    after = False
+    for line in devcluster.Paths(state).log("governor").read_text().splitlines():
+        after = after or run in line
+        if after and line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("event") == "admission" and any(c.endswith(":remove") for c in entry.get("changes") or []):
+                names.add(str(entry.get("name")))
+    return names
+
+
 async def test_webhook_and_policies_give_what_the_webhook_gives(
     dynamic: DynamicClient,
     bundled_config: support.Generated,
     namespace: str,
     governor: Callable[[Path], str],
+    e2e_cluster: E2ECluster,
 ) -> None:
     url = await asyncio.to_thread(governor, support.BUNDLED_PLATFORM)
     assert url
@@ -349,3 +365,7 @@ async def test_webhook_and_policies_give_what_the_webhook_gives(
         await delete_all(dynamic, objects)
     for case in CASES:
         assert both[case] == alone[case], yaml.safe_dump({"alone": alone[case], "both": both[case]})
+    # The webhook did see the policies' values (and took out their marker) in each case.
+    assert e2e_cluster.local is not None
+    removed = _reviews_with_a_removal(Path(e2e_cluster.local.state_dir), namespace)
+    assert {body["metadata"]["name"] for body in CASES.values()} <= removed
