@@ -82,6 +82,7 @@ bench-cluster: install
 bench-apiserver: install
 	$(PYTHON) benchmarks/bench_apiserver.py
 	$(PYTHON) benchmarks/bench_faults.py
+	$(PYTHON) benchmarks/bench_fail_safe.py
 
 # Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" (python -m benchmarks.placement --help).
 PLACEMENT_ARGS ?=
