@@ -139,6 +139,12 @@ def test_a_marker_on_a_value_the_policy_does_not_write_is_not_believed() -> None
     assert marked(forged, row) == {"queue"} and filled_values(forged, row, _team("research")) == []
     allowed, message = _admitted(forged, "hyperpod-ns-research")
     assert not allowed and "hyperpod-ns-inference-localqueue" in str(message)
+    # a marker on nothing the policy writes is the user's annotation: kept (the patch is additive)
+    own = job()
+    own["metadata"]["annotations"] = {FILLED_BY_POLICY: "topology"}  # research's topology is auto: never filled
+    allowed, result = _admitted(own, "hyperpod-ns-research")
+    assert allowed and isinstance(result, dict)
+    assert result["metadata"]["annotations"] == {FILLED_BY_POLICY: "topology"}
 
 
 def test_the_teams_own_default_is_not_refused_as_a_users_choice() -> None:

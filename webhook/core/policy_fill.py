@@ -26,7 +26,7 @@ from typing import Any
 from jsonpatch import JsonPatchException
 from jsonpointer import JsonPointerException
 
-from webhook.core.draft import Change, Plan
+from webhook.core.draft import Change, Plan, Rule
 from webhook.core.inventory import NodeInventory
 from webhook.core.kind_model import TEMPLATE, PodSetRule, WorkloadKind
 from webhook.core.patch import apply_patch, to_json_patch
@@ -142,21 +142,30 @@ def _without(obj: Mapping[str, Any], paths: list[tuple[Key, ...]]) -> dict[str, 
     return out
 
 
+def _rule_of(path: tuple[Key, ...]) -> Rule:
+    """The rule a filled value belongs to (the marker goes with the queue label)."""
+    if path[-1] == PRIORITY_LABEL:
+        return "kueuePriority"
+    return "topology" if path[-1] in (REQUIRED, PREFERRED, UNCONSTRAINED) else "queue"
+
+
 def plan_created(
     obj: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, inventory: NodeInventory | None = None
 ) -> Plan:
     """Plan a CREATE whose object may carry values a policy filled in (see the module docstring).
 
-    Without a marker this is :func:`webhook.core.planner.plan_object`. With one, the object is
-    planned without the values the marker names (:func:`filled_values`) and without the marker;
+    Without a marker, or with one on no value the policy writes (a user's own marker: left as
+    set), this is :func:`webhook.core.planner.plan_object`. Otherwise the object is planned
+    without the values the marker names (:func:`filled_values`) and without the marker;
     the plan's changes apply to the object as it came, and a filled value the webhook does not set
     itself is removed, so the result equals what the webhook alone makes of the user's object.
     """
     from webhook.core.planner import plan_object  # the planner dispatches CREATE here
 
-    if lookup(obj, marker_path(row)) is None:
+    filled = filled_values(obj, row, team) if lookup(obj, marker_path(row)) is not None else []
+    if not filled:  # no marker, or one on values the policy does not write: the user's, left as set
         return plan_object(obj, row, team, inventory)
-    removed = [*filled_values(obj, row, team), marker_path(row)]
+    removed = [*filled, marker_path(row)]
     user = _without(obj, removed)
     plan = plan_object(user, row, team, inventory)
     if plan.skipped or not plan.allowed:
@@ -170,7 +179,7 @@ def plan_created(
                 prefix = path[:depth]
                 if lookup(wanted, prefix) is None and lookup(got, prefix) is not None:
                     if all(r.path != prefix for r in removals):
-                        removals.append(Change("remove", prefix, None, "queue", "filled by an admission policy"))
+                        removals.append(Change("remove", prefix, None, _rule_of(path), "filled by an admission policy"))
                     break
         plan.changes = [*plan.changes, *removals]
         if apply_patch(obj, to_json_patch(plan.changes)) != wanted:  # never expected: plan the object as it is
