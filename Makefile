@@ -82,6 +82,7 @@ bench-cluster: install
 bench-apiserver: install
 	$(PYTHON) benchmarks/bench_apiserver.py
 	$(PYTHON) benchmarks/bench_faults.py
+	$(PYTHON) benchmarks/bench_fail_safe.py
 
 # Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" (python -m benchmarks.placement --help).
 PLACEMENT_ARGS ?=
@@ -119,7 +120,7 @@ e2e-test: install
 # Mutation testing (not part of `make test`; README, "Mutation testing"). MUTATE_MODULES are modules of
 # webhook/core, as paths without .py; MUTATE_BUDGET is in seconds: when it runs out, the run stops and keeps
 # the verdicts it has. Every run starts from a fresh mutants/ (mutmut's working copy, not in git).
-MUTATE_MODULES ?= platform/resolve kueue/resources kueue/inventory kueue/scheduling admission/patch objects/quantity plan/planner plan/owners plan/create plan/update plan/recheck \
+MUTATE_MODULES ?= platform/resolve kueue/resources kueue/inventory kueue/scheduling plan/patch objects/quantity plan/planner plan/owners plan/create plan/update plan/recheck \
 	platform/policy kueue/view plan/draft objects/paths admission/review platform/naming plan/rules/queue plan/rules/node_affinity plan/rules/kueue_priority plan/rules/pod_priority plan/rules/stranded plan/rules/topology
 MUTATE_BUDGET ?= 5400
 MUTATE_JOBS ?= 2

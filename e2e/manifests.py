@@ -17,7 +17,7 @@ import yaml
 
 from e2e import build
 from webhook.core.kueue.registration import webhook_rules
-from webhook.generate.chart import status_expression
+from webhook.generate.cel import status_expression
 
 KUEUE_NAMESPACE = "kueue-system"
 GOVERNOR_WEBHOOK_CONFIGURATION = "kgov-governor"

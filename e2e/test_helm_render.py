@@ -51,6 +51,7 @@ def test_ci_values_files_exist() -> None:
     assert names == [
         "cert-manager-values.yaml",
         "fail-open-values.yaml",
+        "fail-safe-mutate-values.yaml",
         "kueue-objects-values.yaml",
         "policy-file-values.yaml",
     ]
@@ -177,6 +178,8 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         if team["queueEnforced"]:
             assert f"variables.queue in {json.dumps(team['queues'])}" in validation["expression"]
 
+    _check_fail_safe(values, objects, kinds)
+
     mode = values["certs"]["mode"]
     if mode == "self-managed":
         secrets = {s["metadata"]["name"]: s for s in by_kind(objects, "Secret")}
@@ -204,6 +207,38 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         assert not kueue_kinds & rendered_kinds
 
 
+def _check_fail_safe(values: dict[str, Any], objects: list[dict[str, Any]], kinds: dict[str, Any]) -> None:
+    """failSafe.mode mutate: a MutatingAdmissionPolicy per team that fills something, with the
+    mutations `kgov chart values` computed, CREATE only, and a binding to the team's namespaces;
+    the ValidatingAdmissionPolicy stays. Other modes: no MutatingAdmissionPolicy."""
+    policies = by_kind(objects, "MutatingAdmissionPolicy")
+    bindings = by_kind(objects, "MutatingAdmissionPolicyBinding")
+    if values["failSafe"]["mode"] != "mutate":
+        assert policies == [] and bindings == []
+        return
+    teams = [t for t in values["platform"]["teams"] if t["fill"]]
+    assert [p["metadata"]["name"] for p in policies] == [f"kgov-governor-fill-{t['name']}" for t in teams]
+    assert len(teams) == 3 and by_kind(objects, "ValidatingAdmissionPolicy")
+    for team, policy, binding in zip(teams, policies, bindings, strict=True):
+        assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        spec = policy["spec"]
+        assert spec["mutations"] == team["fill"]["mutations"] and spec["variables"] == team["fill"]["variables"]
+        assert spec["failurePolicy"] == "Ignore" and spec["reinvocationPolicy"] == "Never"
+        assert {op for rule in spec["matchConstraints"]["resourceRules"] for op in rule["operations"]} == {"CREATE"}
+        assert spec["matchConstraints"]["resourceRules"] == kinds["fillRules"]
+        assert spec["matchConditions"][0]["expression"] == kinds["cel"]["notAManagedChild"]
+        assert all(m["patchType"] == "JSONPatch" for m in spec["mutations"])
+        assert team["queues"][0] in spec["mutations"][1]["jsonPatch"]["expression"]
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        (expression,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert expression == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": team["namespaces"]}
+
+
+def test_fail_safe_none_renders_no_admission_policy(helm: Helm) -> None:
+    objects = helm.template([PLATFORM_VALUES], {"failSafe.mode": '"none"'})
+    assert by_kind(objects, "ValidatingAdmissionPolicy") == [] and by_kind(objects, "MutatingAdmissionPolicy") == []
+
+
 def test_cert_manager_renders_are_identical(helm: Helm) -> None:
     files = [PLATFORM_VALUES, CHART / "ci" / "cert-manager-values.yaml"]
     args = ["template", "kgov", str(CHART), "--kube-version", build.KUBERNETES_VERSION]
@@ -221,6 +256,7 @@ def test_cert_manager_renders_are_identical(helm: Helm) -> None:
         ),
         ({"webhook.timeoutSeconds": "45"}, "at '/webhook/timeoutSeconds'"),
         ({"certs.mode": '"vault"'}, "at '/certs/mode': value must be one of 'self-managed', 'cert-manager'"),
+        ({"failSafe.mode": '"mutating"'}, "at '/failSafe/mode': value must be one of 'mutate', 'validate', 'none'"),
         ({"platform.policy": '""'}, "kgov chart values PLATFORM --out platform-values.yaml"),
         ({"terminationGracePeriodSeconds": "25"}, "the pod would be killed mid-drain"),
     ],

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, CASES, aws_nodes, load_documents, needs_cases, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.kinds import find_kind
 from webhook.core.kueue.view import kueue_view
+from webhook.core.plan.patch import apply_patch
 from webhook.core.plan.rules.capacity import crowded_role
 
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, aws_nodes, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory, PodConstraints
 from webhook.core.kueue.kinds import KINDS, find_kind
 from webhook.core.kueue.view import kueue_view
+from webhook.core.plan.patch import apply_patch
 
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"

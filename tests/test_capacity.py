@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory, PodConstraints
 from webhook.core.kueue.resources import pod_requests
+from webhook.core.plan.patch import apply_patch
 from webhook.core.platform.platform import LabelSelector
 from webhook.core.platform.resolve import selector_matches
 

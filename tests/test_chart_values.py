@@ -16,7 +16,8 @@ from webhook.core.kueue.kinds import KINDS
 from webhook.core.kueue.registration import webhook_rules
 from webhook.core.platform.platform import load_platform
 from webhook.core.platform.policy import compile_policies
-from webhook.generate.chart import kinds_document, managed_child_expression, platform_values
+from webhook.generate.cel import managed_child_expression
+from webhook.generate.chart import kinds_document, platform_values
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "kueue-config" / "platform.yaml"

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch, pointer, to_json_patch
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.inventory import Node, NodeInventory, PodConstraints, first_fit
 from webhook.core.kueue.kinds import find_kind
@@ -26,6 +25,7 @@ from webhook.core.kueue.view import kueue_view
 from webhook.core.objects.paths import child, dotted
 from webhook.core.objects.quantity import QuantityError, format_quantity, parse_quantity
 from webhook.core.plan.draft import Change, Draft, Shape
+from webhook.core.plan.patch import apply_patch, pointer, to_json_patch
 from webhook.core.plan.planner import managed_child, plan_object
 from webhook.core.plan.rules.node_affinity import normalize
 from webhook.core.platform.platform import LabelSelector

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from support import bundled_teams, review_body
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.plan.patch import apply_patch
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 PRIORITY = "kueue.x-k8s.io/priority-class"

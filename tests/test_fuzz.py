@@ -24,12 +24,12 @@ from test_malformed import KINDS, QUANTITY_FIELDS, TEMPLATED, _schema_typed, ans
 from test_properties import BASES
 
 from webhook.core.admission.envelope import MalformedReview, decode_body
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory, PodConstraints
 from webhook.core.kueue.wellformed import is_extended_resource
 from webhook.core.objects.paths import dotted, lookup
 from webhook.core.objects.quantity import format_quantity, parse_quantity
+from webhook.core.plan.patch import apply_patch
 from webhook.kube.files import load_nodes
 
 # Bases whose every governed field is present, so that corruption reaches each of them.

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from support import REPO, bundled_teams, review_body
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.plan.patch import apply_patch
 
 NS = "hyperpod-ns-research"
 K = "kueue.x-k8s.io/"

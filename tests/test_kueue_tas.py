@@ -14,11 +14,11 @@ import pytest
 import yaml
 from support import PLATFORM, REPO, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind
 from webhook.core.kueue.view import kueue_view
+from webhook.core.plan.patch import apply_patch
 from webhook.core.platform.resolve import TeamIndex
 
 NS = "hyperpod-ns-research"

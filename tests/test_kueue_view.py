@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import KINDS, find_kind
 from webhook.core.kueue.registration import webhook_rules
 from webhook.core.kueue.resources import pod_requests
 from webhook.core.kueue.view import kueue_view
+from webhook.core.plan.patch import apply_patch
 
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"

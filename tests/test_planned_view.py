@@ -18,11 +18,11 @@ from support import aws_nodes, platform_with, teams_from
 from test_properties import policies, workloads
 from workloads import examples
 
-from webhook.core.admission.patch import apply_patch, to_json_patch
 from webhook.core.kueue.kinds import KINDS, find_kind
 from webhook.core.kueue.view import GROUP_NAME, kueue_view
 from webhook.core.plan import planned
 from webhook.core.plan.draft import Change
+from webhook.core.plan.patch import apply_patch, to_json_patch
 from webhook.core.plan.planned import VIEW_READ_KEYS, planned_view
 from webhook.core.plan.planner import plan_object
 

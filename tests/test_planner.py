@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
+from webhook.core.plan.patch import apply_patch
 
 FULL_POLICY = {
     "queue": {"enforcement": "enforce"},

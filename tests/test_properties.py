@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from support import CASES, aws_nodes, job, load_documents, platform_with, review_body, strip_kueue, teams_from
 from workloads import build, examples
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.kinds import KINDS, find_kind
 from webhook.core.kueue.view import kueue_view
 from webhook.core.objects.paths import lookup
+from webhook.core.plan.patch import apply_patch
 
 #: The project's own workloads: a Job, then one of every kind in the kinds table (tests/workloads.py);
 #: Kueue's examples (the shared cases) are added when present, never needed for breadth.

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from support import AWS_LEVELS, bundled_teams, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import TRANSIENT_TAINTS, NodeInventory
+from webhook.core.plan.patch import apply_patch
 
 RECORDED = Path(__file__).resolve().parent / "data" / "why" / "bundled.json"
 NAMESPACE = "hyperpod-ns-data-science"  # team data-science: required layer-3 (rack), enforce

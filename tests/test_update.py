@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 from support import aws_nodes, bundled_teams, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.plan.patch import apply_patch
 
 WIDE = {
     "queue": {"enforcement": "enforce"},

@@ -8,8 +8,8 @@ from typing import Any
 
 from support import aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import review
+from webhook.core.plan.patch import apply_patch
 from webhook.core.platform.resolve import TeamIndex
 
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"

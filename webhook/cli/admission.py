@@ -28,12 +28,12 @@ from webhook.cli.common import (
 )
 from webhook.cli.errors import say, warn
 from webhook.core.admission.envelope import MalformedReview, decode_body
-from webhook.core.admission.patch import apply_patch
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind
 from webhook.core.kueue.wellformed import describe
 from webhook.core.objects.paths import Key, dotted
+from webhook.core.plan.patch import apply_patch
 from webhook.core.platform.platform import dns1123_label_error
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.files import InputError, load_manifests

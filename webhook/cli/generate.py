@@ -16,6 +16,7 @@ from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, file_option
 from webhook.core.platform.models import label_value_error
 from webhook.core.platform.platform import Platform, PlatformError, Problem, check_platform, load_platform
+from webhook.generate.admission_policies import admission_policy_files
 from webhook.generate.hyperpod import (
     DEFAULT_COHORT,
     ClusterSchedulerConfig,
@@ -152,6 +153,12 @@ _strict_option = click.option(
 @_namespaces_option
 @_policy_namespace_option
 @_instance_option
+@click.option(
+    "--admission-policies",
+    is_flag=True,
+    help="Also generate MutatingAdmissionPolicies (admission-policies.yaml, Kubernetes >= 1.36) that fill in the "
+    "team's queue label, Kueue priority and fixed topology level when the webhook is away.",
+)
 def generate_command(
     platform_file: str,
     output_dir: str,
@@ -163,12 +170,14 @@ def generate_command(
     namespaces: bool,
     policy_namespace: str,
     instance: str | None,
+    admission_policies: bool,
 ) -> None:
     """Generate Kueue objects (kueue.x-k8s.io/v1beta2) and the webhook policy from PLATFORM.
 
     Writes one YAML file per kind (topologies, resourceflavors, cohorts, clusterqueues,
     localqueues, workloadpriorityclasses, priorityclasses, namespaces with --namespaces,
-    policy-configmap) and a kustomization.yaml listing them: apply with `kubectl apply -k DIR`.
+    policy-configmap; admission-policies with --admission-policies) and a kustomization.yaml listing
+    them: apply with `kubectl apply -k DIR`.
     Warns when a change to the files already there would need an object to be re-created.
     Refuses to overwrite a file of --out that it did not write, unless --force.
     """
@@ -178,6 +187,8 @@ def generate_command(
     platform, problems, by_strict = _load_and_validate(platform_file, nodes_path, strict, policy_namespace)
     options = GenerateOptions(namespaces=namespaces, policy_namespace=policy_namespace, instance=instance)
     manifests = build_manifests(platform, options)
+    if admission_policies:
+        manifests.update(admission_policy_files(platform, policy_namespace, instance))
     desired = [obj for objects in manifests.values() for obj in objects]
     problems += recreate_warnings(desired, load_generated(output_dir), platform)
     _report(problems, platform_file, by_strict)

@@ -2,8 +2,8 @@
 
 Five rooms, each importing only the rooms below it (``lint-imports`` enforces the order):
 
-- :mod:`.admission`: the AdmissionReview envelope, the review entry point, the JSON Patch;
-- :mod:`.plan`: the planner, the draft of changes, UPDATE handling and the rules;
+- :mod:`.admission`: the AdmissionReview envelope and the review entry point;
+- :mod:`.plan`: the planner, the draft of changes and its JSON Patch, UPDATE handling and the rules;
 - :mod:`.platform`: the platform file, its checks and naming, compiled team policies, team resolution;
 - :mod:`.kueue`: Kueue's model of a workload (the kinds table, podsets, per-pod requests, node
   eligibility, the node inventory);

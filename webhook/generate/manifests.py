@@ -351,6 +351,8 @@ FILE_KINDS: dict[str, str] = {
     "workloadpriorityclasses.yaml": "WorkloadPriorityClass",
     "priorityclasses.yaml": "PriorityClass",
     "policy-configmap.yaml": "ConfigMap",
+    # `kgov generate --admission-policies` (webhook.generate.admission_policies)
+    "admission-policies.yaml": "MutatingAdmissionPolicy",
 }
 
 
@@ -374,7 +376,7 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
         "policy-configmap.yaml": lambda: [policy_config_map(platform, options.policy_namespace)],
     }
     out: dict[str, list[Manifest]] = {}
-    for name in FILE_KINDS:
+    for name in builders:
         objects = builders[name]()
         if options.instance is not None:
             for obj in objects:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.admission.envelope import AdmissionRequest, build_response, parse_admission_review
-from webhook.core.admission.patch import to_json_patch
 from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.plan.patch import to_json_patch
 from webhook.core.plan.planner import Plan, plan_admission
 from webhook.core.platform.resolve import Resolution, TeamIndex
 

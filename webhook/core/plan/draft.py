@@ -3,7 +3,7 @@
 :class:`Draft` is a copy-on-write working copy of the object: a rule edits it through
 :meth:`Draft.set` / :meth:`Draft.append`, which record each edit as a :class:`Change` (an ``add``
 of something missing, or a ``replace`` of a present value). :class:`Plan` gathers the changes and
-what to tell the user. Paths are tuples; :mod:`webhook.core.admission.patch` turns them into RFC 6902
+what to tell the user. Paths are tuples; :mod:`webhook.core.plan.patch` turns them into RFC 6902
 operations.
 """
 
@@ -26,9 +26,11 @@ Rule = Literal["queue", "kueuePriority", "podPriority", "topology", "nodeAffinit
 
 @dataclass(frozen=True)
 class Change:
-    """One edit: ``op`` at ``path`` (keys from the object root) with ``value``, and why."""
+    """One edit: ``op`` at ``path`` (keys from the object root) with ``value``, and why; a
+    ``remove`` (of a value an admission policy filled in, :mod:`webhook.core.plan.policy_fill`) has
+    no value."""
 
-    op: Literal["add", "replace"]
+    op: Literal["add", "replace", "remove"]
     path: tuple[Key, ...]
     value: Any
     rule: Rule

@@ -3,7 +3,7 @@
 The request path (SPEC §3, §5): :mod:`~webhook.core.admission.envelope` parses, :mod:`~webhook.core.platform.resolve`
 finds the team, then here: the kind row (:mod:`~webhook.core.kueue.kinds`, group **and** version) →
 Kueue's view of the workload (:mod:`~webhook.core.kueue.view`) → the rules (:mod:`webhook.core.plan.rules`)
-→ the plan, which :mod:`~webhook.core.admission.patch` turns into a JSON Patch and
+→ the plan, which :mod:`~webhook.core.plan.patch` turns into a JSON Patch and
 :mod:`~webhook.core.admission.review` into the AdmissionReview answer.
 
 ========== ======================================================= ==============================
@@ -31,6 +31,7 @@ from webhook.core.kueue.kinds import find_kind, kind_of_group
 from webhook.core.plan.create import plan_object, skip_reason, validate_podset
 from webhook.core.plan.draft import Change, Plan
 from webhook.core.plan.owners import made_by_a_controller, managed_child, managed_owner, user_made_child
+from webhook.core.plan.policy_fill import plan_created
 from webhook.core.plan.request import AdmissionRequest
 from webhook.core.plan.rules.queue import PRIORITY_LABEL, QUEUE_LABEL
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
@@ -57,9 +58,11 @@ __all__ = [
 def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
     """Plan the changes for one request of a team namespace.
 
-    CREATE → :func:`plan_object`; UPDATE → :func:`webhook.core.plan.update.plan_update`; an UPDATE
-    through the ``status`` subresource of a built-in kind → its labels only
-    (:func:`webhook.core.plan.update.plan_status_update`); other operations and subresources → nothing.
+    CREATE → :func:`plan_object` (values an admission policy filled in planned as absent:
+    :func:`webhook.core.plan.policy_fill.plan_created`); UPDATE →
+    :func:`webhook.core.plan.update.plan_update`; an UPDATE through the ``status`` subresource of a
+    built-in kind → its labels only (:func:`webhook.core.plan.update.plan_status_update`); other
+    operations and subresources → nothing.
     """
     row = find_kind(request.api_version, request.kind)
     status = (
@@ -92,7 +95,7 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
     if status and request.object is not None and request.old_object is not None:
         return plan_status_update(request.object, request.old_object, row, team)
     if request.operation == "CREATE" and request.object is not None:
-        return plan_object(request.object, row, team, inventory)
+        return plan_created(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
         return plan_update(request.object, request.old_object, row, team, inventory)
     return Plan(skipped=f"operation {request.operation} is not mutated")

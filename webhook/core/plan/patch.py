@@ -34,7 +34,12 @@ def to_json_patch(changes: Sequence[Change]) -> list[dict[str, Any]]:
     The values are the plan's own (the planner never shares them with the draft); serialise the
     patch before changing any of them.
     """
-    return [{"op": c.op, "path": pointer(tuple(c.path)), "value": c.value} for c in changes]
+    return [
+        {"op": c.op, "path": pointer(tuple(c.path))}
+        if c.op == "remove"
+        else {"op": c.op, "path": pointer(tuple(c.path)), "value": c.value}
+        for c in changes
+    ]
 
 
 def apply_patch(obj: Mapping[str, Any], operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
