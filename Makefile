@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+.PHONY: install example test test-unit fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -26,7 +26,7 @@ example: install
 		-f examples/pytorchjob.yaml --nodes examples/nodes.json --explain
 
 ## Everything CI runs: lint, unit tests, generated-config drift check, chart lint/render, end-to-end suite.
-test: lint test-unit generate-check helm-check e2e-test
+test: lint test-unit generate-check crd-defaults-check helm-check e2e-test
 
 ## Unit, property and example-case tests (no cluster, no Go).
 test-unit: install
@@ -61,6 +61,14 @@ generate-check: install
 	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
 	$(KGOV) chart kinds --check
 	$(KGOV) chart values kueue-config/platform.yaml -o helm/kueue-governor/ci/platform-values.yaml --check
+
+## Rewrite webhook/core/crd_defaults.json from the workload CRDs Kueue pins (needs Go: their modules are downloaded).
+crd-defaults: install
+	$(PYTHON) -m e2e.crd_defaults
+
+## The checked-in webhook/core/crd_defaults.json must match the defaults of the CRDs Kueue pins (needs Go).
+crd-defaults-check: install
+	$(PYTHON) -m e2e.crd_defaults --check
 
 ## helm lint and renders of helm/kueue-governor with each values file of its ci/ (helm is built from its Go module).
 helm-check: install
