@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e.support import BUNDLED_PLATFORM, Cleanup, Refused, create_with_warnings, get, is_true, wait_for, workload_for
-from e2e.test_kueue_view import RESEARCH, Differential, kueue_usage, served, unique
+from e2e.test_kueue_view import DATA_SCIENCE, RESEARCH, Differential, kueue_usage, kueue_verdict, served, unique
 from webhook.cli import main
 from webhook.core.rules.capacity import requests_text
 
@@ -156,7 +156,8 @@ async def test_a_fault_tolerant_head_limited_below_the_floor_is_refused_online_a
 ) -> None:
     """Kueue's Workload asks 200m / 256Mi for a head limited to 100m / 64Mi, which its
     ``ValidateResources`` never admits: the live governor refuses it (research's queue rule is
-    enforced), and ``kgov mutate`` says the same."""
+    enforced), and ``kgov mutate`` says the same; where the rule only warns, Kueue leaves the
+    Workload pending for that reason."""
     body = limited_ft_cluster()
     if not await served(dynamic, body["apiVersion"], body["kind"]):
         pytest.skip("ray.io/v1 RayCluster is not served by this API server")
@@ -172,3 +173,13 @@ async def test_a_fault_tolerant_head_limited_below_the_floor_is_refused_online_a
     with pytest.raises(Refused) as refused:
         await create_with_warnings(dynamic, body)
     assert expected in str(refused.value.status.get("message"))
+    # Where the queue rule only warns (data-science), it is created and Kueue never admits it.
+    warned = limited_ft_cluster()
+    warned["metadata"]["namespace"] = DATA_SCIENCE
+    cleanup.add(warned)
+    created = await create_with_warnings(dynamic, warned)
+    assert [w for w in created.warnings if expected in w], created.warnings
+    admitted, message = await kueue_verdict(dynamic, DATA_SCIENCE, created.obj["metadata"]["uid"])
+    print(f"\nKueue: {message}")
+    assert not admitted
+    assert "requests must not exceed its limits" in message, message
