@@ -26,8 +26,18 @@ import yaml
 from click.testing import CliRunner
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from e2e.support import BUNDLED_PLATFORM, Cleanup, Refused, create_with_warnings, get, is_true, wait_for, workload_for
-from e2e.test_kueue_view import DATA_SCIENCE, RESEARCH, Differential, kueue_usage, kueue_verdict, served, unique
+from e2e.support import (
+    BUNDLED_PLATFORM,
+    Cleanup,
+    Refused,
+    create_with_warnings,
+    get,
+    is_true,
+    load_yaml_documents,
+    wait_for,
+    workload_for,
+)
+from e2e.test_kueue_view import CASES, DATA_SCIENCE, RESEARCH, Differential, kueue_usage, kueue_verdict, served, unique
 from webhook.cli import main
 from webhook.core.rules.capacity import requests_text
 
@@ -88,8 +98,20 @@ def ray_job(**spec: Any) -> dict[str, Any]:
     }
 
 
+def autoscaling_sample() -> dict[str, Any]:
+    """Kueue v0.19.2's ``site/static/examples/jobs/ray-job-autoscaling-sample.yaml``, its own queue
+    label left out (the governor adds the team's), its ``elastic-job`` annotation kept (Kueue
+    refuses autoscaling without it)."""
+    (sample,) = load_yaml_documents(CASES / "jobs" / "ray-job-autoscaling-sample.yaml")
+    sample["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    sample["metadata"]["name"] = unique("rayjob-autoscaling")
+    return sample
+
+
 def cases() -> dict[str, dict[str, Any]]:
+    sample = {"kueue-autoscaling-sample": autoscaling_sample()} if CASES.is_dir() else {}
     return {
+        **sample,
         "ft-annotation": ray_cluster({"ray.io/ft-enabled": "true"}),
         "gcs-ft-options": ray_cluster(gcsFaultToleranceOptions={"redisAddress": "redis:6379"}),
         "autoscaling": ray_cluster({"kueue.x-k8s.io/elastic-job": "true"}, enableInTreeAutoscaling=True),

@@ -204,3 +204,32 @@ def test_kueues_autoscaling_sample_is_sized_as_kueue_sizes_it() -> None:
         "small-group": (1, {"cpu": Decimal(1)}),
         "submitter": (1, {"cpu": Decimal("0.5"), "memory": Decimal(200 * MI)}),
     }
+
+
+@pytest.mark.parametrize(
+    ("template", "path"),
+    [
+        ({"spec": {"containers": "ray-head"}}, ("spec", "headGroupSpec", "template", "spec", "containers")),
+        (
+            {"spec": {"containers": [{"name": "h", "resources": ["cpu"]}]}},
+            ("spec", "headGroupSpec", "template", "spec", "containers", 0, "resources"),
+        ),
+        (
+            {"spec": {"containers": [{"name": "h", "resources": {"requests": "1"}}]}},
+            ("spec", "headGroupSpec", "template", "spec", "containers", 0, "resources", "requests"),
+        ),
+    ],
+)
+def test_a_malformed_head_is_still_reported_when_kueue_would_change_it(template: dict[str, Any], path: Any) -> None:
+    """Regression: raising or appending containers must not hide what the user wrote wrong."""
+    body = ray_cluster({"ray.io/ft-enabled": "true"}, enableInTreeAutoscaling=True)
+    body["spec"]["headGroupSpec"]["template"] = template
+    row = find_kind("ray.io/v1", "RayCluster")
+    assert row is not None
+    assert [p.path for p in kueue_view(body, row).problems] == [path]
+
+
+def test_a_head_with_null_resources_is_raised() -> None:
+    body = ray_cluster({"ray.io/ft-enabled": "true"})
+    body["spec"]["headGroupSpec"]["template"] = {"spec": {"containers": [{"name": "h", "resources": None}]}}
+    assert sizes(body)["head"] == (1, {"cpu": Decimal("0.2"), "memory": Decimal(256 * MI)})

@@ -111,10 +111,12 @@ def _resources(change: AddContainer, obj: Mapping[str, Any], problems: Problems,
 def _raised(container: Mapping[str, Any], floor: ResourceList) -> dict[str, Any]:
     """``container`` with its requests raised to ``floor``; a request that is no quantity is left
     as it is (the view reports it at its path: the container keeps its index)."""
-    resources = container.get("resources")
-    resources = resources if isinstance(resources, Mapping) else {}
-    requests = resources.get("requests")
-    raised: dict[str, Any] = dict(requests) if isinstance(requests, Mapping) else {}
+    resources = {} if container.get("resources") is None else container["resources"]
+    requests = resources.get("requests") if isinstance(resources, Mapping) else None
+    requests = {} if isinstance(resources, Mapping) and requests is None else requests
+    if not isinstance(resources, Mapping) or not isinstance(requests, Mapping):
+        return dict(container)  # malformed: left for the view to report at its path
+    raised: dict[str, Any] = dict(requests)
     for name, least in floor:
         mine = raised.get(name)
         parsed = None if mine is None else quantity(mine, (), [])
@@ -137,8 +139,10 @@ def kueue_pod_spec(
     applied = [c for c in changes if any(w.holds(obj) for w in c.when)]
     if not applied:
         return spec
-    containers = spec.get("containers")
-    out: list[Any] = list(containers) if isinstance(containers, list) else []
+    containers = [] if spec.get("containers") is None else spec["containers"]
+    if not isinstance(containers, list):  # malformed: left for the view to report at its path
+        return spec
+    out: list[Any] = list(containers)
     for change in applied:
         if isinstance(change, RaiseRequests):
             if out and isinstance(out[0], Mapping):
