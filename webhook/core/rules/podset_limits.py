@@ -1,4 +1,5 @@
-"""What keeps Kueue from ever creating a workload's Workload, and podsets that match no node.
+"""What keeps Kueue from ever creating a workload's Workload, or from ever admitting it (requests
+above limits in a custom resource), and podsets that match no node.
 
 Run first among the never-admitted checks (:func:`webhook.core.rules.stranded.check_admissible`),
 on the planned object; findings under the queue rule's enforcement. ``e2e/test_kueue_limits.py``
