@@ -128,6 +128,7 @@ e2e-test: install
 # webhook/core, as paths without .py; MUTATE_BUDGET is in seconds: when it runs out, the run stops and keeps
 # the verdicts it has. Every run starts from a fresh mutants/ (mutmut's working copy, not in git).
 MUTATE_MODULES ?= resolve resources inventory scheduling patch quantity planner update recheck policy view draft paths review naming \
+	injected crd_defaults rules/podset_limits \
 	rules/queue rules/node_affinity rules/kueue_priority rules/pod_priority rules/stranded rules/topology
 MUTATE_BUDGET ?= 5400
 MUTATE_JOBS ?= 2

@@ -142,3 +142,25 @@ def test_kgov_review_applies_the_defaults_before_planning(tmp_path: Path) -> Non
     response = json.loads(result.stdout)["response"]
     assert response["allowed"] is False
     assert "it has 19" in response["status"]["message"]
+
+
+def test_structural_defaulting_over_lists_maps_and_nulls() -> None:
+    """``_fill`` as the API server defaults: every list item and map value for ``*``, a null
+    replaced unless the field is nullable, nothing created where the parent is missing."""
+    from webhook.core.crd_defaults import _fill
+
+    node: dict[str, Any] = {"items": [{}, {"mode": "set"}, {"mode": None}], "byName": {"a": {}, "b": {"mode": "x"}}}
+    _fill(node, ("items", "*", "mode"), "default", False)
+    _fill(node, ("byName", "*", "mode"), "default", False)
+    _fill(node, ("absent", "*", "mode"), "default", False)
+    assert node == {
+        "items": [{"mode": "default"}, {"mode": "set"}, {"mode": "default"}],
+        "byName": {"a": {"mode": "default"}, "b": {"mode": "x"}},
+    }
+    kept: dict[str, Any] = {"mode": None}
+    _fill(kept, ("mode",), "default", True)
+    assert kept == {"mode": None}
+    value: dict[str, Any] = {}
+    default = {"nested": [1]}
+    _fill(value, ("object",), default, False)
+    assert value == {"object": {"nested": [1]}} and value["object"] is not default

@@ -233,3 +233,11 @@ def test_a_head_with_null_resources_is_raised() -> None:
     body = ray_cluster({"ray.io/ft-enabled": "true"})
     body["spec"]["headGroupSpec"]["template"] = {"spec": {"containers": [{"name": "h", "resources": None}]}}
     assert sizes(body)["head"] == (1, {"cpu": Decimal("0.2"), "memory": Decimal(256 * MI)})
+
+
+def test_empty_autoscaler_resources_add_a_container_that_requests_nothing() -> None:
+    """Kueue copies ``autoscalerOptions.resources`` as given: an empty map is no request at all
+    (KubeRay's defaults apply only when it is unset)."""
+    body = ray_cluster(enableInTreeAutoscaling=True, autoscalerOptions={"resources": {}})
+    assert sizes(body)["head"] == (1, {"cpu": Decimal(1), "memory": Decimal(1024 * MI)})
+    assert [c["name"] for c in podsets(body)["head"].spec["containers"]] == ["ray-head", "autoscaler"]
