@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+.PHONY: install example test test-unit fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -26,7 +26,7 @@ example: install
 		-f examples/pytorchjob.yaml --nodes examples/nodes.json --explain
 
 ## Everything CI runs: lint, unit tests, generated-config drift check, chart lint/render, end-to-end suite.
-test: lint test-unit generate-check helm-check e2e-test
+test: lint test-unit generate-check crd-defaults-check helm-check e2e-test
 
 ## Unit, property and example-case tests (no cluster, no Go).
 test-unit: install
@@ -61,6 +61,14 @@ generate-check: install
 	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
 	$(KGOV) chart kinds --check
 	$(KGOV) chart values kueue-config/platform.yaml --out helm/kueue-governor/ci/platform-values.yaml --check
+
+## Rewrite webhook/core/kueue/crd_defaults.json from the workload CRDs Kueue pins (needs Go: their modules are downloaded).
+crd-defaults: install
+	$(PYTHON) -m e2e.crd_defaults
+
+## The checked-in webhook/core/kueue/crd_defaults.json must match the defaults of the CRDs Kueue pins (needs Go).
+crd-defaults-check: install
+	$(PYTHON) -m e2e.crd_defaults --check
 
 ## helm lint and renders of helm/kueue-governor with each values file of its ci/ (helm is built from its Go module).
 helm-check: install
@@ -121,7 +129,8 @@ e2e-test: install
 # webhook/core, as paths without .py; MUTATE_BUDGET is in seconds: when it runs out, the run stops and keeps
 # the verdicts it has. Every run starts from a fresh mutants/ (mutmut's working copy, not in git).
 MUTATE_MODULES ?= platform/resolve kueue/resources kueue/inventory kueue/scheduling plan/patch objects/quantity plan/planner plan/owners plan/create plan/update plan/recheck \
-	platform/policy kueue/view plan/draft objects/paths admission/review platform/naming plan/rules/queue plan/rules/node_affinity plan/rules/kueue_priority plan/rules/pod_priority plan/rules/stranded plan/rules/topology
+	platform/policy kueue/view plan/draft objects/paths admission/review platform/naming kueue/injected kueue/crd_defaults plan/rules/podset_limits \
+	plan/rules/queue plan/rules/node_affinity plan/rules/kueue_priority plan/rules/pod_priority plan/rules/stranded plan/rules/topology
 MUTATE_BUDGET ?= 5400
 MUTATE_JOBS ?= 2
 

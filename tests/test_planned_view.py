@@ -177,3 +177,30 @@ def test_the_planned_views_terms_are_the_terms_a_checked_read_gives(affinity: An
     assert (terms_of(affinity) is None) == (checked is None)
     if checked is not None:
         assert terms_of(affinity) is checked
+
+
+def test_a_ray_head_with_injected_containers_is_the_view_a_fresh_read_gives() -> None:
+    """Regression: the planned head's pod spec (the one Kueue holds, with the autoscaler and the
+    sidecar submitter, its first container raised by fault tolerance) was the request's, without
+    the priorityClassName and affinity the plan writes."""
+    head = {"spec": {"containers": [{"name": "ray-head", "resources": {"requests": {"cpu": "100m"}}}]}}
+    worker = {"spec": {"containers": [{"name": "w", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}
+    obj = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "rj", "annotations": {"ray.io/ft-enabled": "true", "kueue.x-k8s.io/elastic-job": "true"}},
+        "spec": {
+            "submissionMode": "SidecarMode",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "enableInTreeAutoscaling": True,
+                "headGroupSpec": {"template": head},
+                "workerGroupSpecs": [{"groupName": "g", "replicas": 2, "template": worker}],
+            },
+        },
+    }
+    assert _compare(obj, TEAM_POLICY, with_nodes=True) > 0
+    row = find_kind("ray.io/v1", "RayJob")
+    assert row is not None
+    names = [c["name"] for c in kueue_view(obj, row).podsets[0].spec["containers"]]
+    assert names == ["ray-head", "autoscaler", "ray-job-submitter"]

@@ -29,11 +29,14 @@ from webhook.cli.common import (
 from webhook.cli.errors import say, warn
 from webhook.core.admission.envelope import MalformedReview, decode_body
 from webhook.core.admission.review import ReviewOutcome, review
+from webhook.core.kueue.crd_defaults import default_review, with_crd_defaults
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.view import kueue_view
 from webhook.core.kueue.wellformed import describe
 from webhook.core.objects.paths import Key, dotted
 from webhook.core.plan.patch import apply_patch
+from webhook.core.plan.rules.capacity import requests_text
 from webhook.core.platform.platform import dns1123_label_error
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.files import InputError, load_manifests
@@ -70,7 +73,7 @@ def review_command(
     labels, nodes = read_inputs(namespaces_file, nodes_file)
     raw = review_file.read()
     try:
-        outcome = review(decode_body(raw), teams, labels.get, nodes)
+        outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes)
     except MalformedReview as exc:
         fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED)
     click.echo(json.dumps(outcome.response, indent=2))
@@ -106,6 +109,13 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
     click.echo(f"#   team: {team.team if team else '-'} ({outcome.resolution.reason})", err=True)
     if outcome.plan.skipped:
         click.echo(f"#   unchanged: {outcome.plan.skipped}", err=True)
+    row = find_kind(str(document.get("apiVersion", "")), str(document.get("kind", "")))
+    if team is not None and row is not None:  # the sizes every rule reasons on, as Kueue builds them
+        for podset in kueue_view(document, row).podsets:
+            pods = f"{podset.count} pod{'' if podset.count == 1 else 's'}"
+            click.echo(
+                f"#   podset {podset.name!r} (Kueue's view): {pods} of {requests_text(podset.requests)}", err=True
+            )
     for change in outcome.plan.changes:
         path = "/".join(str(p) for p in change.path)
         click.echo(f"#   {change.rule}: {change.op} {path} = {json.dumps(change.value)}  ({change.reason})", err=True)
@@ -253,6 +263,7 @@ class _Reviewer:
         own = metadata.get("namespace") if isinstance(metadata, dict) else None
         if own and own != self.namespace:
             say(f"{where} says namespace {own!r}; reviewed in {self.namespace!r} (-n) and printed for it")
+        document = with_crd_defaults(document)  # what the API server stores and the webhook sees
         try:
             outcome = review(_admission_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:  # the server would answer 400: refused, like a denial
@@ -281,6 +292,7 @@ class _Reviewer:
         """An AdmissionReview document (an UPDATE with its ``oldObject``, a CREATE as the API server
         sent it): answered as the server answers it, in the namespace it names; the result is its
         ``request.object`` patched."""
+        document = default_review(document)
         try:
             outcome = review(document, self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:

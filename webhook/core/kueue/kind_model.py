@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.core.kueue.injected import PodChange
 from webhook.core.objects.paths import PathPattern
 
 __all__ = [
@@ -28,12 +29,14 @@ __all__ = [
 class Factor:
     """A pod-count factor read at ``path``: ``default`` when unset, at most the value at ``cap``
     when that is set (a Job runs min(parallelism, completions) pods at once). ``text``: the count
-    is a string holding the integer (an annotation), not an integer field."""
+    is a string holding the integer (an annotation), not an integer field. ``one_below``: a value
+    below it counts 1 (Kueue multiplies a Ray group's pods by ``numOfHosts`` only above 1)."""
 
     path: PathPattern
     cap: PathPattern | None = None
     default: int = 1
     text: bool = False
+    one_below: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ class PodSetRule:
     ``only_if``: the podset exists only when (path, value) holds (a RayJob's submitter).
     ``default_requests``: per-pod requests Kueue assumes when the template is absent.
     ``keyed``: the template's ``"*"`` runs over a map keyed by role names (a Kubeflow job's
-    replica specs), not over a list.
+    replica specs), not over a list. ``changes``: what Kueue adds to the pod beyond its template
+    (containers a controller injects into a Ray head, :mod:`webhook.core.kueue.injected`).
     """
 
     template: PathPattern
@@ -112,6 +116,7 @@ class PodSetRule:
     default_requests: tuple[tuple[str, str], ...] = ()
     layout: PodLayout = TEMPLATE
     keyed: bool = False
+    changes: tuple[PodChange, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.kueue.injected import ray_head_changes
 from webhook.core.kueue.kind_model import (
     SPARK_ROLE,
     CoPlacement,
@@ -86,15 +87,17 @@ def _no_autoscaling(cluster: PathPattern) -> Requirement:
     )
 
 
-def _ray_podsets(cluster: PathPattern) -> tuple[PodSetRule, ...]:
-    """Kueue's ``raycluster.BuildPodSets``: ``head`` (1 pod) and one podset per worker group
-    (``replicas`` × ``numOfHosts`` pods)."""
+def _ray_podsets(cluster: PathPattern, job: bool) -> tuple[PodSetRule, ...]:
+    """Kueue's ``raycluster.BuildPodSets``: ``head`` (1 pod, with the containers KubeRay injects,
+    :func:`~webhook.core.kueue.injected.ray_head_changes`) and one podset per worker group (``replicas``
+    × ``numOfHosts`` pods; a ``numOfHosts`` below 2 counts 1)."""
     groups = (*cluster, "workerGroupSpecs", "*")
+    head = (*cluster, "headGroupSpec", "template")
     return (
-        PodSetRule(template=(*cluster, "headGroupSpec", "template"), name="head"),
+        PodSetRule(template=head, name="head", changes=ray_head_changes(cluster, sidecar_submitter=job)),
         PodSetRule(
             template=(*groups, "template"),
-            count=(Factor((*groups, "replicas")), Factor((*groups, "numOfHosts"))),
+            count=(Factor((*groups, "replicas")), Factor((*groups, "numOfHosts"), one_below=2)),
             name="groupName",
         ),
     )
@@ -113,7 +116,7 @@ def _ray(
         kind=kind,
         resource=kind.lower() + "s",
         versions=("v1",),
-        podsets=(*_ray_podsets(cluster), *extra),
+        podsets=(*_ray_podsets(cluster, kind == "RayJob"), *extra),
         suspend=suspend,
         counts=tuple(Factor((*cluster, "workerGroupSpecs", "*", field)) for field in ("minReplicas", "maxReplicas")),
         skip_if=skip_if,

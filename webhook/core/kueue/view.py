@@ -6,9 +6,8 @@ row and returns a :class:`WorkloadView`: for each podset Kueue's name (lower-cas
 the pod's own node selector, required node affinity and tolerations, and its
 ``podset-group-name``. Every rule reads this view; none walks the object again to size a podset.
 
-Kueue v0.19.2 sources: ``pkg/controller/jobs/{job,jobset,kubeflow,mpijob,raycluster,rayjob,
-leaderworkerset,statefulset,deployment,pod,sparkapplication}``. The e2e suite compares this view
-with the Workloads the real Kueue builds (``e2e/test_kueue_view.py``).
+Kueue v0.19.2 sources: ``pkg/controller/jobs/*``; the e2e suite compares this view with the
+Workloads the real Kueue builds (``e2e/test_kueue_view.py``, ``e2e/test_kueue_view_ray.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from webhook.core.kueue.injected import kueue_pod_spec
 from webhook.core.kueue.kinds import Factor, PodSetRule, WorkloadKind, find_kind
 from webhook.core.kueue.podgroup import group_member
 from webhook.core.kueue.resources import Requests, pod_requests
@@ -89,7 +89,8 @@ class PodSet:
     ``tolerations``: the pod's own node constraints. ``group``: its ``podset-group-name``.
     ``partial``: one member of a group whose other members are not visible (size unknown).
     ``rule``: the row's rule it came from (where each pod field lives). ``annotations``: the
-    pod template's annotations map in ``base`` ({} when absent or no map), read once.
+    pod template's annotations map in ``base`` ({} when absent or no map), read once. ``spec``:
+    the pod spec as Kueue's Workload holds it (the template's, with :mod:`webhook.core.kueue.injected`).
     """
 
     name: str
@@ -105,6 +106,7 @@ class PodSet:
     partial: bool = False
     present: bool = True
     annotations: Mapping[str, Any] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
 
     def at(self, *suffix: Key) -> tuple[Key, ...]:
         """Absolute path of a field below this podset's base."""
@@ -150,6 +152,8 @@ def _count(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], 
         value = _read(obj, factor, factor.path, bindings, problems)
         if value is None:  # unset: the API server's default (a Job's parallelism is 1)
             value = factor.default
+        elif value < factor.one_below:
+            value = 1
         if factor.cap is not None:
             cap = _read(obj, factor, factor.cap, bindings, problems)
             if cap is not None:
@@ -182,10 +186,6 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
 def _upto_last_wildcard(template: PathPattern) -> PathPattern:
     """The pattern of the item a podset's template is in (its name field's holder); one per kind row."""
     return template[: len(template) - template[::-1].index("*")]
-
-
-def _defaults(rule: PodSetRule) -> Requests:
-    return {name: parse_quantity(value) for name, value in rule.default_requests}
 
 
 _REQUIRED = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
@@ -238,10 +238,11 @@ def _podset(
         value = lookup(base, suffix)
         if value is not None and type(value) is not dict:
             a_map(value, (*path, *suffix), problems)
-    requests = None
+    requests: Requests | None = None
+    spec: Mapping[str, Any] = {}
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
-        spec = a_map(lookup(base, layout.spec), spec_path, problems)
+        spec = kueue_pod_spec(obj, rule.changes, a_map(lookup(base, layout.spec), spec_path, problems), problems, whole)
         requests = pod_requests(spec, problems, spec_path, whole)
     priority = lookup(base, layout.priority)  # a PriorityClass name (Go string): 12 is no name
     if priority is not None and type(priority) is not str:
@@ -280,6 +281,7 @@ def _podset(
         partial=group_member(obj, rule, bindings, problems),
         present=True,
         annotations=_map(annotations),
+        spec=spec,
     )
 
 
@@ -312,9 +314,8 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
                 problems.append(Problem(path, base, "an object"))
         if not found and rule.only_if is not None:
             # Kueue assumes a default template (a RayJob's submitter): counted, nothing to govern.
-            yield PodSet(
-                name=rule.name, path=rule.template, count=1, base={}, rule=rule, requests=_defaults(rule), present=False
-            )
+            requests = {n: parse_quantity(v) for n, v in rule.default_requests}
+            yield PodSet(rule.name, rule.template, 1, {}, rule, requests, present=False)
     for factor in row.counts:
         for path, _, value in expand_checked(obj, factor.path, problems):
             count(value, path, problems, factor.text)

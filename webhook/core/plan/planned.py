@@ -5,7 +5,7 @@ patch is applied. Reading the whole planned object again (:func:`~webhook.core.k
 would repeat every count, every container's quantities and every check of the first read, while
 the rules write only a few pod fields that leave counts and requests alone. :func:`planned_view`
 starts from the first view and re-reads only what the changes can alter: each podset's base
-(the map its annotations are read from) and its required node affinity. A change anywhere else,
+(the map its annotations are read from), its required node affinity and its pod spec. A change anywhere else,
 or into a label or annotation that the view itself reads (a podset group, a pod group's size or
 name), makes it read the whole planned object instead, so the result is always the view
 :func:`~webhook.core.kueue.view.kueue_view` would give (``tests/test_planned_view.py`` compares the two).
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from webhook.core.kueue.injected import kueue_pod_spec
 from webhook.core.kueue.kinds import KINDS
 from webhook.core.kueue.view import GROUP_NAME, PodSet, WorkloadView, kueue_view, terms_of
 from webhook.core.objects.paths import Key, PathPattern, lookup
@@ -111,10 +112,20 @@ def planned_view(view: WorkloadView, doc: Mapping[str, Any], changes: Sequence[C
         layout = podset.rule.layout
         terms = terms_of(lookup(base, layout.affinity))  # the changes are well-formed
         annotations = lookup(base, layout.annotations)
+        spec = lookup(base, layout.spec) if layout.spec is not None else None
         podsets[index] = _replaced(
-            podset, base=base, affinity_terms=terms, annotations=annotations if isinstance(annotations, Mapping) else {}
+            podset,
+            base=base,
+            affinity_terms=terms,
+            annotations=annotations if isinstance(annotations, Mapping) else {},
+            # the pod spec Kueue holds: the changes may write its priorityClassName and affinity
+            spec={} if layout.spec is None else kueue_pod_spec(doc, podset.rule.changes, _map(spec), []),
         )
     return _replaced(view, podsets=tuple(podsets))
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 _Frozen = TypeVar("_Frozen", PodSet, WorkloadView)
