@@ -243,12 +243,12 @@ def value_errors(annotations: Mapping[str, Any]) -> list[Finding]:
 
 def first_layer_above(annotations: Mapping[str, Any], count: int) -> list[Finding]:
     """``ValidateSliceSizeAnnotationUpperBound`` on the layers: the first (outermost) layer's
-    size above the podset's ``count`` pods; [] when the layers do not parse."""
+    size (the finding's value) above the podset's ``count`` pods; [] when the layers do not parse."""
     text = annotations.get(SLICE_CONSTRAINTS)
     layers = parse_layers(text) if isinstance(text, str) else []
     if isinstance(layers, str) or not layers or layers[0].size <= count:
         return []
-    return [(f"{SLICE_CONSTRAINTS}[0].size", layers[0].size, f"must not be greater than pod set count {count}")]
+    return [(SLICE_CONSTRAINTS, layers[0].size, f"must not be greater than pod set count {count}")]
 
 
 def elastic_errors(annotations: Mapping[str, Any], forbidden: Sequence[str]) -> list[Finding]:
