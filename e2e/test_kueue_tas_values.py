@@ -87,7 +87,9 @@ def _cases() -> dict[str, Case]:
             f"podset 'main': {LAYERS} {bad_json!r}: must be a valid JSON array: ",
         ),
         "four-layers": Case(
-            job({REQUIRED: BLOCK, LAYERS: four}, pods=8), count, f"podset 'main': {LAYERS} {four!r}: {count}, got 4"
+            job({REQUIRED: BLOCK, LAYERS: four}, pods=8),
+            count,
+            f"podset 'main': {LAYERS} {four!r}: {count}, got 4 {REQUEST}",
         ),
         "layer-size-not-dividing-its-parent": Case(
             job({REQUIRED: BLOCK, LAYERS: layers((RACK, 2), (HOST, 3))}),

@@ -306,7 +306,7 @@ def placed_levels(annotations: Mapping[str, Any]) -> list[tuple[str, str]]:
     out = [(key, annotations[key]) for key in keys if isinstance(annotations.get(key), str)]
     text = annotations.get(SLICE_CONSTRAINTS)
     layers = parse_layers(text) if isinstance(text, str) else []
-    if not isinstance(layers, str):
+    if not isinstance(layers, str) and len(layers) <= LAYERS_MAX:  # else Kueue's webhook refuses them
         out.extend((f"{SLICE_CONSTRAINTS}[{i}].topology", layer.topology) for i, layer in enumerate(layers))
     return out
 
