@@ -26,6 +26,9 @@ from webhook.core.view import kueue_view
 DATA = REPO / "tests" / "data" / "kueue" / "v0.19.2"
 TAS_VALIDATION = DATA / "tas_validation_test.yaml"
 JOB_WEBHOOK = DATA / "job_webhook_test.yaml"
+JOBSET_WEBHOOK = DATA / "jobset_webhook_test.yaml"
+#: ``spec.replicatedJobs[i].template.spec.template.metadata.annotations[key]…``
+REPLICATED = re.compile(r"spec\.replicatedJobs\[(\d+)\]\.template\.spec\.template\.metadata\.(.*)")
 #: The replicaPath of Kueue's tables: a Job's pod template metadata.
 PREFIX = "spec.template.metadata."
 NO_TOPOLOGY_RULE = teams_from(platform_with({"queue": {"enforcement": "enforce"}}))
@@ -140,15 +143,63 @@ def test_job_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
         assert named, (key, findings)
 
 
+def jobset(replicated: list[dict[str, Any]], annotated: bool = True) -> dict[str, Any]:
+    """The JobSet of Kueue's ``testingjobs.MakeJobSet(...).ReplicatedJobs(...)`` (suspended; each
+    count the row leaves out 0); ``annotated`` False: without the pod annotations (an UPDATE's old)."""
+
+    def replicated_job(job: dict[str, Any]) -> dict[str, Any]:
+        template = {
+            "metadata": {"annotations": dict(job.get("podAnnotations", {}) if annotated else {})},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "pause"}]},
+        }
+        spec = {
+            "parallelism": job.get("parallelism", 0),
+            "completions": job.get("completions", 0),
+            "template": template,
+        }
+        return {"name": job["name"], "replicas": job.get("replicas", 0), "template": {"spec": spec}}
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "jobset"},
+        "spec": {"suspend": True, "replicatedJobs": [replicated_job(job) for job in replicated]},
+    }
+
+
+@pytest.mark.parametrize("row", rows(JOBSET_WEBHOOK), ids=row_id)
+def test_jobset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+    old = jobset(row["replicatedJobs"], annotated=False) if row["operation"] == "UPDATE" else None
+    outcome = run(jobset(row["replicatedJobs"]), old)
+    findings = outcome.plan.denials + outcome.plan.warnings
+    if row["verdict"] == "accepted":
+        assert outcome.plan.allowed, outcome.plan.denials
+        assert [f for f in findings if REFUSES in f or "malformed" in f] == []
+        return
+    said = outcome.plan.denials if old is None else outcome.plan.warnings
+    assert outcome.plan.allowed is (old is not None)
+    assert all(REFUSES in f for f in said), said
+    for field in row["fields"]:
+        match = REPLICATED.fullmatch(field)
+        assert match is not None, field
+        podset = row["replicatedJobs"][int(match.group(1))]["name"]
+        key = subject(PREFIX + match.group(2))
+        named = [f for f in said if f"'{podset}'" in f and (key == "annotations" or f"': {key}" in f)]
+        assert named, (field, said)
+
+
 def test_the_tables_are_transcribed_whole() -> None:
     """Kueue v0.19.2's tables: 13 + 4 rows in tas_validation_test.go, 16 + 4 TAS rows in
-    job_webhook_test.go; one row (a feature gate turned off) is not modelled."""
-    validation, job = rows(TAS_VALIDATION), rows(JOB_WEBHOOK)
+    job_webhook_test.go, 9 + 2 in jobset_webhook_test.go; one row (a feature gate turned off) is
+    not modelled."""
+    validation, job, sets = rows(TAS_VALIDATION), rows(JOB_WEBHOOK), rows(JOBSET_WEBHOOK)
     assert [
         len([r for r in validation if r["test"] == t])
         for t in ("TestValidateSliceRequiredTopologyConstraintsAnnotation", "TestValidateSliceSizeAnnotationUpperBound")
     ] == [13, 4]
     assert [len([r for r in job if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [16, 4]
-    assert [row_id(r) for r in validation + job if "skip" in r] == [
+    assert [len([r for r in sets if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [9, 2]
+    assert [row_id(r) for r in validation + job + sets if "skip" in r] == [
         "TestValidateSliceRequiredTopologyConstraintsAnnotation/invalid: feature gate disabled"
     ]
