@@ -27,6 +27,9 @@ DATA = REPO / "tests" / "data" / "kueue" / "v0.19.2"
 TAS_VALIDATION = DATA / "tas_validation_test.yaml"
 JOB_WEBHOOK = DATA / "job_webhook_test.yaml"
 JOBSET_WEBHOOK = DATA / "jobset_webhook_test.yaml"
+LWS_WEBHOOK = DATA / "leaderworkerset_webhook_test.yaml"
+#: ``spec.leaderWorkerTemplate.{leader,worker}Template.metadata.annotations[key]``
+LWS_TEMPLATE = re.compile(r"spec\.leaderWorkerTemplate\.(leader|worker)Template\.metadata\.(.*)")
 #: ``spec.replicatedJobs[i].template.spec.template.metadata.annotations[key]…``
 REPLICATED = re.compile(r"spec\.replicatedJobs\[(\d+)\]\.template\.spec\.template\.metadata\.(.*)")
 #: The replicaPath of Kueue's tables: a Job's pod template metadata.
@@ -189,17 +192,59 @@ def test_jobset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
         assert named, (field, said)
 
 
+def leaderworkerset(row: dict[str, Any], annotated: bool = True) -> dict[str, Any]:
+    """The LeaderWorkerSet of Kueue's ``testingjobs.MakeLeaderWorkerSet`` (replicas 1, size 1 or
+    the row's) with the row's templates; ``annotated`` False: without their annotations."""
+
+    def template(which: str) -> dict[str, Any]:
+        annotations = row[which]["annotations"] if annotated else {}
+        return {"metadata": {"annotations": dict(annotations)}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    spec: dict[str, Any] = {"size": row.get("size", 1), "workerTemplate": template("workerTemplate")}
+    if "leaderTemplate" in row:
+        spec["leaderTemplate"] = template("leaderTemplate")
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "test-lws"},
+        "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": spec},
+    }
+
+
+@pytest.mark.parametrize("row", rows(LWS_WEBHOOK), ids=row_id)
+def test_leaderworkerset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+    old = leaderworkerset(row, annotated=False) if row["operation"] == "UPDATE" else None
+    outcome = run(leaderworkerset(row), old)
+    findings = outcome.plan.denials + outcome.plan.warnings
+    if row["verdict"] == "accepted":
+        assert outcome.plan.allowed, outcome.plan.denials
+        assert [f for f in findings if REFUSES in f or "malformed" in f] == []
+        return
+    said = outcome.plan.denials if old is None else outcome.plan.warnings
+    assert outcome.plan.allowed is (old is not None)
+    assert all(REFUSES in f for f in said), said
+    for field in row["fields"]:
+        match = LWS_TEMPLATE.fullmatch(field)
+        assert match is not None, field
+        podset = match.group(1) if "leaderTemplate" in row else "main"
+        key = subject(PREFIX + match.group(2))
+        named = [f for f in said if f"'{podset}'" in f and (key == "annotations" or f"': {key}" in f)]
+        assert named, (field, said)
+
+
 def test_the_tables_are_transcribed_whole() -> None:
     """Kueue v0.19.2's tables: 13 + 4 rows in tas_validation_test.go, 16 + 4 TAS rows in
-    job_webhook_test.go, 9 + 2 in jobset_webhook_test.go; one row (a feature gate turned off) is
+    job_webhook_test.go, 9 + 2 in jobset_webhook_test.go, 16 + 2 in leaderworkerset_webhook_test.go; one row (a feature gate turned off) is
     not modelled."""
-    validation, job, sets = rows(TAS_VALIDATION), rows(JOB_WEBHOOK), rows(JOBSET_WEBHOOK)
+    validation, job, sets, lws = rows(TAS_VALIDATION), rows(JOB_WEBHOOK), rows(JOBSET_WEBHOOK), rows(LWS_WEBHOOK)
     assert [
         len([r for r in validation if r["test"] == t])
         for t in ("TestValidateSliceRequiredTopologyConstraintsAnnotation", "TestValidateSliceSizeAnnotationUpperBound")
     ] == [13, 4]
     assert [len([r for r in job if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [16, 4]
     assert [len([r for r in sets if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [9, 2]
-    assert [row_id(r) for r in validation + job + sets if "skip" in r] == [
+    assert [len([r for r in lws if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [16, 2]
+    assert [row_id(r) for r in validation + job + sets + lws if "skip" in r] == [
         "TestValidateSliceRequiredTopologyConstraintsAnnotation/invalid: feature gate disabled"
     ]
