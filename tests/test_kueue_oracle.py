@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,11 @@ TAS_VALIDATION = DATA / "tas_validation_test.yaml"
 JOB_WEBHOOK = DATA / "job_webhook_test.yaml"
 JOBSET_WEBHOOK = DATA / "jobset_webhook_test.yaml"
 LWS_WEBHOOK = DATA / "leaderworkerset_webhook_test.yaml"
+MPIJOB_WEBHOOK = DATA / "mpijob_webhook_test.yaml"
+#: ``spec.mpiReplicaSpecs[Launcher].template.metadata.annotations[key]``
+MPI_TEMPLATE = re.compile(r"spec\.mpiReplicaSpecs\[(\w+)\]\.template\.metadata\.(.*)")
+#: A row's field path → (its podset's name, the finding's subject).
+Where = Callable[[str], tuple[str, str]]
 #: ``spec.leaderWorkerTemplate.{leader,worker}Template.metadata.annotations[key]``
 LWS_TEMPLATE = re.compile(r"spec\.leaderWorkerTemplate\.(leader|worker)Template\.metadata\.(.*)")
 #: ``spec.replicatedJobs[i].template.spec.template.metadata.annotations[key]…``
@@ -170,11 +176,12 @@ def jobset(replicated: list[dict[str, Any]], annotated: bool = True) -> dict[str
     }
 
 
-@pytest.mark.parametrize("row", rows(JOBSET_WEBHOOK), ids=row_id)
-def test_jobset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
-    skip_unmodelled(row)
-    old = jobset(row["replicatedJobs"], annotated=False) if row["operation"] == "UPDATE" else None
-    outcome = run(jobset(row["replicatedJobs"]), old)
+def check_review(row: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None, where: Where) -> None:
+    """Kueue's verdict on ``obj`` (an UPDATE from ``old``) in a team without a topology rule: a
+    CREATE Kueue refuses is denied, an UPDATE warned, by findings that all say Kueue refuses the
+    workload and name, for each of Kueue's fields, its podset and annotation (``where(field)``);
+    one Kueue accepts gets no such finding."""
+    outcome = run(obj, old)
     findings = outcome.plan.denials + outcome.plan.warnings
     if row["verdict"] == "accepted":
         assert outcome.plan.allowed, outcome.plan.denials
@@ -182,14 +189,24 @@ def test_jobset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
         return
     said = outcome.plan.denials if old is None else outcome.plan.warnings
     assert outcome.plan.allowed is (old is not None)
-    assert all(REFUSES in f for f in said), said
+    assert said and all(REFUSES in f for f in said), said
     for field in row["fields"]:
-        match = REPLICATED.fullmatch(field)
-        assert match is not None, field
-        podset = row["replicatedJobs"][int(match.group(1))]["name"]
-        key = subject(PREFIX + match.group(2))
+        podset, key = where(field)
         named = [f for f in said if f"'{podset}'" in f and (key == "annotations" or f"': {key}" in f)]
         assert named, (field, said)
+
+
+@pytest.mark.parametrize("row", rows(JOBSET_WEBHOOK), ids=row_id)
+def test_jobset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+
+    def where(field: str) -> tuple[str, str]:
+        match = REPLICATED.fullmatch(field)
+        assert match is not None, field
+        return row["replicatedJobs"][int(match.group(1))]["name"], subject(PREFIX + match.group(2))
+
+    old = jobset(row["replicatedJobs"], annotated=False) if row["operation"] == "UPDATE" else None
+    check_review(row, jobset(row["replicatedJobs"]), old, where)
 
 
 def leaderworkerset(row: dict[str, Any], annotated: bool = True) -> dict[str, Any]:
@@ -214,37 +231,70 @@ def leaderworkerset(row: dict[str, Any], annotated: bool = True) -> dict[str, An
 @pytest.mark.parametrize("row", rows(LWS_WEBHOOK), ids=row_id)
 def test_leaderworkerset_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
     skip_unmodelled(row)
-    old = leaderworkerset(row, annotated=False) if row["operation"] == "UPDATE" else None
-    outcome = run(leaderworkerset(row), old)
-    findings = outcome.plan.denials + outcome.plan.warnings
-    if row["verdict"] == "accepted":
-        assert outcome.plan.allowed, outcome.plan.denials
-        assert [f for f in findings if REFUSES in f or "malformed" in f] == []
-        return
-    said = outcome.plan.denials if old is None else outcome.plan.warnings
-    assert outcome.plan.allowed is (old is not None)
-    assert all(REFUSES in f for f in said), said
-    for field in row["fields"]:
+
+    def where(field: str) -> tuple[str, str]:
         match = LWS_TEMPLATE.fullmatch(field)
         assert match is not None, field
-        podset = match.group(1) if "leaderTemplate" in row else "main"
-        key = subject(PREFIX + match.group(2))
-        named = [f for f in said if f"'{podset}'" in f and (key == "annotations" or f"': {key}" in f)]
-        assert named, (field, said)
+        return match.group(1) if "leaderTemplate" in row else "main", subject(PREFIX + match.group(2))
+
+    old = leaderworkerset(row, annotated=False) if row["operation"] == "UPDATE" else None
+    check_review(row, leaderworkerset(row), old, where)
+
+
+def mpijob(row: dict[str, Any]) -> dict[str, Any]:
+    """The kubeflow.org/v2beta1 MPIJob of Kueue's ``testingjobs.MakeMPIJob`` with the row's replica specs."""
+    specs = {
+        role: {
+            "replicas": spec["replicas"],
+            "template": {
+                "metadata": {"annotations": dict(spec["annotations"])},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        }
+        for role, spec in row["mpiReplicaSpecs"].items()
+    }
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "job"},
+        "spec": {"runPolicy": {"suspend": True}, "mpiReplicaSpecs": specs},
+    }
+
+
+@pytest.mark.parametrize("row", rows(MPIJOB_WEBHOOK), ids=row_id)
+def test_mpijob_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+
+    def where(field: str) -> tuple[str, str]:
+        match = MPI_TEMPLATE.fullmatch(field)
+        assert match is not None, field
+        return match.group(1).lower(), subject(PREFIX + match.group(2))
+
+    check_review(row, mpijob(row), None, where)
+
+
+#: Each data file → its Go tests' TAS rows, counted in Kueue v0.19.2's source.
+TRANSCRIBED = {
+    TAS_VALIDATION: {
+        "TestValidateSliceRequiredTopologyConstraintsAnnotation": 13,
+        "TestValidateSliceSizeAnnotationUpperBound": 4,
+    },
+    JOB_WEBHOOK: {"TestValidateCreate": 16, "TestValidateUpdate": 4},
+    JOBSET_WEBHOOK: {"TestValidateCreate": 9, "TestValidateUpdate": 2},
+    LWS_WEBHOOK: {"TestValidateCreate": 16, "TestValidateUpdate": 2},
+    MPIJOB_WEBHOOK: {"TestValidateCreate": 9},
+}
 
 
 def test_the_tables_are_transcribed_whole() -> None:
-    """Kueue v0.19.2's tables: 13 + 4 rows in tas_validation_test.go, 16 + 4 TAS rows in
-    job_webhook_test.go, 9 + 2 in jobset_webhook_test.go, 16 + 2 in leaderworkerset_webhook_test.go; one row (a feature gate turned off) is
-    not modelled."""
-    validation, job, sets, lws = rows(TAS_VALIDATION), rows(JOB_WEBHOOK), rows(JOBSET_WEBHOOK), rows(LWS_WEBHOOK)
-    assert [
-        len([r for r in validation if r["test"] == t])
-        for t in ("TestValidateSliceRequiredTopologyConstraintsAnnotation", "TestValidateSliceSizeAnnotationUpperBound")
-    ] == [13, 4]
-    assert [len([r for r in job if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [16, 4]
-    assert [len([r for r in sets if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [9, 2]
-    assert [len([r for r in lws if r["test"] == t]) for t in ("TestValidateCreate", "TestValidateUpdate")] == [16, 2]
-    assert [row_id(r) for r in validation + job + sets + lws if "skip" in r] == [
+    """Every TAS row of each Go test is in its data file, once; one row (a feature gate turned
+    off) is not modelled."""
+    every: list[dict[str, Any]] = []
+    for path, counts in TRANSCRIBED.items():
+        found = rows(path)
+        assert {test: len([r for r in found if r["test"] == test]) for test in counts} == counts, path.name
+        assert len({row_id(r) for r in found}) == len(found) == sum(counts.values()), path.name
+        every.extend(found)
+    assert [row_id(r) for r in every if "skip" in r] == [
         "TestValidateSliceRequiredTopologyConstraintsAnnotation/invalid: feature gate disabled"
     ]
