@@ -12,10 +12,14 @@ unconstrained flag that is no boolean, or required topology on an elastic Job:
   refusal);
 * in team research's namespace, with a platform where research has no topology rule (queue rule
   ``enforce``), the governor refuses it with the same finding. These once passed in silence.
+
+A level that is a label key longer than 63 characters passes Kueue's webhook, but Kueue never
+creates the Workload (whose CRD holds at most 63), as the governor's finding says.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import secrets
@@ -28,7 +32,16 @@ import pytest
 import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from e2e.support import BUNDLED_PLATFORM, Created, Generated, Refused, create_with_warnings, pause_pod_spec
+from e2e.support import (
+    BUNDLED_PLATFORM,
+    Created,
+    Generated,
+    Refused,
+    create_with_warnings,
+    pause_pod_spec,
+    wait_for,
+    workload_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 
@@ -188,3 +201,19 @@ async def test_the_governor_refuses_it_for_a_team_without_a_topology_rule(
         assert isinstance(outcome, Refused), f"{name} was admitted"
         message = str(outcome.status.get("message"))
         assert message.startswith(GOVERNOR) and f"topology: {case.finding}" in message, (name, message)
+
+
+async def test_kueue_never_creates_the_workload_of_a_level_longer_than_63_characters(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    long = "a-very-long-prefix-for-a-topology-label.example.com/rack-of-the-cluster"
+    bodies = [job({REQUIRED: level}) for level in (long[-63:], long)]
+    for body in bodies:
+        body["metadata"].update(namespace=namespace, labels={f"{K}queue-name": "q"})
+    fits, over = [(await create_with_warnings(dynamic, body)).obj for body in bodies]  # Kueue's webhook accepts both
+    workload = await wait_for(
+        lambda: workload_for(dynamic, namespace, fits["metadata"]["uid"]), "the Workload of 63", timeout=60
+    )
+    assert workload["spec"]["podSets"][0]["topologyRequest"]["required"] == long[-63:]
+    await asyncio.sleep(10)  # well past Kueue's first reconcile of the Job
+    assert await workload_for(dynamic, namespace, over["metadata"]["uid"]) is None

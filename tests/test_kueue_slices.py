@@ -271,3 +271,19 @@ def test_an_update_that_sets_layers_kueue_refuses_is_warned() -> None:
     outcome = run({REQUIRED: BLOCK, LAYERS: "[]"}, NO_RULE_ENFORCE, old=stored)
     assert outcome.plan.allowed
     assert [w for w in outcome.plan.warnings if LAYERS in w and "between 1 and 3 entries" in w]
+
+
+LONG = "a-very-long-prefix-for-a-topology-label.example.com/rack-of-the-cluster"
+
+
+def test_a_level_longer_than_the_workload_holds_is_refused_for_every_team() -> None:
+    """A label key of 71 characters passes Kueue's webhook, but Kueue's Workload holds a level of
+    at most 63 (``maxLength``): Kueue never creates the Workload (e2e: test_kueue_tas_values)."""
+    finding = (
+        f"topology: podset 'main': {REQUIRED} {LONG!r}: must be at most 63 characters: Kueue copies it into its "
+        "Workload, whose CRD refuses a longer level, so the Workload is never created "
+        "(Kueue v0.19.2 Workload CRD topology level maxLength); Kueue refuses the workload"
+    )
+    assert run({REQUIRED: LONG}, NO_RULE_ENFORCE).plan.denials == [finding]
+    assert run({REQUIRED: LONG}, NO_RULE_WARN).plan.warnings == [finding]
+    assert run({REQUIRED: LONG[-63:]}, NO_RULE_ENFORCE).plan.denials == []

@@ -77,6 +77,9 @@ _WHOLE_SLICES = "TASFlavorSnapshot.findTopologyAssignment"
 #: The Workload CRD (``kueue.x-k8s.io/v1beta2``): ``podSetGroupName`` has ``maxLength: 256``, so
 #: Kueue cannot create the Workload of a podset whose kept group name is longer.
 _CRD = "Workload CRD podSetGroupName maxLength"
+#: The Workload CRD's ``maxLength: 63`` of each topology level (``required``, ``preferred``,
+#: ``podSetSliceRequiredTopology``, a slice layer's ``topology``): :func:`.kueue_slices.crd_errors`.
+_LEVEL_CRD = "Workload CRD topology level maxLength"
 #: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
 GROUP_NAME_MAX = 256
 
@@ -141,7 +144,7 @@ def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
         out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
     sourced = [(_REQUEST, layer_errors(a)), (_BOUND, first_layer_above(a, podset.count))]
     if not out and not sourced[0][1]:  # Kueue copies only levels it accepts into its Workload
-        sourced.append((_CRD, crd_errors(a)))
+        sourced.append((_LEVEL_CRD, crd_errors(a)))
     out.extend(
         _finding(podset, key, value, message, source) for source, found in sourced for key, value, message in found
     )
@@ -244,7 +247,12 @@ UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
 #: annotation): no webhook bounds their slice size by the pods, which Kueue's TAS only assumes.
 POD_CHECKED = frozenset({"Pod", "Deployment", "ReplicaSet", "StatefulSet"})
 #: Each Kueue check run by every kind's webhook but these.
-_SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED, _CRD: frozenset[str]()}
+_SKIPPED_BY = {
+    _REQUEST: UNCHECKED,
+    _BOUND: UNCHECKED | POD_CHECKED,
+    _CRD: frozenset[str](),
+    _LEVEL_CRD: frozenset[str](),
+}
 
 
 def _refused(source: str, kind: str) -> bool:
