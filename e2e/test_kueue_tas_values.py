@@ -14,7 +14,10 @@ unconstrained flag that is no boolean, or required topology on an elastic Job:
   ``enforce``), the governor refuses it with the same finding. These once passed in silence.
 
 A level that is a label key longer than 63 characters passes Kueue's webhook, but Kueue never
-creates the Workload (whose CRD holds at most 63), as the governor's finding says.
+creates the Workload (whose CRD holds at most 63), as the governor's finding says. Slice levels
+out of order (the first above the podset's level, an inner layer not below its parent) or a layer
+level the Topology lacks pass Kueue's webhook, and its scheduler leaves the Workload pending with
+its reason; the governor (research: topology under ``default``) warns that Kueue can never admit it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e.support import (
     BUNDLED_PLATFORM,
+    Cleanup,
     Created,
     Generated,
     Refused,
@@ -217,3 +221,50 @@ async def test_kueue_never_creates_the_workload_of_a_level_longer_than_63_charac
     assert workload["spec"]["podSets"][0]["topologyRequest"]["required"] == long[-63:]
     await asyncio.sleep(10)  # well past Kueue's first reconcile of the Job
     assert await workload_for(dynamic, namespace, over["metadata"]["uid"]) is None
+
+
+async def pending_reason(dynamic: DynamicClient, created: dict[str, Any]) -> str:
+    """The message of the Workload's ``QuotaReserved=False`` once Kueue's scheduler has tried it."""
+
+    async def probe() -> str | None:
+        workload = await workload_for(dynamic, RESEARCH, created["metadata"]["uid"])
+        for item in (workload or {}).get("status", {}).get("conditions") or []:
+            if item.get("type") == "QuotaReserved" and item.get("status") == "False" and item.get("message"):
+                return str(item["message"])
+        return None
+
+    return await wait_for(probe, "Kueue to leave the Workload pending", timeout=90)
+
+
+ORDER = {
+    "slice-level-above-the-required-level": (
+        {REQUIRED: RACK, LAYERS: layers((BLOCK, 1))},
+        f"podset slice topology {BLOCK} is above the podset topology {RACK}",
+        f"podset 'main': {LAYERS}[0].topology {BLOCK!r} is above {REQUIRED} {RACK!r}",
+    ),
+    "inner-layer-not-below-its-parent": (
+        {REQUIRED: BLOCK, LAYERS: layers((HOST, 2), (RACK, 1))},
+        f"additional slice layer topology {RACK} must be at a lower level than {HOST}",
+        f"podset 'main': {LAYERS}[1].topology {RACK!r} must be a level below {HOST!r}",
+    ),
+    "layer-level-not-in-the-topology": (
+        {REQUIRED: BLOCK, LAYERS: layers((RACK, 2), ("example.com/gpu", 1))},
+        "does not contain the requested level",
+        f"{LAYERS}[1].topology 'example.com/gpu' (podset 'main') is not a level of Topology",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDER))
+async def test_slice_levels_out_of_order_are_warned_and_never_admitted(
+    dynamic: DynamicClient, cleanup: Cleanup, name: str
+) -> None:
+    """Kueue's webhook accepts these (it cannot see the Topology), its scheduler never places them;
+    the governor (research: topology under ``default``) warns that Kueue can never admit them."""
+    annotations, kueue, finding = ORDER[name]
+    body = cleanup.add(placed(Case(job(annotations), "", ""), RESEARCH))
+    created = await create_with_warnings(dynamic, body)
+    warned = [w.removeprefix("kueue-governor: topology: ") for w in created.warnings if "Kueue can never admit" in w]
+    assert len(warned) == 1 and warned[0].startswith(finding), created.warnings
+    reason = await pending_reason(dynamic, created.obj)
+    assert kueue in reason, reason
