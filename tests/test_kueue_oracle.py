@@ -30,6 +30,9 @@ JOB_WEBHOOK = DATA / "job_webhook_test.yaml"
 JOBSET_WEBHOOK = DATA / "jobset_webhook_test.yaml"
 LWS_WEBHOOK = DATA / "leaderworkerset_webhook_test.yaml"
 MPIJOB_WEBHOOK = DATA / "mpijob_webhook_test.yaml"
+RAYCLUSTER_WEBHOOK = DATA / "raycluster_webhook_test.yaml"
+#: ``spec.headGroupSpec.template.metadata.annotations…``, ``spec.workerGroupSpecs[i].template.metadata.annotations…``
+RAY_TEMPLATE = re.compile(r"spec\.(?:headGroupSpec|workerGroupSpecs\[(\d+)\])\.template\.metadata\.(.*)")
 #: ``spec.mpiReplicaSpecs[Launcher].template.metadata.annotations[key]``
 MPI_TEMPLATE = re.compile(r"spec\.mpiReplicaSpecs\[(\w+)\]\.template\.metadata\.(.*)")
 #: A row's field path → (its podset's name, the finding's subject).
@@ -273,6 +276,42 @@ def test_mpijob_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
     check_review(row, mpijob(row), None, where)
 
 
+def raycluster(row: dict[str, Any]) -> dict[str, Any]:
+    """The ray.io/v1 RayCluster of Kueue's ``testingjobs.MakeCluster`` with the row's head and worker groups."""
+
+    def template(annotations: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"annotations": dict(annotations)}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def group(spec: dict[str, Any]) -> dict[str, Any]:
+        found = {"groupName": spec["groupName"], "rayStartParams": {}, "template": template(spec["annotations"])}
+        return found | ({"replicas": spec["replicas"]} if "replicas" in spec else {})
+
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "raycluster"},
+        "spec": {
+            "suspend": True,
+            "headGroupSpec": {"rayStartParams": {}, "template": template(row["headAnnotations"])},
+            "workerGroupSpecs": [group(spec) for spec in row["workerGroupSpecs"]],
+        },
+    }
+
+
+@pytest.mark.parametrize("row", rows(RAYCLUSTER_WEBHOOK), ids=row_id)
+def test_raycluster_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+
+    def where(field: str) -> tuple[str, str]:
+        match = RAY_TEMPLATE.fullmatch(field)
+        assert match is not None, field
+        index = match.group(1)
+        podset = "head" if index is None else row["workerGroupSpecs"][int(index)]["groupName"]
+        return podset, subject(PREFIX + match.group(2))
+
+    check_review(row, raycluster(row), None, where)
+
+
 #: Each data file → its Go tests' TAS rows, counted in Kueue v0.19.2's source.
 TRANSCRIBED = {
     TAS_VALIDATION: {
@@ -283,6 +322,7 @@ TRANSCRIBED = {
     JOBSET_WEBHOOK: {"TestValidateCreate": 9, "TestValidateUpdate": 2},
     LWS_WEBHOOK: {"TestValidateCreate": 16, "TestValidateUpdate": 2},
     MPIJOB_WEBHOOK: {"TestValidateCreate": 9},
+    RAYCLUSTER_WEBHOOK: {"TestValidateCreate": 9},
 }
 
 
