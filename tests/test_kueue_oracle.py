@@ -31,8 +31,11 @@ JOBSET_WEBHOOK = DATA / "jobset_webhook_test.yaml"
 LWS_WEBHOOK = DATA / "leaderworkerset_webhook_test.yaml"
 MPIJOB_WEBHOOK = DATA / "mpijob_webhook_test.yaml"
 RAYCLUSTER_WEBHOOK = DATA / "raycluster_webhook_test.yaml"
+RAYJOB_WEBHOOK = DATA / "rayjob_webhook_test.yaml"
 #: ``spec.headGroupSpec.template.metadata.annotations…``, ``spec.workerGroupSpecs[i].template.metadata.annotations…``
-RAY_TEMPLATE = re.compile(r"spec\.(?:headGroupSpec|workerGroupSpecs\[(\d+)\])\.template\.metadata\.(.*)")
+RAY_TEMPLATE = re.compile(
+    r"spec\.(?:rayClusterSpec\.)?(?:headGroupSpec|workerGroupSpecs\[(\d+)\])\.template\.metadata\.(.*)"
+)
 #: ``spec.mpiReplicaSpecs[Launcher].template.metadata.annotations[key]``
 MPI_TEMPLATE = re.compile(r"spec\.mpiReplicaSpecs\[(\w+)\]\.template\.metadata\.(.*)")
 #: A row's field path → (its podset's name, the finding's subject).
@@ -298,8 +301,13 @@ def raycluster(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("row", rows(RAYCLUSTER_WEBHOOK), ids=row_id)
-def test_raycluster_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("kind", "row"),
+    [("RayCluster", row) for row in rows(RAYCLUSTER_WEBHOOK)] + [("RayJob", row) for row in rows(RAYJOB_WEBHOOK)],
+    ids=[f"RayCluster/{row_id(r)}" for r in rows(RAYCLUSTER_WEBHOOK)]
+    + [f"RayJob/{row_id(r)}" for r in rows(RAYJOB_WEBHOOK)],
+)
+def test_ray_webhook_rows_get_kueues_verdict(kind: str, row: dict[str, Any]) -> None:
     skip_unmodelled(row)
 
     def where(field: str) -> tuple[str, str]:
@@ -309,7 +317,12 @@ def test_raycluster_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None
         podset = "head" if index is None else row["workerGroupSpecs"][int(index)]["groupName"]
         return podset, subject(PREFIX + match.group(2))
 
-    check_review(row, raycluster(row), None, where)
+    cluster = raycluster(row)
+    if kind == "RayJob":  # Kueue's testingjobs.MakeJob: the cluster's spec as spec.rayClusterSpec
+        del cluster["spec"]["suspend"]
+        spec = {"suspend": True, "shutdownAfterJobFinishes": True, "rayClusterSpec": cluster["spec"]}
+        cluster = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rayjob"}, "spec": spec}
+    check_review(row, cluster, None, where)
 
 
 #: Each data file → its Go tests' TAS rows, counted in Kueue v0.19.2's source.
@@ -323,6 +336,7 @@ TRANSCRIBED = {
     LWS_WEBHOOK: {"TestValidateCreate": 16, "TestValidateUpdate": 2},
     MPIJOB_WEBHOOK: {"TestValidateCreate": 9},
     RAYCLUSTER_WEBHOOK: {"TestValidateCreate": 9},
+    RAYJOB_WEBHOOK: {"TestValidateCreate": 9},
 }
 
 
