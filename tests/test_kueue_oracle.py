@@ -32,6 +32,7 @@ LWS_WEBHOOK = DATA / "leaderworkerset_webhook_test.yaml"
 MPIJOB_WEBHOOK = DATA / "mpijob_webhook_test.yaml"
 RAYCLUSTER_WEBHOOK = DATA / "raycluster_webhook_test.yaml"
 RAYJOB_WEBHOOK = DATA / "rayjob_webhook_test.yaml"
+POD_WEBHOOK = DATA / "pod_webhook_test.yaml"
 #: ``spec.headGroupSpec.template.metadata.annotations…``, ``spec.workerGroupSpecs[i].template.metadata.annotations…``
 RAY_TEMPLATE = re.compile(
     r"spec\.(?:rayClusterSpec\.)?(?:headGroupSpec|workerGroupSpecs\[(\d+)\])\.template\.metadata\.(.*)"
@@ -325,6 +326,18 @@ def test_ray_webhook_rows_get_kueues_verdict(kind: str, row: dict[str, Any]) -> 
     check_review(row, cluster, None, where)
 
 
+@pytest.mark.parametrize("row", rows(POD_WEBHOOK), ids=row_id)
+def test_pod_webhook_rows_get_kueues_verdict(row: dict[str, Any]) -> None:
+    skip_unmodelled(row)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "test-pod", "annotations": dict(row["annotations"])},
+        "spec": {"containers": [{"name": "c", "image": "pause"}]},
+    }
+    check_review(row, pod, None, lambda field: ("main", subject(PREFIX + field.removeprefix("metadata."))))
+
+
 #: Each data file → its Go tests' TAS rows, counted in Kueue v0.19.2's source.
 TRANSCRIBED = {
     TAS_VALIDATION: {
@@ -337,6 +350,7 @@ TRANSCRIBED = {
     MPIJOB_WEBHOOK: {"TestValidateCreate": 9},
     RAYCLUSTER_WEBHOOK: {"TestValidateCreate": 9},
     RAYJOB_WEBHOOK: {"TestValidateCreate": 9},
+    POD_WEBHOOK: {"TestValidateCreate": 2},
 }
 
 
