@@ -50,7 +50,7 @@ REQUEST = "(Kueue v0.19.2 ValidateTASPodSetRequest); Kueue refuses the workload"
     ],
 )
 def test_layers_are_read_as_gos_json_unmarshal_reads_them(text: str, layers: list[Layer]) -> None:
-    assert parse_layers(text) == layers
+    assert parse_layers(text) == tuple(layers)
 
 
 @pytest.mark.parametrize(
@@ -287,3 +287,11 @@ def test_a_level_longer_than_the_workload_holds_is_refused_for_every_team() -> N
     assert run({REQUIRED: LONG}, NO_RULE_ENFORCE).plan.denials == [finding]
     assert run({REQUIRED: LONG}, NO_RULE_WARN).plan.warnings == [finding]
     assert run({REQUIRED: LONG[-63:]}, NO_RULE_ENFORCE).plan.denials == []
+
+
+def test_layers_kueues_webhook_refuses_get_its_finding_only() -> None:
+    """A level named twice is Kueue's webhook's finding; the order of the same layers (an inner
+    layer not below its parent) is not said again, nor is less locality than the policy."""
+    outcome = run({REQUIRED: BLOCK, LAYERS: layers((HOST, 2), (HOST, 1))}, topology("enforce"), parallelism=8)
+    assert [d.split(": ")[2] for d in outcome.plan.denials] == [f"{LAYERS}[1].topology"]
+    assert "Duplicate value" in outcome.plan.denials[0]

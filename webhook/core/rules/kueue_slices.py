@@ -30,6 +30,7 @@ the message Kueue's.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -165,12 +166,14 @@ def _layer(item: Any, index: int) -> Layer | str:
     return Layer(topology, size)
 
 
-def parse_layers(text: str) -> list[Layer] | str:
+@functools.lru_cache(maxsize=256)
+def parse_layers(text: str) -> tuple[Layer, ...] | str:
     """``text`` as Go's ``json.Unmarshal`` reads it into ``[]PodsetSliceRequiredTopologyConstraint``
     (Kueue v0.19.2): the layers (``null`` is none), or why it fails: no JSON (NaN and Infinity
     are none), not an array, an element not an object or null, a ``topology`` not a string, a
     ``size`` not an integer literal within int32. Field names match case-insensitively, later
-    members override earlier ones, other members are ignored."""
+    members override earlier ones, other members are ignored. Cached: each podset's annotation
+    is read by several rules."""
     try:
         document = json.loads(
             text, parse_int=_Number, parse_float=_Number, parse_constant=_refuse_constant, object_pairs_hook=_Object
@@ -178,7 +181,7 @@ def parse_layers(text: str) -> list[Layer] | str:
     except (ValueError, RecursionError) as exc:
         return f"not JSON ({exc})"
     if document is None:
-        return []
+        return ()
     if isinstance(document, _Object) or not isinstance(document, list):
         return f"cannot unmarshal {_kind(document)} into an array of layers"
     layers: list[Layer] = []
@@ -187,7 +190,7 @@ def parse_layers(text: str) -> list[Layer] | str:
         if isinstance(layer, str):
             return layer
         layers.append(layer)
-    return layers
+    return tuple(layers)
 
 
 def layer_errors(annotations: Mapping[str, Any]) -> list[Finding]:
@@ -245,7 +248,7 @@ def first_layer_above(annotations: Mapping[str, Any], count: int) -> list[Findin
     """``ValidateSliceSizeAnnotationUpperBound`` on the layers: the first (outermost) layer's
     size (the finding's value) above the podset's ``count`` pods; [] when the layers do not parse."""
     text = annotations.get(SLICE_CONSTRAINTS)
-    layers = parse_layers(text) if isinstance(text, str) else []
+    layers = parse_layers(text) if isinstance(text, str) else ()
     if isinstance(layers, str) or not layers or layers[0].size <= count:
         return []
     return [(SLICE_CONSTRAINTS, layers[0].size, f"must not be greater than pod set count {count}")]
@@ -305,7 +308,7 @@ def placed_levels(annotations: Mapping[str, Any]) -> list[tuple[str, str]]:
     keys = (REQUIRED, PREFERRED, SLICE_REQUIRED)
     out = [(key, annotations[key]) for key in keys if isinstance(annotations.get(key), str)]
     text = annotations.get(SLICE_CONSTRAINTS)
-    layers = parse_layers(text) if isinstance(text, str) else []
+    layers = parse_layers(text) if isinstance(text, str) else ()
     if not isinstance(layers, str) and len(layers) <= LAYERS_MAX:  # else Kueue's webhook refuses them
         out.extend((f"{SLICE_CONSTRAINTS}[{i}].topology", layer.topology) for i, layer in enumerate(layers))
     return out

@@ -27,7 +27,13 @@ from webhook.core.paths import lookup
 from webhook.core.policy import TeamPolicyCompiled, TopologyPlacement
 from webhook.core.rules.auto import plan_auto, slice_rule
 from webhook.core.rules.capacity import constraints
-from webhook.core.rules.kueue_slices import label_key_errors, order_problems, placed_levels, value_errors
+from webhook.core.rules.kueue_slices import (
+    label_key_errors,
+    layer_errors,
+    order_problems,
+    placed_levels,
+    value_errors,
+)
 from webhook.core.rules.kueue_tas import refused_group
 from webhook.core.view import (
     GROUP_NAME,
@@ -129,7 +135,7 @@ def check_user_topology(
         return
     enforcement = placement.enforcement
     where = f"podset {podset.name!r}"
-    malformed = bool(value_errors(annotations))
+    malformed = bool(value_errors(annotations) or layer_errors(annotations))
     for key, level in placed_levels(annotations):
         if label_key_errors(level):
             malformed = True  # Kueue's webhook refuses it: kueue_tas says so
