@@ -1157,11 +1157,21 @@ def test_a_users_level_outside_the_topology_is_refused_or_warned_that_kueue_neve
     assert _user_placed({REQUIRED: "rack"}, required) == ([], [never], 0)
 
 
-def test_the_unconstrained_annotation_must_be_true_or_false_unless_the_policy_is_default() -> None:
+def test_the_unconstrained_annotation_must_be_a_boolean_as_kueue_reads_it_whatever_the_policy() -> None:
+    """Kueue v0.19.2 refuses a value Go's ``strconv.ParseBool`` does not read, in every namespace:
+    denied under ``enforce``, warned under ``default`` too (once passed in silence there); "True"
+    and "1" are booleans to Kueue (once denied under ``enforce``)."""
     required = {"mode": "required", "level": RACK}
-    bad = "topology: kueue.x-k8s.io/podset-unconstrained-topology must be 'true' or 'false' (podset 'main'), got 'yes'"
+    bad = (
+        "topology: podset 'main': kueue.x-k8s.io/podset-unconstrained-topology 'yes': must be a boolean value "
+        "(Kueue v0.19.2 ValidateTASPodSetRequest); Kueue refuses the workload"
+    )
     assert _user_placed({UNCONSTRAINED: "yes"}, {**required, "enforcement": "enforce"}) == ([bad], [], 0)
-    assert _user_placed({UNCONSTRAINED: "yes"}, required) == ([], [], 0)
+    assert _user_placed({UNCONSTRAINED: "yes"}, required) == ([], [bad], 0)
+    for value in ("True", "1", "F"):
+        assert _user_placed({UNCONSTRAINED: value}, {**required, "enforcement": "enforce"})[0] == [
+            _less("required", RACK)
+        ]
     # unconstrained next to required: Kueue refuses the pair whatever the value (ValidateTASPodSetRequest)
     listed = ", ".join(
         f'"kueue.x-k8s.io/podset-{mode}-topology"' for mode in ("required", "preferred", "unconstrained")

@@ -99,13 +99,39 @@ def test_enforce_on_update_never_denies_an_elastic_job_dropping_to_unconstrained
     assert outcome.plan.allowed, outcome.plan.denials
 
 
-def test_a_users_own_required_topology_on_an_elastic_job_is_warned_about() -> None:
-    outcome = run(elastic_job(template={REQUIRED: LEVEL3}), policy("required"))
-    assert outcome.plan.allowed
-    assert outcome.plan.warnings == [
-        f"topology: podset 'main': Kueue refuses {REQUIRED} on an elastic workload of this kind "
-        '(kueue.x-k8s.io/elastic-job: "true"; Kueue\'s Job webhook: "topology is not supported with elastic '
-        'jobs"); Kueue will refuse the workload'
+ELASTIC_REQUIRED = (
+    f"topology: podset 'main': {REQUIRED} {LEVEL3!r}: required topology is not supported with elastic jobs "
+    "(Kueue v0.19.2 JobWebhook.validateTopologyRequest); Kueue refuses the workload"
+)
+
+
+@pytest.mark.parametrize(
+    ("pol", "denied"),
+    [
+        (policy("required"), True),
+        (policy("required", "warn"), False),
+        (policy("required", "default"), False),
+        ({"queue": {"enforcement": "enforce"}}, True),  # no topology rule: the queue rule's enforcement
+        ({"queue": {"enforcement": "warn"}}, False),
+    ],
+    ids=["enforce", "warn", "default", "no-rule-enforce", "no-rule-warn"],
+)
+def test_a_users_own_required_topology_on_an_elastic_job_is_refused_as_kueue_does(
+    pol: dict[str, Any], denied: bool
+) -> None:
+    """Defect: it was only warned, and only for a team with a topology rule; Kueue v0.19.2's Job
+    webhook refuses it in every namespace. The message is the same whatever the team's rule."""
+    outcome = run(elastic_job(template={REQUIRED: LEVEL3}), pol)
+    assert outcome.plan.allowed is not denied
+    assert (outcome.plan.denials if denied else outcome.plan.warnings) == [ELASTIC_REQUIRED]
+    assert (outcome.plan.warnings if denied else outcome.plan.denials) == []
+
+
+def test_preferred_topology_on_an_elastic_job_is_refused_without_a_topology_rule() -> None:
+    outcome = run(elastic_job(template={PREFERRED: LEVEL3}), {"queue": {"enforcement": "enforce"}})
+    assert outcome.plan.denials == [
+        f"topology: podset 'main': {PREFERRED} {LEVEL3!r}: preferred topology is not supported with elastic jobs "
+        "(Kueue v0.19.2 JobWebhook.validateTopologyRequest); Kueue refuses the workload"
     ]
 
 

@@ -113,7 +113,7 @@ def plan_object(
                 draft, view.podsets, team.topology, inventory, team, plan, forbidden, row.coplace if coplace else ()
             )
         planned = planned_view(view, draft.doc, draft.changes)  # what Kueue will see
-        check_kueue_tas(planned, team, plan)
+        check_kueue_tas(planned, team, plan, forbidden)
         check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), plan)
     except Shape as shape:
         return malformed(shape)

@@ -22,7 +22,7 @@ from webhook.core.plan.draft import Draft, Plan
 from webhook.core.plan.rules.kueue_tas import kueue_tas_findings
 from webhook.core.plan.rules.queue import QUEUE_LABEL, workload_labels
 from webhook.core.plan.rules.stranded import WAITS_FOR_NODES, check_admissible
-from webhook.core.plan.rules.topology import GROUP_NAME, TAS_ANNOTATIONS
+from webhook.core.plan.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, elastic_forbidden
 from webhook.core.platform.policy import TeamPolicyCompiled
 
 __all__ = ["recheck_admissible", "resized", "retopologized"]
@@ -96,7 +96,7 @@ def recheck_admissible(
     planned = kueue_view(draft.doc, row)
     what = "; ".join(changed)
     undo = ": set it back, or make the pods fewer or smaller so that they fit" if sized else ": set it back"
-    for message, _ in kueue_tas_findings(planned):
+    for message, _ in kueue_tas_findings(planned, elastic_forbidden(draft.doc, row)):
         plan.report("warn", "topology", f"{message}; this update {what}: set it back")
     found = Plan()
     check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)

@@ -27,9 +27,13 @@ tas_validation.go``; each finding here quotes its message:
   (``pkg/controller/tas/topology_ungater.go``) leaves the other pods gated until pods of the
   podset end. Always a warning (:func:`slice_remainder`).
 
+What Kueue refuses of the values themselves (levels that are no label keys, an unconstrained flag
+that is no boolean, multi-layer slices, required or preferred topology on an elastic Job, levels
+the Workload CRD cannot hold) is :mod:`webhook.core.plan.rules.kueue_slices`'s, reported here. Every
+finding is made in every team namespace, whatever the team's topology rule, with one message.
+
 No Kueue webhook checks an AppWrapper's components or a HyperPodPyTorchJob: their findings say
-so. A slice size that is no integer is a malformed count (:mod:`webhook.core.kueue.view`), an unconstrained
-value that is no boolean the topology rule's own finding: neither is repeated here.
+so. A slice size that is no integer is a malformed count (:mod:`webhook.core.kueue.view`), not repeated here.
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ from webhook.core.kueue.view import (
     WorkloadView,
 )
 from webhook.core.plan.draft import Plan
+from webhook.core.plan.rules.kueue_slices import (
+    crd_errors,
+    elastic_errors,
+    first_layer_above,
+    layer_errors,
+    value_errors,
+)
 from webhook.core.platform.platform import Enforcement
 from webhook.core.platform.policy import TeamPolicyCompiled
 
@@ -65,11 +76,16 @@ __all__ = [
 _REQUEST = "ValidateTASPodSetRequest"
 _BOUND = "ValidateSliceSizeAnnotationUpperBound"
 _GROUPING = "ValidatePodSetGroupingTopology"
+#: Kueue v0.19.2's Job webhook, which refuses required and preferred topology on an elastic Job.
+_ELASTIC = "JobWebhook.validateTopologyRequest"
 #: Kueue v0.19.2's TAS (``pkg/cache/scheduler/tas_flavor_snapshot.go``), which places whole slices.
 _WHOLE_SLICES = "TASFlavorSnapshot.findTopologyAssignment"
 #: The Workload CRD (``kueue.x-k8s.io/v1beta2``): ``podSetGroupName`` has ``maxLength: 256``, so
 #: Kueue cannot create the Workload of a podset whose kept group name is longer.
 _CRD = "Workload CRD podSetGroupName maxLength"
+#: The Workload CRD's ``maxLength: 63`` of each topology level (``required``, ``preferred``,
+#: ``podSetSliceRequiredTopology``, a slice layer's ``topology``): :func:`.kueue_slices.crd_errors`.
+_LEVEL_CRD = "Workload CRD topology level maxLength"
 #: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
 GROUP_NAME_MAX = 256
 
@@ -99,6 +115,7 @@ def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
         listed = ", ".join(f'"{key}"' for key in (REQUIRED, PREFERRED, UNCONSTRAINED))
         message = f"must not contain more than one topology annotation: [{listed}]"
         out.append(_finding(podset, "annotations", None, message, _REQUEST))
+    out.extend(_finding(podset, key, value, message, _REQUEST) for key, value, message in value_errors(a))
     group = a.get(GROUP_NAME)
     if isinstance(group, str):
         if _number(group):
@@ -131,6 +148,12 @@ def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
     if SLICE_SIZE in a and SLICE_REQUIRED not in a:
         message = f"may not be set when '{SLICE_REQUIRED}' is not specified"
         out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
+    sourced = [(_REQUEST, layer_errors(a)), (_BOUND, first_layer_above(a, podset.count))]
+    if not out and not sourced[0][1]:  # Kueue copies only levels it accepts into its Workload
+        sourced.append((_LEVEL_CRD, crd_errors(a)))
+    out.extend(
+        _finding(podset, key, value, message, source) for source, found in sourced for key, value, message in found
+    )
     return out
 
 
@@ -230,17 +253,24 @@ UNCHECKED = frozenset({"AppWrapper", "HyperPodPyTorchJob"})
 #: annotation): no webhook bounds their slice size by the pods, which Kueue's TAS only assumes.
 POD_CHECKED = frozenset({"Pod", "Deployment", "ReplicaSet", "StatefulSet"})
 #: Each Kueue check run by every kind's webhook but these.
-_SKIPPED_BY = {_REQUEST: UNCHECKED, _BOUND: UNCHECKED | POD_CHECKED, _CRD: frozenset[str]()}
+_SKIPPED_BY = {
+    _REQUEST: UNCHECKED,
+    _BOUND: UNCHECKED | POD_CHECKED,
+    _CRD: frozenset[str](),
+    _LEVEL_CRD: frozenset[str](),
+}
 
 
 def _refused(source: str, kind: str) -> bool:
     """Whether Kueue's webhook for ``kind`` runs the check ``source`` (so refuses what it finds)."""
     if source == _WHOLE_SLICES:
         return False  # no Kueue webhook checks it
+    if source == _ELASTIC:
+        return True  # found only for a kind whose webhook refuses it (elastic_forbidden)
     return kind in GROUPS_CHECKED if source == _GROUPING else kind not in _SKIPPED_BY[source]
 
 
-def _sourced_problems(view: WorkloadView) -> list[tuple[str, str]]:
+def _sourced_problems(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, str]]:
     """:func:`kueue_tas_problems`, each with the Kueue function (or rule) that finds it."""
     if view.row.opaque:
         return []
@@ -248,6 +278,8 @@ def _sourced_problems(view: WorkloadView) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for podset in podsets:
         out.extend(_podset_findings(podset))
+        elastic = elastic_errors(podset.annotations, forbidden)
+        out.extend(_finding(podset, key, value, message, _ELASTIC) for key, value, message in elastic)
         remainder = slice_remainder(podset)
         if remainder is not None:
             out.append((remainder, _WHOLE_SLICES))
@@ -261,15 +293,15 @@ def _sourced_problems(view: WorkloadView) -> list[tuple[str, str]]:
     return out
 
 
-def kueue_tas_problems(view: WorkloadView) -> list[tuple[str, bool]]:
+def kueue_tas_problems(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, bool]]:
     """Every finding of Kueue's TAS annotation rules on ``view`` (see the module), each with
     whether Kueue's webhook for the kind refuses it (else only Kueue's TAS assumes the rule); none
     for a kind whose pods the object does not show, and no group rule when a member's size is
     unknown."""
-    return [(problem, _refused(source, view.row.kind)) for problem, source in _sourced_problems(view)]
+    return [(problem, _refused(source, view.row.kind)) for problem, source in _sourced_problems(view, forbidden)]
 
 
-def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
+def kueue_tas_findings(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, bool]]:
     """Each finding of :func:`kueue_tas_problems` on ``view`` as a user reads it (Kueue's message,
     then what follows: ``Kueue refuses the workload``, or that Kueue's TAS assumes the rule of this
     kind without checking it, or, for a slice size that does not divide the pods, that no Kueue
@@ -277,7 +309,7 @@ def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
     (:func:`check_kueue_tas`) and the UPDATE recheck (:mod:`webhook.core.plan.recheck`) both report these."""
     out: list[tuple[str, bool]] = []
     kind = view.row.kind
-    for problem, source in _sourced_problems(view):
+    for problem, source in _sourced_problems(view, forbidden):
         refused = _refused(source, kind)
         if refused:
             outcome = "Kueue refuses the workload"
@@ -295,13 +327,16 @@ def kueue_tas_findings(view: WorkloadView) -> list[tuple[str, bool]]:
     return out
 
 
-def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> bool:
-    """Report each finding of :func:`kueue_tas_findings` on ``view`` (the planned object): one Kueue's
-    webhook refuses is a denial under the topology rule's ``enforce``, else a warning; one it does
-    not check for the kind is always a warning (Kueue admits the workload). Returns whether any
-    was made."""
-    findings = kueue_tas_findings(view)
-    level: Enforcement = "enforce" if team.topology is not None and team.topology.enforcement == "enforce" else "warn"
+def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan, forbidden: Sequence[str] = ()) -> bool:
+    """Report each finding of :func:`kueue_tas_findings` on ``view`` (the planned object;
+    ``forbidden``: :func:`webhook.core.plan.rules.topology.elastic_forbidden` of it), in every team
+    namespace whatever the team's topology rule, with the same message: one Kueue's webhook
+    refuses is a denial under ``enforce`` of the topology rule (of the queue rule for a team
+    without one, as the other never-admitted findings), else a warning; one it does not check for
+    the kind is always a warning (Kueue admits the workload). Returns whether any was made."""
+    findings = kueue_tas_findings(view, forbidden)
+    rule = team.topology if team.topology is not None else team.queue
+    level: Enforcement = "enforce" if rule.enforcement == "enforce" else "warn"
     for message, refused in findings:
         plan.report(level if refused else "warn", "topology", message)
     return bool(findings)

@@ -36,6 +36,13 @@ from webhook.core.objects.paths import lookup
 from webhook.core.plan.draft import Draft, Plan
 from webhook.core.plan.rules.auto import plan_auto, slice_rule
 from webhook.core.plan.rules.capacity import constraints
+from webhook.core.plan.rules.kueue_slices import (
+    label_key_errors,
+    layer_errors,
+    order_problems,
+    placed_levels,
+    value_errors,
+)
 from webhook.core.plan.rules.kueue_tas import refused_group
 from webhook.core.platform.policy import TeamPolicyCompiled, TopologyPlacement
 
@@ -57,7 +64,6 @@ __all__ = [
 
 #: Kueue's TAS annotations on a pod template (KEP-2724, user-facing API).
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED, SLICE_SIZE, SLICE_CONSTRAINTS)
-_LEVEL_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED)
 _STRENGTH = {REQUIRED: 2, PREFERRED: 1}
 #: Kueue's workload-slicing annotation (``workloadslicing.EnabledAnnotationKey``, value "true").
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
@@ -112,25 +118,28 @@ def check_user_topology(
     plan: Plan,
     forbidden: Sequence[str] = (),
 ) -> None:
-    """A podset's own TAS annotations must name levels of the team's Topology: Kueue can never
-    admit a podset asking for a level its flavor's Topology lacks, so this is refused under
-    ``enforce`` and warned under ``warn`` and ``default`` (SPEC §3, never silently stranded).
-    Under ``enforce``/``warn`` they also may not ask for less locality than the policy (a weaker
-    mode or a broader level), measured against the mode Kueue allows: ``forbidden`` are the TAS
-    annotations Kueue refuses on this workload (:func:`elastic_forbidden`); one the user set is
-    warned about, and a policy mode Kueue refuses is weakened, never enforced."""
+    """A podset's own TAS annotations must name levels of the team's Topology (required,
+    preferred, the slice level, each slice layer's), in an order Kueue's TAS places
+    (:func:`~webhook.core.plan.rules.kueue_slices.order_problems`): Kueue can never admit a podset
+    asking otherwise, so this is refused under ``enforce`` and warned under ``warn`` and
+    ``default`` (SPEC §3, never silently stranded). Under ``enforce``/``warn`` they also may not
+    ask for less locality than the policy (a weaker mode or a broader level), measured against the
+    mode Kueue allows: ``forbidden`` are the TAS annotations Kueue refuses on this workload
+    (:func:`elastic_forbidden`), and a policy mode Kueue refuses is weakened, never enforced.
+    What Kueue's webhook refuses whatever the policy (a level that is no label key, an
+    unconstrained flag that is no boolean, topology on an elastic Job) is
+    :mod:`webhook.core.plan.rules.kueue_tas`'s finding, made for every team: here it only stops the
+    policy's own findings on that podset."""
     annotations = podset.annotations
     if not any(key in annotations for key in TAS_ANNOTATIONS):
         return
     enforcement = placement.enforcement
     where = f"podset {podset.name!r}"
-    refused = [key for key in forbidden if key in annotations]
-    if refused:
-        plan.report("warn", "topology", f"{where}: {_elastic_rule(refused)}; Kueue will refuse the workload")
-    malformed = False
-    for key in _LEVEL_ANNOTATIONS:
-        level = annotations.get(key)
-        if level is not None and level not in placement.levels:
+    malformed = bool(value_errors(annotations) or layer_errors(annotations))
+    for key, level in placed_levels(annotations):
+        if label_key_errors(level):
+            malformed = True  # Kueue's webhook refuses it: kueue_tas says so
+        elif level not in placement.levels:
             malformed = True
             message = (
                 f"{key} {level!r} ({where}) is not a level of Topology {placement.topologyName!r} "
@@ -139,14 +148,12 @@ def check_user_topology(
             if enforcement != "enforce":
                 message += "; Kueue can never admit the workload"
             plan.report("enforce" if enforcement == "enforce" else "warn", "topology", message)
-    unconstrained = annotations.get(UNCONSTRAINED)
+    for problem in [] if malformed else order_problems(annotations, placement.levels):
+        malformed = True
+        message = f"{where}: {problem}" + ("; Kueue can never admit the workload" if enforcement != "enforce" else "")
+        plan.report("enforce" if enforcement == "enforce" else "warn", "topology", message)
     if enforcement == "default":
         return  # under default the user's own placement is theirs, once it can be admitted
-    if unconstrained is not None and unconstrained not in ("true", "false"):
-        malformed = True
-        plan.report(
-            enforcement, "topology", f"{UNCONSTRAINED} must be 'true' or 'false' ({where}), got {unconstrained!r}"
-        )
     if malformed or placement.mode not in ("required", "preferred") or placement.level is None:
         return  # malformed annotations are reported once, without a second reason
     mode = _allowed_mode(placement.mode, forbidden)
