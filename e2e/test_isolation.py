@@ -510,6 +510,13 @@ async def test_a_forged_owner_is_what_kueue_leaves_alone(
     """
     owner = (await create_with_warnings(dynamic, cleanup.add(job(namespace, {QUEUE_LABEL: "nowhere"}, "owner")))).obj
     assert owner["spec"]["suspend"] is True  # Kueue's webhook: it names a queue
+
+    async def seen_by_kueue() -> dict[str, Any] | None:
+        return await workload_for(dynamic, namespace, owner["metadata"]["uid"])
+
+    # Kueue's pod webhook reads the owner from Kueue's informer cache: a Pod created before the cache
+    # has the Job is refused as "not found" (seen on a busy machine). Its Workload shows Kueue has it.
+    await wait_for(seen_by_kueue, "Kueue to make the owner Job's Workload", timeout=60)
     labels = {QUEUE_LABEL: "nowhere"}
     forged = await create_with_warnings(
         dynamic, pod(namespace, "forged", labels=labels, ownerReferences=[owner_reference(owner)])
