@@ -156,7 +156,7 @@ def test_nodes_warn_and_strict_fails(workdir: Path) -> None:
 def test_generate_warns_about_recreates_against_files_on_disk(workdir: Path) -> None:
     out = workdir / "generated"
     run(generate_command, workdir / "platform.yaml", "--out", out)
-    text = (workdir / "platform.yaml").read_text().replace("instance-type: p5.48xlarge", "instance-type: p5e.48xlarge")
+    text = (workdir / "platform.yaml").read_text().replace("p5.48xlarge", "p5e.48xlarge")  # flavor and affinity
     (workdir / "platform.yaml").write_text(text)
     result = run(generate_command, workdir / "platform.yaml", "--out", out)
     assert result.exit_code == 0
@@ -278,6 +278,9 @@ def test_applied_fields_merges_the_managers_apply_entries() -> None:
 def test_diff_against_recorded_objects_shows_exactly_what_changed(tmp_path: Path) -> None:
     platform = yaml.safe_load(LIVE_PLATFORM.read_text())
     platform["flavors"][0]["nodeLabels"] = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    for team in platform["teams"]:  # an affinity for the old instance type would strand the team
+        for requirement in team.get("policy", {}).get("nodeAffinity", []):
+            requirement["values"] = ["p4d.24xlarge" if v == "p5.48xlarge" else v for v in requirement["values"]]
     platform["teams"][0]["quotas"][0]["resources"]["nvidia.com/gpu"]["nominalQuota"] = 48
     platform["teams"] = [team for team in platform["teams"] if team["name"] != "data-science"]
     platform["priorities"].append({"name": "batch", "value": 50, "podPriorityClass": True})

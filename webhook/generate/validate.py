@@ -32,6 +32,7 @@ from typing import Literal
 
 from webhook.core.kueue.inventory import Node
 from webhook.core.objects.quantity import format_quantity, parse_quantity
+from webhook.core.platform.affinity import affinity_node_problems
 from webhook.core.platform.platform import Platform, Problem, quota_total
 from webhook.core.platform.policy import local_queue_name, team_namespaces
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE
@@ -303,4 +304,5 @@ def validate_platform(
     problems = [*_check_flavors(platform), *_check_teams(platform, policy_namespace), *_check_descriptions(platform)]
     if nodes is not None:
         problems.extend(_check_inventory(platform, nodes, strict))
+        problems.extend(affinity_node_problems(platform, nodes, "error" if strict else "warning"))
     return problems

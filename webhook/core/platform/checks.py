@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from webhook.core.kueue.wellformed import is_extended_resource
 from webhook.core.objects.quantity import MAX_QUANTITY, format_quantity, parse_quantity
+from webhook.core.platform.affinity import affinity_problems
 from webhook.core.platform.models import FlavorSpec, LabelSelector, Platform, PriorityRule, TeamSpec, TopologySpec
 from webhook.core.platform.naming import (
     SYSTEM_NAMESPACES,
@@ -21,19 +20,7 @@ from webhook.core.platform.naming import (
     priority_class_name,
     team_namespaces,
 )
-
-
-class Problem(BaseModel):
-    """One finding about a platform file: ``path`` like ``teams[1].quotas[0].flavor``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    path: str
-    message: str
-    severity: Literal["error", "warning"] = "error"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+from webhook.core.platform.problems import Problem
 
 
 def _whole_units(path: str, resource: str, amount: str | int | float | None) -> list[Problem]:
@@ -121,7 +108,8 @@ def check_platform(platform: Platform) -> list[Problem]:
     not above ``nominalQuota``; every name the naming preset derives fits where it lands (label
     values, namespace names); each effective namespace belongs to one team, none is a system
     namespace, no two teams share a ``namespaceSelector``; ``policy.queue`` names no other team's
-    LocalQueue. Each problem is listed once, in the order found.
+    LocalQueue; ``policy.nodeAffinity`` leaves the team a flavor whose nodes can match it
+    (:mod:`.affinity`). Each problem is listed once, in the order found.
     """
     problems: list[Problem] = []
     topologies = {t.name: t for t in platform.topologies}
@@ -215,6 +203,7 @@ def check_platform(platform: Platform) -> list[Problem]:
     problems.extend(_check_derived_names(platform))
     problems.extend(_check_namespaces(platform))
     problems.extend(_check_queues(platform))
+    problems.extend(affinity_problems(platform))
     # One finding can be reached twice (a priority both the default and allowed): report it once.
     return list(dict.fromkeys(problems))
 

@@ -31,7 +31,7 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.core.objects.quantity import parse_quantity
-from webhook.core.platform.checks import PlatformError, Problem, _loc, check_platform
+from webhook.core.platform.checks import PlatformError, _loc, check_platform
 from webhook.core.platform.models import (
     API_VERSION,
     HOSTNAME_LABEL,
@@ -53,6 +53,7 @@ from webhook.core.platform.models import (
     TopologySpec,
     dns1123_label_error,
 )
+from webhook.core.platform.problems import Problem
 from webhook.core.platform.yamlload import YamlLimitError, limited, yaml_error_line
 
 __all__ = [
