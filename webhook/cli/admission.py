@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from webhook.cli.common import (
     team_index,
 )
 from webhook.cli.errors import say, warn
-from webhook.core.admission.envelope import MalformedReview, decode_body
+from webhook.core.admission.envelope import MalformedReview, create_review, decode_body
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.crd_defaults import default_review, with_crd_defaults
 from webhook.core.kueue.inventory import NodeInventory
@@ -77,27 +76,6 @@ def review_command(
     except MalformedReview as exc:
         fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED)
     click.echo(json.dumps(outcome.response, indent=2))
-
-
-def _admission_review(document: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    api_version = str(document.get("apiVersion", ""))
-    group, _, version = api_version.rpartition("/")
-    metadata = document.get("metadata")
-    row = find_kind(api_version, str(document.get("kind", "")))
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": group, "version": version, "kind": str(document.get("kind", ""))},
-            "resource": {"group": group, "version": version, "resource": row.resource if row else ""},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "name": str(metadata.get("name") or "") if isinstance(metadata, Mapping) else "",
-            "object": document,
-            "dryRun": True,
-        },
-    }
 
 
 def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) -> None:
@@ -265,7 +243,7 @@ class _Reviewer:
             say(f"{where} says namespace {own!r}; reviewed in {self.namespace!r} (-n) and printed for it")
         document = with_crd_defaults(document)  # what the API server stores and the webhook sees
         try:
-            outcome = review(_admission_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
+            outcome = review(create_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:  # the server would answer 400: refused, like a denial
             self.denied = True
             say(f"{where} refused: {str(exc).replace('request.object.', '')}")

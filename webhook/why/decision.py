@@ -19,12 +19,11 @@ affinity are kept, ``unrecorded`` too, with what the policy says of them.
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.admission.envelope import MalformedReview
+from webhook.core.admission.envelope import MalformedReview, create_review
 from webhook.core.admission.review import review
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import WorkloadKind, find_kind
@@ -132,7 +131,6 @@ def decide(
     metadata = dict(obj.get("metadata") or {})
     namespace = str(metadata.get("namespace", ""))
     api_version = str(obj.get("apiVersion", ""))
-    group, _, version = api_version.rpartition("/")
     row = find_kind(api_version, str(obj.get("kind", "")))
     submitted = copy.deepcopy(dict(obj))
     submitted.pop("status", None)
@@ -145,20 +143,7 @@ def decide(
         else:
             _drop(submitted, path)
     submitted["metadata"] = {k: v for k, v in submitted.get("metadata", {}).items() if k not in _DROPPED_METADATA}
-    body = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": group, "version": version, "kind": str(obj.get("kind", ""))},
-            "resource": {"group": group, "version": version, "resource": row.resource if row else ""},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "name": str(metadata.get("name", "")),
-            "object": submitted,
-            "dryRun": True,
-        },
-    }
+    body = create_review(submitted, namespace)
     try:
         outcome = review(body, teams, lambda _: namespace_labels, NodeInventory.from_objects(nodes))
     except MalformedReview as exc:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from webhook.core.kueue.kinds import find_kind
 from webhook.core.objects.jsonbody import JSON_TYPES, MAX_DEPTH, BodyError, decode_json, json_type
 from webhook.core.plan.request import AdmissionRequest
 
@@ -28,6 +30,7 @@ __all__ = [
     "MalformedReview",
     "build_response",
     "clip",
+    "create_review",
     "decode_body",
     "json_bytes",
     "json_type",
@@ -214,3 +217,31 @@ def build_response(
     if warnings:
         response["warnings"] = [clip(warning) for warning in warnings]
     return {"apiVersion": request.review_api_version, "kind": "AdmissionReview", "response": response}
+
+
+def create_review(obj: Mapping[str, Any], namespace: str, user: str | None = None) -> dict[str, Any]:
+    """The ``admission.k8s.io/v1`` AdmissionReview the API server would send for a dry-run CREATE of
+    ``obj`` in ``namespace`` (the offline commands' way into :func:`webhook.core.admission.review.review`).
+
+    ``request.resource`` is the kinds table's resource for the object's kind ("" for a kind it does
+    not have); ``userInfo`` is left out unless ``user`` is given (a review without it trusts its
+    sender, as :func:`webhook.core.plan.owners.made_by_a_controller` says).
+    """
+    api_version = str(obj.get("apiVersion", ""))
+    group, _, version = api_version.rpartition("/")
+    kind = str(obj.get("kind", ""))
+    row = find_kind(api_version, kind)
+    metadata = obj.get("metadata")
+    request: dict[str, Any] = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": row.resource if row else ""},
+        "operation": "CREATE",
+        "namespace": namespace,
+        "name": str(metadata.get("name") or "") if isinstance(metadata, Mapping) else "",
+        "object": obj,
+        "dryRun": True,
+    }
+    if user is not None:
+        request["userInfo"] = {"username": user}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
