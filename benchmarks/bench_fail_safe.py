@@ -65,7 +65,15 @@ from apiserver_support import (
     webhook_configuration,
 )
 from fail_safe_options import feature_table
-from timing import cpu_ms_per_create, load_at_end, machine_at_start, percentile, process_cpu_seconds, ratio
+from timing import (
+    cpu_ms_per_create,
+    load_at_end,
+    machine_at_start,
+    median_ratio,
+    percentile,
+    process_cpu_seconds,
+    ratio,
+)
 from webhook_servers import Server, kgov_patch, kgov_server, noop_count, noop_server, webhook_answer
 
 from e2e import devcluster
@@ -336,6 +344,10 @@ def report(figures: dict[str, Figures], idle: float, args: argparse.Namespace) -
         )
     rounds = "; ".join(f"{name} " + ", ".join(f"{v:.2f}" for v in figures[name].round_p50s) for name in CONFIGURATIONS)
     print(f"   sequential p50 per round (ms): {rounds}")
+    paired = ", ".join(
+        f"{name} {median_ratio(figures[name].round_p50s, base.round_p50s):.2f}x" for name in CONFIGURATIONS
+    )
+    print(f"   sequential p50 as a ratio to none's in the same round, median over the rounds: {paired}")
     print(f"   kube-apiserver idle: {idle:.1f} ms CPU per second (included in the CPU per create)")
     print(f"   creates per configuration: {len(base.sequential)} sequential, {len(base.concurrent)} concurrent")
     print("\nwhat each option does for a create (SPEC §3, §8b):")

@@ -54,6 +54,17 @@ def ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline else float("nan")
 
 
+def median_ratio(values: list[float], baselines: list[float]) -> float:
+    """The median of ``values[i] / baselines[i]``: each round's figure against the baseline's of
+    the same round, so that a noisy moment shared by both cancels out. Raises ValueError when the
+    lists differ in length; ``nan`` when empty."""
+    if len(values) != len(baselines):
+        raise ValueError(f"{len(values)} values for {len(baselines)} baselines")
+    if not values:
+        return float("nan")
+    return statistics.median(ratio(value, baseline) for value, baseline in zip(values, baselines, strict=True))
+
+
 def stat_cpu_seconds(stat: str, ticks_per_second: int) -> float:
     """User + system CPU seconds of a process from the text of its ``/proc/<pid>/stat``: fields 14
     (``utime``) and 15 (``stime``) in clock ticks (proc(5)), counted after the ``)`` that closes

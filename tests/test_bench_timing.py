@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmarks.fail_safe_options import FEATURES, OPTIONS, feature_table
-from benchmarks.timing import cpu_ms_per_create, percentile, process_cpu_seconds, ratio, stat_cpu_seconds
+from benchmarks.timing import cpu_ms_per_create, median_ratio, percentile, process_cpu_seconds, ratio, stat_cpu_seconds
 
 #: A kube-apiserver's /proc/<pid>/stat line (proc(5)): utime 4321 and stime 1234 ticks (fields 14, 15).
 APISERVER_STAT = (
@@ -76,3 +76,12 @@ def test_feature_table_has_a_cell_per_option_and_only_kgov_does_everything() -> 
     lines = feature_table().splitlines()
     assert lines[0].split() == ["feature", *OPTIONS]
     assert lines[1].split()[:3] == ["queue", "label", "no"]
+
+
+def test_median_ratio_pairs_each_round_with_the_baseline_of_the_same_round() -> None:
+    # A noisy second round doubles both figures: the paired ratios stay 1.5.
+    assert median_ratio([3.0, 6.0, 4.5], [2.0, 4.0, 3.0]) == pytest.approx(1.5)
+    assert median_ratio([1.0, 10.0, 3.0], [1.0, 1.0, 1.0]) == 3.0
+    assert math.isnan(median_ratio([], []))
+    with pytest.raises(ValueError, match="2 values for 1 baselines"):
+        median_ratio([1.0, 2.0], [1.0])
