@@ -1,8 +1,9 @@
 """What the benchmarks through the real kube-apiserver share: the simulated cluster with the
-bundled platform applied, our webhook registered as the chart registers it, ``kgov serve`` and the
-no-op (or canned) webhook as processes of their own, and a plain aiohttp client of the API server.
+bundled platform applied, our webhook registered as the chart registers it, a plain aiohttp client
+of the API server, and the Job creates that are measured (the webhook servers themselves are in
+``webhook_servers.py``).
 
-Imported by ``bench_apiserver.py`` and ``bench_faults.py`` as a plain module (a script's own
+Imported by ``bench_apiserver.py``, ``bench_fail_safe.py`` and ``bench_faults.py`` as a plain module (a script's own
 directory is on ``sys.path`` when it runs as ``python benchmarks/bench_x.py``). Only 127.0.0.1 is
 used; every wait is bounded.
 """
@@ -14,13 +15,11 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import ssl
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,6 @@ sys.path.insert(0, str(REPO))
 
 from e2e import devcluster  # noqa: E402  (the repository root is put on sys.path just above)
 from e2e.manifests import TopologyShape  # noqa: E402
-from e2e.support import read_metrics  # noqa: E402
-from webhook.certs import issue_serving_certificate, write_private  # noqa: E402
 from webhook.core.platform.policy import PolicySet  # noqa: E402
 from webhook.kube.files import load_policies  # noqa: E402
 
@@ -255,6 +252,33 @@ async def delete_jobs(api: Api, namespaces: list[str], run: str, timeout: float 
     raise BenchError(f"Jobs or Workloads of run {run} still there after {timeout:.0f}s")
 
 
+async def create_jobs(
+    api: Api,
+    namespace: str,
+    bodies: list[dict[str, Any]],
+    clients: int,
+    params: dict[str, str] | None = None,
+) -> tuple[list[float], float]:
+    """Create ``bodies`` in ``namespace`` by ``clients`` clients at once (1: one after the other),
+    each client taking the next body when its create is answered; with ``params`` (e.g.
+    ``{"dryRun": "All"}``) on every POST. Returns each create's latency in ms (request sent to
+    answer read) and the wall seconds of the whole batch. Raises ApiError on a refused create."""
+    latencies: list[float] = []
+    path = JOBS.format(namespace=namespace)
+    waiting = list(reversed(bodies))
+
+    async def client() -> None:
+        while waiting:
+            body = waiting.pop()
+            started = time.perf_counter()
+            await api.request("POST", path, body, params)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(max(1, clients))))
+    return latencies, time.perf_counter() - started
+
+
 async def hold_cluster_queues(api: Api) -> list[str]:
     """``stopPolicy: Hold`` on every ClusterQueue: Kueue still makes a Workload per Job but admits
     none, so no pod runs and the cluster stays steady during a run."""
@@ -298,193 +322,6 @@ async def apply_admission_policies(api: Api, chart: list[dict[str, Any]]) -> int
     return count
 
 
-# --------------------------------------------------------------------------- servers
-
-
-@dataclass
-class Server:
-    """A webhook server run as its own process on a fixed loopback port."""
-
-    name: str
-    command: list[str]
-    port: int
-    log: Path
-    ready_path: str
-    env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self, context: ssl.SSLContext, timeout: float = START_TIMEOUT_S) -> float:
-        """Start the process and wait until ``ready_path`` answers 200; returns the seconds taken."""
-        started = time.monotonic()
-        with self.log.open("ab") as sink:
-            self.process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=sink,
-                cwd=REPO,
-                env={**os.environ, **self.env},
-            )
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"{self.name} exited {self.process.returncode}: {self.tail()}")
-            with contextlib.suppress(OSError, ssl.SSLError):
-                if devcluster.http_ok(f"https://{LOOPBACK}:{self.port}{self.ready_path}", context):
-                    return time.monotonic() - started
-            time.sleep(0.1)
-        raise BenchError(f"{self.name} not ready in {timeout:.0f}s: {self.tail()}")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the process so far (``/proc/<pid>/stat``; 0 when not running)."""
-        if self.process is None or self.process.poll() is not None:
-            return 0.0
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL, as the OOM killer or a node failure would: no drain, connections cut."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, characters: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-characters:] if self.log.exists() else ""
-
-
-def kgov_server(root: Path, platform: Path, port: int, metrics_port: int) -> Server:
-    """``kgov serve`` as ``start_governor`` runs it (the e2e serving certificate, its own token,
-    ``--watch-cluster``), on a fixed port so that a restart keeps the registration."""
-    paths = devcluster.Paths(root)
-    info = devcluster.load_info(root)
-    assert info is not None
-    tokens = paths.tokens.read_text().splitlines()
-    token = next(line.split(",")[0] for line in tokens if ",kgov-governor," in line)
-    kubeconfig = root / "governor.kubeconfig"
-    devcluster.write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)
-    kgov = (
-        [str(Path(sys.executable).parent / "kgov")]
-        if (Path(sys.executable).parent / "kgov").is_file()
-        else [sys.executable, "-m", "webhook.cli"]
-    )
-    command = [
-        *kgov,
-        "serve",
-        "--platform",
-        str(platform),
-        "--tls-cert-file",
-        str(paths.governor_certs / "tls.crt"),
-        "--tls-private-key-file",
-        str(paths.governor_certs / "tls.key"),
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--metrics-port",
-        str(metrics_port),
-        "--shutdown-delay",
-        "0",
-        "--watch-cluster",
-        "--kubeconfig",
-        str(kubeconfig),
-    ]
-    return Server("kgov serve", command, port, root / "kgov-serve.log", "/readyz", {"KUBECONFIG": str(kubeconfig)})
-
-
-def noop_server(root: Path, port: int, patch_file: Path | None = None) -> Server:
-    """The no-op webhook (``noop_webhook.py``) on the same serving certificate as ``kgov serve``;
-    with ``patch_file``, the canned webhook answering every review with that JSON Patch."""
-    paths = devcluster.Paths(root)
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve().parent / "noop_webhook.py"),
-        str(port),
-        str(paths.governor_certs / "tls.crt"),
-        str(paths.governor_certs / "tls.key"),
-    ]
-    if patch_file is None:
-        return Server("no-op webhook", command, port, root / "noop-webhook.log", "/healthz")
-    command += ["--patch-file", str(patch_file)]
-    return Server("canned webhook", command, port, root / "canned-webhook.log", "/healthz")
-
-
-def _loopback_https(port: int, path: str, context: ssl.SSLContext, body: bytes | None = None) -> bytes:
-    """GET (or with ``body``, POST as JSON) ``https://127.0.0.1:port/path``; the answer's bytes."""
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(f"https://{LOOPBACK}:{port}{path}", data=body)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    with opener.open(request, timeout=10) as response:
-        answer: bytes = response.read()
-        return answer
-
-
-def noop_count(port: int, context: ssl.SSLContext) -> int:
-    """How many AdmissionReviews the no-op (or canned) webhook has answered."""
-    return int(_loopback_https(port, "/count", context))
-
-
-def noop_last_review(port: int, context: ssl.SSLContext) -> bytes:
-    """The last AdmissionReview the no-op (or canned) webhook received, as the API server sent it."""
-    return _loopback_https(port, "/last", context)
-
-
-def webhook_answer(port: int, review: bytes, context: ssl.SSLContext) -> dict[str, Any]:
-    """The ``response`` of the webhook on ``port`` (``POST /mutate``) to the AdmissionReview ``review``."""
-    answer = json.loads(_loopback_https(port, "/mutate", context, review))
-    response: dict[str, Any] = answer["response"]
-    return response
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """One sample of ``kgov serve``'s ``/metrics``, summed over the labels not given."""
-    total = 0.0
-    for (sample, found), value in read_metrics(url).items():
-        if sample == name and all(dict(found).get(k) == v for k, v in labels.items()):
-            total += value
-    return total
-
-
-def rotate_serving_certificate(root: Path) -> None:
-    """A new serving certificate (new key) from the cluster's CA, written over the files the
-    server reads, key then certificate, each atomically (as ``kgov certs renew`` writes them)."""
-    paths = devcluster.Paths(root)
-    cert, key = issue_serving_certificate(
-        paths.ca_crt.read_bytes(), paths.ca_key.read_bytes(), ["localhost"], [LOOPBACK], days=30
-    )
-    write_private(paths.governor_certs / "tls.key", key)
-    write_private(paths.governor_certs / "tls.crt", cert)
-
-
-def served_serial(port: int, ca_file: Path) -> int:
-    """The serial number of the certificate a fresh TLS handshake on ``port`` presents."""
-    import socket
-
-    from cryptography import x509
-
-    context = ssl.create_default_context(cafile=str(ca_file))
-    with (
-        socket.create_connection((LOOPBACK, port), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname=LOOPBACK) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
 # --------------------------------------------------------------------------- the cluster
 
 
@@ -512,6 +349,15 @@ def bench_cluster(root: Path, shape: str) -> Iterator[Bench]:
         devcluster.apply_platform(root, platform)
         context = ssl.create_default_context(cafile=info.ca_file)
         yield Bench(root, info, platform, admin_token(root), context)
+
+
+def apiserver_pid(root: Path) -> int:
+    """The pid of the cluster's kube-apiserver (its pid file, checked to be still that process);
+    raises BenchError when it is not running."""
+    pid = devcluster.process_alive(devcluster.Paths(root), "kube-apiserver")
+    if pid is None:
+        raise BenchError(f"kube-apiserver of {root} is not running")
+    return pid
 
 
 def team_namespaces(policies: PolicySet) -> dict[str, str]:

@@ -71,21 +71,25 @@ from apiserver_support import (
     admission_breakdown,
     api_session,
     bench_cluster,
+    create_jobs,
     delete_jobs,
     expected_labels,
     hold_cluster_queues,
     job,
+    register,
+    webhook_call_totals,
+    webhook_configuration,
+)
+from timing import load_at_end, machine_at_start, percentile
+from webhook_servers import (
+    kgov_patch,
     kgov_server,
     metric,
     noop_count,
     noop_last_review,
     noop_server,
-    register,
     webhook_answer,
-    webhook_call_totals,
-    webhook_configuration,
 )
-from timing import load_at_end, machine_at_start
 
 from e2e import devcluster
 from e2e.helm_support import chart_registration
@@ -103,11 +107,6 @@ DIFFERENCES = {
 #: The configurations whose answer changes the Job (the proof after a switch: the team labels appear).
 PATCHING = ("canned", "kgov")
 SWITCH_TIMEOUT_S = 60.0
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
 
 
 @dataclass
@@ -174,43 +173,8 @@ async def capture_patch(
     webhook keeps as the API server sent it; that review posted to ``kgov serve``'s ``/mutate``.
     Raises BenchError when kgov's answer is not an allowed JSONPatch."""
     await switch(api, bench, noop, "no-op", {"no-op": noop_port}, namespace, run)
-    review = await asyncio.to_thread(noop_last_review, noop_port, bench.context)
-    response = await asyncio.to_thread(webhook_answer, kgov_port, review, bench.context)
-    if response.get("allowed") is not True or response.get("patchType") != "JSONPatch" or not response.get("patch"):
-        raise BenchError(f"kgov serve did not patch the benchmark's Job: {response}")
-    return str(response["patch"])
-
-
-async def create_sequential(
-    api: Api, namespace: str, queue: str, run: str, prefix: str, count: int, params: dict[str, str]
-) -> list[float]:
-    latencies = []
-    path = JOBS.format(namespace=namespace)
-    for index in range(count):
-        body = job(f"{prefix}-s{index:04d}", namespace, run, queue)
-        started = time.perf_counter()
-        await api.request("POST", path, body, params)
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
-
-
-async def create_concurrent(
-    api: Api, namespace: str, queue: str, run: str, prefix: str, count: int, clients: int, params: dict[str, str]
-) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    path = JOBS.format(namespace=namespace)
-    bodies = [job(f"{prefix}-c{index:04d}", namespace, run, queue) for index in range(count)]
-
-    async def client() -> None:
-        while bodies:
-            body = bodies.pop()
-            started = time.perf_counter()
-            await api.request("POST", path, body, params)
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return latencies, time.perf_counter() - started
+    _, patch = await asyncio.to_thread(kgov_patch, noop_port, kgov_port, bench.context)
+    return patch
 
 
 async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
@@ -264,21 +228,18 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Figures]:
                     prefix = f"b{run}-{round_number}-{name.replace('-', '')}"
                     parts_before = await admission_breakdown(api)
                     handler_before = await asyncio.to_thread(handler_totals, metrics_port)
-                    sequential = await create_sequential(
-                        api, args.namespace, queue, run, prefix, max(1, args.sequential // scale), params
-                    )
+                    bodies = [
+                        job(f"{prefix}-s{index:04d}", args.namespace, run, queue)
+                        for index in range(max(1, args.sequential // scale))
+                    ]
+                    sequential, _ = await create_jobs(api, args.namespace, bodies, 1, params)
                     parts_after = await admission_breakdown(api)
                     handler_after = await asyncio.to_thread(handler_totals, metrics_port)
-                    concurrent, seconds = await create_concurrent(
-                        api,
-                        args.namespace,
-                        queue,
-                        run,
-                        prefix,
-                        max(1, args.concurrent // scale),
-                        args.clients,
-                        params,
-                    )
+                    bodies = [
+                        job(f"{prefix}-c{index:04d}", args.namespace, run, queue)
+                        for index in range(max(1, args.concurrent // scale))
+                    ]
+                    concurrent, seconds = await create_jobs(api, args.namespace, bodies, args.clients, params)
                     calls_after = await webhook_call_totals(api, webhook)
                     cpu = (serving.cpu_seconds() - cpu_before) if serving else 0.0
                     label = f"round {round_number}" if round_number else "warm-up"

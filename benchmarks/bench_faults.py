@@ -57,7 +57,6 @@ from apiserver_support import (
     ApiError,
     Bench,
     BenchError,
-    Server,
     api_session,
     apply_admission_policies,
     bench_cluster,
@@ -65,15 +64,12 @@ from apiserver_support import (
     expected_labels,
     hold_cluster_queues,
     job,
-    kgov_server,
-    metric,
     register,
-    rotate_serving_certificate,
-    served_serial,
     team_namespaces,
     webhook_configuration,
 )
 from timing import load_at_end, machine_at_start
+from webhook_servers import Server, kgov_server, metric, rotate_serving_certificate, served_serial
 
 from e2e import devcluster
 from e2e.helm_support import chart_registration
