@@ -85,7 +85,7 @@ bench: install
 bench-cluster: install
 	$(PYTHON) benchmarks/bench_cluster.py
 
-## Through the simulated cluster's kube-apiserver: what the webhook adds to a create (none / no-op / kgov),
+## Through the simulated cluster's kube-apiserver: what the webhook adds to a create (none / no-op / kgov), the fail-safe policies side by side (none, policies, no-op, canned, kgov, kgov + policies),
 ## then faults during creates under failurePolicy Fail and Ignore (each several minutes).
 bench-apiserver: install
 	$(PYTHON) benchmarks/bench_apiserver.py
