@@ -87,7 +87,7 @@ class Toleration(_Model):
 
     key: str | None = Field(default=None, description="a label key; empty or absent: every key (operator Exists)")
     operator: Literal["Exists", "Equal"] | None = Field(
-        default=None, description="Exists or Equal (Kubernetes' default)"
+        default=None, description="Exists, or Equal (absent: Equal, as Kubernetes defaults it)"
     )
     value: LabelValue | None = Field(default=None, description="the value to match with operator Equal")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
@@ -104,7 +104,7 @@ class Toleration(_Model):
 
 
 class FlavorSpec(_Named):
-    """A Kueue ResourceFlavor plus what one of its nodes offers (for capacity checks)."""
+    """A Kueue ResourceFlavor, plus what one of its nodes offers."""
 
     nodeLabels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
@@ -120,7 +120,8 @@ class FlavorSpec(_Named):
     )
     nodeResources: dict[str, Annotated[Quantity, AfterValidator(never_negative("a node resource"))]] = Field(
         default_factory=dict,
-        description="allocatable resources of one node of this flavor (for kgov generate --strict and capacity checks)",
+        description="allocatable resources of one node of this flavor, as a record (kgov import-hyperpod writes it); "
+        "extended resources in whole units",
         examples=[{"cpu": 192, "memory": "2Ti", "nvidia.com/gpu": 8}],
     )
 
@@ -150,7 +151,7 @@ class CohortSpec(_Named):
 class PrioritySpec(_Named):
     """A WorkloadPriorityClass; with ``podPriorityClass`` also a Kubernetes PriorityClass."""
 
-    value: int = Field(ge=-(2**31), le=10**9, description="the priority: higher is admitted and kept first")
+    value: int = Field(ge=-(2**31), le=10**9, description="the priority value: higher is higher")
     description: str = Field(default="", description="free text, copied to the generated objects")
     podPriorityClass: bool = Field(
         default=False, description="also generate a Kubernetes PriorityClass of this name, for pods' priorityClassName"
