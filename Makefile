@@ -9,7 +9,7 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+.PHONY: install example test test-unit docs fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -25,14 +25,21 @@ example: install
 	$(KGOV) mutate --platform kueue-config/platform.yaml -n hyperpod-ns-research \
 		-f examples/pytorchjob.yaml --nodes examples/nodes.json --explain
 
-## Everything CI runs: lint, unit tests, generated-config drift check, chart lint/render, end-to-end suite.
-test: lint test-unit generate-check crd-defaults-check helm-check e2e-test
+## Everything CI runs: lint, unit tests, generated-config drift check, docs site, chart lint/render, end-to-end suite.
+test: lint test-unit generate-check docs crd-defaults-check helm-check e2e-test
 
 ## Unit, property and example-case tests (no cluster, no Go).
 test-unit: install
 	$(PYTHON) -m pytest tests
 
-# Longer fuzzing (not part of `make test`; README, "Fuzzing"): the Hypothesis fuzz tests with FUZZ_SCALE times their
+## The documentation site (MkDocs, Material) into site/: the generated references (docs/reference/), then a
+## strict build (a broken link or a page missing from the nav fails). Installs the `docs` extra first.
+docs: install
+	$(VENV)/bin/pip install --quiet -e '.[docs]'
+	$(PYTHON) tools/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# Longer fuzzing (not part of `make test`; docs/testing.md, "Fuzzing"): the Hypothesis fuzz tests with FUZZ_SCALE times their
 # CI budget, then atheris (installed here, from the `fuzz` extra) for FUZZ_SECONDS on each target.
 FUZZ_SCALE ?= 20
 FUZZ_SECONDS ?= 300
@@ -125,7 +132,7 @@ record-reviews: install
 e2e-test: install
 	$(PYTHON) -m pytest e2e -m e2e
 
-# Mutation testing (not part of `make test`; README, "Mutation testing"). MUTATE_MODULES are modules of
+# Mutation testing (not part of `make test`; docs/testing.md, "Mutation testing"). MUTATE_MODULES are modules of
 # webhook/core, as paths without .py; MUTATE_BUDGET is in seconds: when it runs out, the run stops and keeps
 # the verdicts it has. Every run starts from a fresh mutants/ (mutmut's working copy, not in git).
 MUTATE_MODULES ?= platform/resolve kueue/resources kueue/inventory kueue/scheduling plan/patch objects/quantity plan/planner plan/owners plan/create plan/update plan/recheck \

@@ -1,7 +1,7 @@
 """``kgov diff`` against the real kube-apiserver and Kueue, exactly.
 
 The test writes a small platform of its own (unique names), generates it with ``--instance`` (every
-object labelled ``app.kubernetes.io/instance``) and applies it as the README says, ``kubectl apply
+object labelled ``app.kubernetes.io/instance``) and applies it as docs/concepts.md says, ``kubectl apply
 --server-side -k``. ``kgov diff --instance`` owns only that instance's objects, so the other tests'
 objects in the shared cluster cannot show up and the whole output can be asserted: first "the
 cluster matches" (exit 0, nothing on stdout), then after changing the platform the exact header

@@ -127,7 +127,7 @@ def pod(annotations: dict[str, str]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Case:
     """A broken annotation set; ``kueue``: the words of Kueue's refusal (None: Kueue admits it);
-    ``finding``: the governor's finding as the README promises it (None: none)."""
+    ``finding``: the governor's finding as docs/rules.md promises it (None: none)."""
 
     body: dict[str, Any]
     kueue: str | None

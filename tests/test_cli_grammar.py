@@ -1,4 +1,4 @@
-"""One grammar for every ``kgov`` command (README, "Commands"): each command run with a good input and
+"""One grammar for every ``kgov`` command (docs/commands.md, "One grammar"): each command run with a good input and
 with bad ones, through the ``kgov`` group as a user runs it.
 
 An error is one line ``kgov <command>: <message>`` on stderr (details indented below), never a

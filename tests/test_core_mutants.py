@@ -3,7 +3,7 @@ node admission and sizing, the queue and node-affinity rules.
 
 Each test pins a value that a one-token change of the code would alter (a comparison bound, an
 operator, a message, a default); they were written against the survivors of ``make mutate``
-(README, "Mutation testing").
+(docs/testing.md, "Mutation testing").
 """
 
 from __future__ import annotations

@@ -725,7 +725,7 @@ def test_every_malformed_value_is_named_at_once() -> None:
 
 @pytest.mark.parametrize("enforcement", ["default", "warn", "enforce"])
 def test_a_malformed_object_is_refused_under_every_enforcement(enforcement: str) -> None:
-    """README: any malformed object is answered with a denial naming the path; the team's
+    """docs/rules.md: any malformed object is answered with a denial naming the path; the team's
     enforcement governs policy values, not whether an object can be read at all."""
     policy = {
         "queue": {"enforcement": enforcement},

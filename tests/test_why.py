@@ -141,9 +141,10 @@ def test_a_reason_kueue_names_and_kgov_does_not_model_is_shown_as_kueue_says(own
     assert (report.cause, report.summary) == ("Kueue's message", message)
 
 
-def test_every_cause_is_documented_in_the_readme() -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("- **the cause**, first that holds:") :]
+def test_every_cause_is_documented_in_the_troubleshooting_page() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    section = page[page.index("- **the cause**, first that holds:") :]
+    table = page[page.index("### My job was created but never starts") :]
     source = (Path(__file__).parents[1] / "webhook" / "why" / "causes.py").read_text(encoding="utf-8")
     causes = set(re.findall(r'report\.cause = "([^"]+)"', source))
     causes |= set(re.findall(r'"(behind [a-z ]+)"', source))
@@ -160,6 +161,7 @@ def test_every_cause_is_documented_in_the_readme() -> None:
     }
     for cause in causes:
         assert f"`{cause}`" in section, cause
+        assert f"| `{cause}`" in table or f"/ `{cause}`" in table, cause
 
 
 def test_no_domain_free_counts_excluded_nodes_as_kueue_does(causes: Snapshot) -> None:
@@ -814,8 +816,8 @@ def test_status_png_without_a_file_says_where_it_wrote(tmp_path: Path, monkeypat
     assert written.read_bytes().startswith(b"\x89PNG")
     assert done.stderr == f"wrote kgov-status.png ({written.resolve()})\n"
     assert done.stdout == ""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "by default `kgov-status.png` in the current directory" in readme
+    commands = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert "by default `kgov-status.png` in the current directory" in commands
 
 
 def _all_unreachable(snapshot: Snapshot) -> None:

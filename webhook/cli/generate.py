@@ -14,7 +14,7 @@ import click
 
 from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, file_option
-from webhook.core.platform.models import label_value_error
+from webhook.core.platform.fields import label_value_error
 from webhook.core.platform.platform import Platform, PlatformError, Problem, check_platform, load_platform
 from webhook.generate.admission_policies import admission_policy_files
 from webhook.generate.hyperpod import (

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from webhook.core.platform.models import dns1123_label_error, dns1123_subdomain_error
+from webhook.core.platform.fields import dns1123_label_error, dns1123_subdomain_error
 
 __all__ = ["NAMESPACE", "OBJECT_NAME", "OutputError", "check_output_file", "file_option", "write_output"]
 

@@ -17,7 +17,7 @@ from webhook.cli.common import (
     seconds_option,
 )
 from webhook.cli.options import file_option
-from webhook.core.platform.models import dns1123_subdomain_error
+from webhook.core.platform.fields import dns1123_subdomain_error
 from webhook.core.platform.platform import PlatformError, dns1123_label_error
 from webhook.kube.files import InputError
 from webhook.serve.logs import configure_logging

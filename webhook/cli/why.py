@@ -19,7 +19,7 @@ import click
 from webhook.cli.errors import fail, warn
 from webhook.cli.options import NAMESPACE, OutputError, check_output_file, file_option, write_output
 from webhook.core.kueue.kinds import KINDS, WorkloadKind
-from webhook.core.platform.models import dns1123_subdomain_error, label_value_error
+from webhook.core.platform.fields import dns1123_subdomain_error, label_value_error
 from webhook.core.platform.platform import PlatformError
 from webhook.core.platform.policy import PolicySet
 from webhook.core.platform.resolve import TeamIndex

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from webhook.core.platform.models import dns1123_label_error, dns1123_subdomain_error
+from webhook.core.platform.fields import dns1123_label_error, dns1123_subdomain_error
 
 __all__ = [
     "ClusterError",

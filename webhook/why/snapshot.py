@@ -21,7 +21,7 @@ from typing import Any
 
 from webhook.core.kueue.kinds import KINDS, WorkloadKind, find_kind, kind_of_group
 from webhook.core.kueue.wellformed import describe
-from webhook.core.platform.models import dns1123_subdomain_error
+from webhook.core.platform.fields import dns1123_subdomain_error
 from webhook.core.platform.yamlload import DuplicateKeyError, locate_duplicate, no_duplicate_pairs
 from webhook.kube.client import ClusterError, get_json, items_of, open_client
 from webhook.why.shapes import ShapeError, check_snapshot

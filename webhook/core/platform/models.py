@@ -1,131 +1,40 @@
 """The platform file's models (SPEC §2): pydantic classes with Kueue's field names.
 
-Every model forbids unknown fields, so a typo fails with its exact path. Cross-references are
-checked by :mod:`webhook.core.platform.checks`; :mod:`webhook.core.platform.platform` loads a file through
-both and is the module callers import.
+Every model forbids unknown fields, so a typo fails with its exact path, and every field has a
+description, which ``kgov schema`` emits and the docs' platform-file reference is generated from.
+The value types and their checks are in :mod:`webhook.core.platform.fields`; cross-references are
+checked by :mod:`webhook.core.platform.checks`; :mod:`webhook.core.platform.platform` loads a file
+through both and is the module callers import.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from webhook.core.platform.fields import (
+    API_VERSION,
+    HOSTNAME_LABEL,
+    DNSLabel,
+    Enforcement,
+    LabelKey,
+    LabelValue,
+    Quantity,
+    QuotaAmount,
+    RequirementValue,
+    TopologyMode,
+    dns1123_label,
+    label_key,
+    never_negative,
+    requirement_values,
 )
 
-from webhook.core.objects.quantity import QuantityError, parse_quantity
-
-API_VERSION = "kueue-governor.io/v1alpha1"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-
-# Used with fullmatch: "$" would also accept a trailing newline ("alpha\n"), which the API server refuses.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-
-
-def _matching(value: str, pattern: re.Pattern[str], most: int, what: str) -> str:
-    """``value`` when ``pattern`` matches all of it within ``most`` characters, else ValueError
-    ``'{value}' is not {what}``."""
-    if len(value) > most or not pattern.fullmatch(value):
-        raise ValueError(f"{value!r} is not {what}")
-    return value
-
-
-def _dns1123_label(value: str) -> str:
-    what = "lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
-    return _matching(value, _DNS1123_LABEL, 63, f"a DNS-1123 label ({what})")
-
-
-def dns1123_label_error(value: str) -> str | None:
-    """Why ``value`` is not a DNS-1123 label (an object or namespace name), or None when it is one.
-
-    Kubernetes names that also end up as label values (LocalQueue and WorkloadPriorityClass names
-    in ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class``) must be labels too.
-    """
-    return _error_of(_dns1123_label, value)
-
-
-def dns1123_subdomain_error(value: str) -> str | None:
-    """Why ``value`` is not a DNS-1123 subdomain (the name most Kubernetes objects must have:
-    Jobs, Workloads, ClusterQueues, Topologies, webhook configurations…), or None when it is one."""
-    what = (
-        "a valid object name: a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and "
-        "ending with a letter or digit, at most 253 characters)"
-    )
-    return _error_of(lambda name: _matching(name, _DNS1123_SUBDOMAIN, 253, what), value)
-
-
-def label_value_error(value: str) -> str | None:
-    """Why ``value`` is not a Kubernetes label value, or None when it is one."""
-    return _error_of(_label_value, value)
-
-
-def _error_of(check: Callable[[str], str], value: str) -> str | None:
-    """The message of the ValueError ``check(value)`` raises, or None when it passes."""
-    try:
-        check(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _label_key(value: str) -> str:
-    """Validate a Kubernetes label key ``[prefix/]name``; raise ValueError with the reason."""
-    prefix, _, name = value.rpartition("/")
-    if (
-        (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)))
-        or len(name) > 63
-        or not _LABEL_NAME.fullmatch(name)
-    ):
-        raise ValueError(
-            f"{value!r} is not a valid label key ([prefix/]name; name: at most 63 of [A-Za-z0-9-_.], starting and "
-            "ending with a letter or digit; prefix: a DNS-1123 subdomain)"
-        )
-    return value
-
-
-def _label_value(value: str) -> str:
-    what = "a valid label value (at most 63 of [A-Za-z0-9-_.], starting and ending with a letter or digit)"
-    return _matching(value, _LABEL_VALUE, 63, what)
-
-
-def _quantity(value: Any) -> Any:
-    """Check a quantity as written, before pydantic coerces it (YAML ``true`` would become 1)."""
-    try:
-        parse_quantity(value)
-    except QuantityError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
-
-
-def _never_negative(what: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if parse_quantity(value) < 0:
-            raise ValueError(f"{what} is never negative")
-        return value
-
-    return check
-
-
-DNSLabel = Annotated[str, AfterValidator(_dns1123_label)]
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
-Quantity = Annotated[
-    str | int | float, BeforeValidator(_quantity), Field(description="Kubernetes quantity, e.g. 8, 500m, 64Gi")
-]
-Enforcement = Literal["default", "enforce", "warn"]
-TopologyMode = Literal["required", "preferred", "unconstrained", "auto", "none"]
+_EFFECT = "the taint effect: NoSchedule, PreferNoSchedule or NoExecute"
+_ENFORCEMENT = (
+    "default: fill in only what is missing; enforce: also deny a value outside the allowed set; "
+    "warn: admit such a value with an AdmissionReview warning"
+)
 
 
 class _Model(BaseModel):
@@ -133,18 +42,21 @@ class _Model(BaseModel):
 
 
 class _Named(_Model):
-    name: str = Field(description="DNS-1123 label")
+    name: str = Field(description="the name: a DNS-1123 label", examples=["research"])
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        return _dns1123_label(value)
+        return dns1123_label(value)
 
 
 class TopologySpec(_Named):
     """A Kueue Topology: node labels from the broadest domain (spine, block) to the narrowest."""
 
-    levels: list[LabelKey] = Field(description="node label keys, broadest first; 1 to 16, unique")
+    levels: list[LabelKey] = Field(
+        description="node label keys, broadest first; 1 to 16, unique; kubernetes.io/hostname only as the last",
+        examples=[["topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2"]],
+    )
 
     @field_validator("levels")
     @classmethod
@@ -163,33 +75,54 @@ class TopologySpec(_Named):
 
 
 class Taint(_Model):
-    key: LabelKey
-    value: LabelValue | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    """A taint the nodes of a flavor carry (ResourceFlavor ``spec.nodeTaints``)."""
+
+    key: LabelKey = Field(description="the taint key: a label key")
+    value: LabelValue | None = Field(default=None, description="the taint value: a label value")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(description=_EFFECT)
 
 
 class Toleration(_Model):
-    key: str | None = Field(None, description="a label key; empty or absent: every key (operator Exists)")
-    operator: Literal["Exists", "Equal"] | None = None
-    value: LabelValue | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    tolerationSeconds: int | None = None
+    """A toleration Kueue adds to the pods admitted on a flavor (ResourceFlavor ``spec.tolerations``)."""
+
+    key: str | None = Field(default=None, description="a label key; empty or absent: every key (operator Exists)")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists, or Equal (absent: Equal, as Kubernetes defaults it)"
+    )
+    value: LabelValue | None = Field(default=None, description="the value to match with operator Equal")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description=f"{_EFFECT}; absent: every effect"
+    )
+    tolerationSeconds: int | None = Field(
+        default=None, description="NoExecute only: how long the pod stays bound after the taint appears"
+    )
 
     @field_validator("key")
     @classmethod
     def _check_key(cls, value: str | None) -> str | None:
-        return _label_key(value) if value else value
+        return label_key(value) if value else value
 
 
 class FlavorSpec(_Named):
-    """A Kueue ResourceFlavor plus what one of its nodes offers (for capacity checks)."""
+    """A Kueue ResourceFlavor, plus what one of its nodes offers."""
 
-    nodeLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
-    nodeTaints: list[Taint] = Field(default_factory=list)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    topologyName: str | None = None
-    nodeResources: dict[str, Annotated[Quantity, AfterValidator(_never_negative("a node resource"))]] = Field(
-        default_factory=dict, description="allocatable resources of one node of this flavor"
+    nodeLabels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description="labels that select the flavor's nodes (ResourceFlavor spec.nodeLabels)",
+        examples=[{"node.kubernetes.io/instance-type": "p5.48xlarge"}],
+    )
+    nodeTaints: list[Taint] = Field(default_factory=list, description="taints the flavor's nodes carry")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="tolerations Kueue adds to the pods it admits on this flavor"
+    )
+    topologyName: str | None = Field(
+        default=None, description="a topology of the platform: the flavor is topology-aware (needs nodeLabels)"
+    )
+    nodeResources: dict[str, Annotated[Quantity, AfterValidator(never_negative("a node resource"))]] = Field(
+        default_factory=dict,
+        description="allocatable resources of one node of this flavor, as a record (kgov import-hyperpod writes it); "
+        "extended resources in whole units",
+        examples=[{"cpu": 192, "memory": "2Ti", "nvidia.com/gpu": 8}],
     )
 
     @model_validator(mode="after")
@@ -201,98 +134,109 @@ class FlavorSpec(_Named):
 
 
 class FairSharing(_Model):
-    weight: Annotated[Quantity, AfterValidator(_never_negative("a fair-sharing weight"))] = 1
+    """Kueue's fair sharing of a ClusterQueue or Cohort."""
+
+    weight: Annotated[Quantity, AfterValidator(never_negative("a fair-sharing weight"))] = Field(
+        default=1, description="the share of unused quota this queue or cohort gets against its siblings"
+    )
 
 
 class CohortSpec(_Named):
-    parentName: str | None = None
-    fairSharing: FairSharing | None = None
+    """A Kueue Cohort: teams in one cohort borrow each other's unused quota."""
+
+    parentName: str | None = Field(default=None, description="a cohort of the platform this one belongs to (no cycles)")
+    fairSharing: FairSharing | None = Field(default=None, description="the cohort's fair-sharing weight")
 
 
 class PrioritySpec(_Named):
     """A WorkloadPriorityClass; with ``podPriorityClass`` also a Kubernetes PriorityClass."""
 
-    value: int = Field(ge=-(2**31), le=10**9)
-    description: str = ""
-    podPriorityClass: bool = False
-
-
-QuotaAmount = Annotated[Quantity, AfterValidator(_never_negative("a quota"))]
+    value: int = Field(ge=-(2**31), le=10**9, description="the priority value: higher is higher")
+    description: str = Field(default="", description="free text, copied to the generated objects")
+    podPriorityClass: bool = Field(
+        default=False, description="also generate a Kubernetes PriorityClass of this name, for pods' priorityClassName"
+    )
 
 
 class ResourceQuota(_Model):
-    nominalQuota: QuotaAmount
-    borrowingLimit: QuotaAmount | None = None
-    lendingLimit: QuotaAmount | None = None
+    """The quota of one resource of one flavor (ClusterQueue ``resourceGroups[].flavors[].resources[]``)."""
+
+    nominalQuota: QuotaAmount = Field(description="the quota the team owns", examples=[64])
+    borrowingLimit: QuotaAmount | None = Field(
+        default=None, description="the most the team may borrow from its cohort (needs a cohort); absent: no limit"
+    )
+    lendingLimit: QuotaAmount | None = Field(
+        default=None, description="the most of its unused quota the team lends to its cohort (needs a cohort)"
+    )
 
 
 class FlavorQuota(_Model):
-    flavor: str
-    resources: dict[str, ResourceQuota] = Field(min_length=1)
+    """A team's quotas on one flavor."""
+
+    flavor: str = Field(description="a flavor of the platform")
+    resources: dict[str, ResourceQuota] = Field(
+        min_length=1, description="per resource name (cpu, memory, nvidia.com/gpu…): its quota"
+    )
 
 
 class BorrowWithinCohort(_Model):
-    policy: Literal["Never", "LowerPriority"] = "Never"
-    maxPriorityThreshold: int | None = None
+    """Kueue's ``preemption.borrowWithinCohort``."""
+
+    policy: Literal["Never", "LowerPriority"] = Field(
+        default="Never", description="whether a workload that borrows may preempt lower-priority ones in the cohort"
+    )
+    maxPriorityThreshold: int | None = Field(
+        default=None, description="only workloads at or below this priority may be preempted so"
+    )
 
 
 class Preemption(_Model):
-    reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = "Never"
-    withinClusterQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
-    borrowWithinCohort: BorrowWithinCohort | None = None
+    """Kueue's ClusterQueue ``preemption``."""
 
-
-_INT64 = re.compile(r"[+-]?[0-9]+")
-
-
-def _requirement_value(value: str, info: ValidationInfo) -> str:
-    """One entry of ``values``: a label value for ``In``/``NotIn``, an integer for ``Gt``/``Lt``."""
-    operator = info.data.get("operator")
-    if operator in ("In", "NotIn"):
-        _label_value(value)
-    elif operator in ("Gt", "Lt") and not (_INT64.fullmatch(value) and -(2**63) <= int(value) < 2**63):
-        raise ValueError(f"operator {operator} needs an integer value, got {value!r}")
-    return value
-
-
-def _requirement_values(values: list[str], info: ValidationInfo) -> list[str]:
-    """How many ``values`` an operator takes (Kubernetes' label-selector and node-selector rules)."""
-    operator = info.data.get("operator")
-    if operator in ("Exists", "DoesNotExist") and values:
-        raise ValueError(f"operator {operator} takes no values")
-    if operator in ("In", "NotIn") and not values:
-        raise ValueError(f"operator {operator} needs at least one value")
-    if operator in ("Gt", "Lt") and len(values) != 1:
-        raise ValueError(f"operator {operator} needs exactly one integer value")
-    return values
-
-
-RequirementValue = Annotated[str, AfterValidator(_requirement_value)]
+    reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        default="Never", description="which workloads of the cohort borrowing this queue's quota may be preempted"
+    )
+    withinClusterQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        default="Never", description="which of the queue's own workloads a pending one may preempt"
+    )
+    borrowWithinCohort: BorrowWithinCohort | None = Field(default=None, description="preemption while borrowing")
 
 
 class LabelSelectorRequirement(_Model):
     """One ``matchExpressions[]`` entry of a label selector (meta/v1 LabelSelectorRequirement)."""
 
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[RequirementValue] = Field(default_factory=list, validate_default=True)
+    key: LabelKey = Field(description="a label key")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="how the key is matched")
+    values: list[RequirementValue] = Field(
+        default_factory=list,
+        validate_default=True,
+        description="label values: at least one for In and NotIn, none for Exists and DoesNotExist",
+    )
 
-    _check_values = field_validator("values")(_requirement_values)
+    _check_values = field_validator("values")(requirement_values)
 
 
 class LabelSelector(_Model):
-    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
-    matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """A meta/v1 LabelSelector: every label and expression must match."""
+
+    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict, description="labels that must be set so")
+    matchExpressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="expressions that must all hold"
+    )
 
 
 class NodeSelectorRequirement(_Model):
     """One ``nodeSelectorTerms[].matchExpressions[]`` entry (core/v1 NodeSelectorRequirement)."""
 
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[RequirementValue] = Field(default_factory=list, validate_default=True)
+    key: LabelKey = Field(description="a node label key", examples=["node.kubernetes.io/instance-type"])
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(description="how the key is matched")
+    values: list[RequirementValue] = Field(
+        default_factory=list,
+        validate_default=True,
+        description="label values for In and NotIn (at least one), one integer for Gt and Lt, none otherwise",
+    )
 
-    _check_values = field_validator("values")(_requirement_values)
+    _check_values = field_validator("values")(requirement_values)
 
 
 class QueueRule(_Model):
@@ -306,15 +250,19 @@ class QueueRule(_Model):
     allowed: list[DNSLabel] = Field(
         default_factory=list, description="further LocalQueues of this team a user may name"
     )
-    enforcement: Enforcement = "enforce"
+    enforcement: Enforcement = Field(default="enforce", description=_ENFORCEMENT)
 
 
 class PriorityRule(_Model):
     """A default and an allowed set of priority class names (platform ``priorities`` names)."""
 
-    default: str | None = None
-    allowed: list[str] | None = Field(None, description="None: any known priority is allowed")
-    enforcement: Enforcement = "enforce"
+    default: str | None = Field(
+        default=None, description="a priority of the platform, set when the workload names none"
+    )
+    allowed: list[str] | None = Field(
+        default=None, description="priorities of the platform; absent: any known priority"
+    )
+    enforcement: Enforcement = Field(default="enforce", description=_ENFORCEMENT)
 
 
 class TopologyRule(_Model):
@@ -337,23 +285,29 @@ class TopologyRule(_Model):
     with ``preferred`` no slices are added.
     """
 
-    mode: TopologyMode = "preferred"
+    mode: TopologyMode = Field(
+        default="preferred",
+        description="required, preferred or unconstrained: that podset-<mode>-topology annotation; auto: the "
+        "level chosen per podset from its size and the nodes; none: no annotation",
+    )
     level: str | None = Field(
-        None,
+        default=None,
         description="a level of the team flavor's Topology; required/preferred: the level written; auto: the "
         "broadest level at which the webhook may require placement (a podset larger than its domains gets "
         "preferred at this level)",
     )
-    topologyName: str | None = Field(None, description="default: the Topology of the team's flavors")
-    sliceLevel: str | None = None
-    sliceSize: int | None = Field(None, ge=1)
+    topologyName: str | None = Field(default=None, description="default: the Topology of the team's flavors")
+    sliceLevel: str | None = Field(
+        default=None, description="mode required only, with sliceSize: the level of podset-slice-required-topology"
+    )
+    sliceSize: int | None = Field(default=None, ge=1, description="with sliceLevel: podset-slice-size, pods per slice")
     autoConstraint: Literal["required", "preferred"] | None = Field(
-        None,
+        default=None,
         description="mode auto only: the constraint written at the level auto chooses for a podset that fits "
         "one of its domains, required (default: placed there or not admitted; with slices of the next level "
         "for a podset larger than its domains) or preferred (Kueue tries that level, else spreads)",
     )
-    enforcement: Enforcement = "default"
+    enforcement: Enforcement = Field(default="default", description=_ENFORCEMENT + " (less locality than the policy)")
 
     @model_validator(mode="after")
     def _check_shape(self) -> TopologyRule:
@@ -369,32 +323,52 @@ class TopologyRule(_Model):
 
 
 class TeamPolicy(_Model):
-    queue: QueueRule = Field(default_factory=lambda: QueueRule())
-    kueuePriority: PriorityRule | None = None
-    podPriority: PriorityRule | None = None
-    topology: TopologyRule | None = None
-    nodeAffinity: list[NodeSelectorRequirement] = Field(default_factory=list)
+    """What the webhook sets on, or refuses of, the team's workloads."""
+
+    queue: QueueRule = Field(default_factory=lambda: QueueRule(), description="the queue label")
+    kueuePriority: PriorityRule | None = Field(
+        default=None, description="the kueue.x-k8s.io/priority-class label (a WorkloadPriorityClass)"
+    )
+    podPriority: PriorityRule | None = Field(
+        default=None, description="each podset's priorityClassName (a PriorityClass)"
+    )
+    topology: TopologyRule | None = Field(default=None, description="the TAS annotations of each podset")
+    nodeAffinity: list[NodeSelectorRequirement] = Field(
+        default_factory=list, description="matchExpressions ANDed into every nodeSelectorTerm of every podset"
+    )
 
 
 class TeamSpec(_Named):
+    """A team: its namespaces, ClusterQueue (quotas, cohort, preemption) and policy."""
+
     namespaces: list[DNSLabel] = Field(
         default_factory=list, description="namespace names; default from the naming preset"
     )
-    namespaceSelector: LabelSelector | None = None
-    cohort: str | None = None
-    quotas: list[FlavorQuota] = Field(default_factory=list)
-    preemption: Preemption | None = None
-    fairSharing: FairSharing | None = None
-    queueingStrategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
-    policy: TeamPolicy = Field(default_factory=TeamPolicy)
+    namespaceSelector: LabelSelector | None = Field(default=None, description="the team's namespaces by their labels")
+    cohort: str | None = Field(default=None, description="a cohort of the platform, to borrow and lend quota")
+    quotas: list[FlavorQuota] = Field(default_factory=list, description="the ClusterQueue's quotas, per flavor")
+    preemption: Preemption | None = Field(default=None, description="the ClusterQueue's preemption")
+    fairSharing: FairSharing | None = Field(default=None, description="the ClusterQueue's fair-sharing weight")
+    queueingStrategy: Literal["BestEffortFIFO", "StrictFIFO"] = Field(
+        default="BestEffortFIFO", description="the ClusterQueue's queueing strategy"
+    )
+    policy: TeamPolicy = Field(default_factory=TeamPolicy, description="what the webhook does with its workloads")
 
 
 class Platform(_Model):
-    apiVersion: Literal["kueue-governor.io/v1alpha1"] = "kueue-governor.io/v1alpha1"
-    kind: Literal["Platform"] = "Platform"
-    naming: Literal["default", "hyperpod"] = "default"
-    topologies: list[TopologySpec] = Field(default_factory=list)
-    flavors: list[FlavorSpec] = Field(default_factory=list)
-    cohorts: list[CohortSpec] = Field(default_factory=list)
-    priorities: list[PrioritySpec] = Field(default_factory=list)
-    teams: list[TeamSpec] = Field(default_factory=list)
+    """The platform file: topologies, flavors, cohorts, priorities and teams."""
+
+    apiVersion: Literal["kueue-governor.io/v1alpha1"] = Field(
+        default="kueue-governor.io/v1alpha1", description="always " + API_VERSION
+    )
+    kind: Literal["Platform"] = Field(default="Platform", description="always Platform")
+    naming: Literal["default", "hyperpod"] = Field(
+        default="default",
+        description="object names: default (the platform names) or hyperpod (SageMaker HyperPod's: "
+        "hyperpod-ns-<team>, hyperpod-ns-<team>-localqueue, <priority>-priority)",
+    )
+    topologies: list[TopologySpec] = Field(default_factory=list, description="Kueue Topologies")
+    flavors: list[FlavorSpec] = Field(default_factory=list, description="Kueue ResourceFlavors")
+    cohorts: list[CohortSpec] = Field(default_factory=list, description="Kueue Cohorts")
+    priorities: list[PrioritySpec] = Field(default_factory=list, description="WorkloadPriorityClasses")
+    teams: list[TeamSpec] = Field(default_factory=list, description="teams: a ClusterQueue and LocalQueues each")

@@ -32,11 +32,9 @@ from pydantic import ValidationError
 
 from webhook.core.objects.quantity import parse_quantity
 from webhook.core.platform.checks import PlatformError, _loc, check_platform
+from webhook.core.platform.fields import API_VERSION, HOSTNAME_LABEL, Enforcement, TopologyMode, dns1123_label_error
 from webhook.core.platform.models import (
-    API_VERSION,
-    HOSTNAME_LABEL,
     CohortSpec,
-    Enforcement,
     FlavorQuota,
     FlavorSpec,
     LabelSelector,
@@ -48,10 +46,8 @@ from webhook.core.platform.models import (
     ResourceQuota,
     TeamPolicy,
     TeamSpec,
-    TopologyMode,
     TopologyRule,
     TopologySpec,
-    dns1123_label_error,
 )
 from webhook.core.platform.problems import Problem
 from webhook.core.platform.yamlload import YamlLimitError, limited, yaml_error_line
