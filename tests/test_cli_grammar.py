@@ -255,3 +255,46 @@ def test_an_unexpected_failure_is_one_line_not_a_traceback(monkeypatch: pytest.M
         "kgov schema: internal error: RuntimeError: boom",
         "  please report it with the command line",
     ]
+
+
+def test_mutate_says_when_its_output_is_partial_and_what_it_left_as_it_is(tmp_path: Path) -> None:
+    """Regression: with one document of three denied, the two others were printed with nothing on
+    stderr to say so (piped into kubectl apply, a partial set was created); and a ConfigMap of another
+    namespace was said to be "printed for" -n while it kept its own."""
+    manifest = tmp_path / "mix.yaml"
+    manifest.write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: a}\n"
+        "spec: {template: {spec: {containers: [{name: c, image: x}], restartPolicy: Never}}}\n---\n"
+        "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata: {name: m}\nspec: {}\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: default}\n"
+    )
+    result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(manifest))
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[-1] == "kgov mutate: 1 of 3 documents denied: the output holds only the 2 admitted"
+    assert "kgov mutate: document 3 says namespace 'default': not a workload kind, printed as it is (in 'default')" in (
+        lines
+    )
+    printed = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert [(d["kind"], d["metadata"].get("namespace")) for d in printed] == [
+        ("Job", "hyperpod-ns-research"),
+        ("ConfigMap", "default"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "png", "--out", "st.txt"], "--out st.txt: a .txt file, but -o png; give a matching -o or --out"),
+        (["--out", "st.png"], "--out st.png: a .png file, but -o table; give a matching -o or --out"),
+        (["-o", "json", "--out", "st.png"], "--out st.png: a .png file, but -o json; give a matching -o or --out"),
+    ],
+)
+def test_status_refuses_a_file_that_names_another_format(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``-o png --out st.txt`` wrote a PNG into st.txt (kgov topology refused the same)."""
+    monkeypatch.chdir(tmp_path)
+    result = kgov("status", "--snapshot", str(SNAPSHOT), *args)
+    assert (result.exit_code, result.stderr) == (2, f"kgov status: {message}\n")
+    assert list(tmp_path.iterdir()) == []

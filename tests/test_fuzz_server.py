@@ -214,6 +214,7 @@ def test_kgov_review_answers_any_bad_body_as_the_server_does(raw: bytes) -> None
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     expected = check_answer(raw, TEAMS, inventory=EXAMPLE_NODES)
     if isinstance(expected, str):
-        assert (result.exit_code, result.stderr) == (1, f"kgov review: malformed AdmissionReview: {expected}\n")
+        hint = "" if b'"AdmissionReview"' in raw else "  for a manifest, use kgov mutate -n NAMESPACE -f FILE\n"
+        assert (result.exit_code, result.stderr) == (1, f"kgov review: malformed AdmissionReview: {expected}\n{hint}")
     else:
         assert result.exit_code == 0 and json.loads(result.stdout) == expected.response

@@ -373,3 +373,12 @@ def test_topology_label_refuses_a_document_without_instances(tmp_path: Path, tex
         f"kgov topology label: {source}: {message}, so nothing to label; expected `aws ec2 describe-instance-topology` "
         "output listing the cluster's instances (run in the cluster's region)\n"
     )
+
+
+def test_topology_takes_the_old_format_and_file_flags_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: ``--format json -o t.json``, the form of earlier releases, was refused."""
+    monkeypatch.chdir(tmp_path)
+    result = kgov("topology", "--nodes", str(NODES), "--format", "json", "-o", "t.json")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "t.json").read_text() == kgov("topology", "--nodes", str(NODES), "-o", "json").stdout
+    assert "kgov topology: warning: --format json is deprecated: give -o json" in result.stderr

@@ -74,7 +74,8 @@ def review_command(
     try:
         outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes)
     except MalformedReview as exc:
-        fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED)
+        hint = [] if b'"AdmissionReview"' in raw else ["for a manifest, use kgov mutate -n NAMESPACE -f FILE"]
+        fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED, hint)
     click.echo(json.dumps(outcome.response, indent=2))
 
 
@@ -151,10 +152,11 @@ def mutate_command(
     JSON Patch per document, in file order; null for a denied document; for a `kind: List`, an
     array of its items' patches). The items of a List are reviewed one by one.
     Denied documents are reported on stderr with the policy's
-    message; the exit code is 1 if any document was denied. Every manifest printed carries
-    metadata.namespace NAMESPACE, the namespace it was judged for, so that `kubectl apply -f -`
-    creates it there; a document whose own metadata.namespace differs is reviewed in -n, with a
-    note on stderr. A document
+    message; the exit code is 1 if any document was denied, and stderr says how many of the
+    documents the output holds. Every workload printed carries metadata.namespace NAMESPACE, the
+    namespace it was judged for (a document whose own namespace differs is reviewed in -n, with a
+    note on stderr); other documents are printed as they are, so pipe into
+    `kubectl apply -n NAMESPACE -f -` to create those without a namespace there too. A document
     that is an AdmissionReview (admission.k8s.io, e.g. an UPDATE with its oldObject) is
     answered as `kgov review` answers it, in the namespace it names, and its request.object
     is printed patched.
@@ -195,6 +197,9 @@ def mutate_command(
         click.echo(json.dumps(single, indent=2))
     elif outputs:
         click.echo(yaml.safe_dump_all(outputs, sort_keys=False), nl=False)
+    if reviewer.denied and reviewer.reviewed > 1:  # piped into kubectl apply, only these would be created
+        admitted = reviewer.reviewed - reviewer.denied
+        say(f"{reviewer.denied} of {reviewer.reviewed} documents denied: the output holds only the {admitted} admitted")
     sys.exit(EXIT_DENIED if reviewer.denied else 0)
 
 
@@ -215,7 +220,8 @@ class _Reviewer:
     ) -> None:
         self.teams, self.labels, self.nodes = teams, labels, nodes
         self.namespace, self.explain = namespace, explain
-        self.denied = False
+        self.denied = 0  # documents denied or refused
+        self.reviewed = 0  # documents reviewed (the items of a List one by one)
 
     def review_any(self, document: Any, where: str, path: tuple[Key, ...] = ()) -> tuple[Any, Any]:
         """A document, or each item of a list (``kind: List``, ``JobList``…, nested too), as
@@ -232,6 +238,7 @@ class _Reviewer:
 
     def run(self, document: Any, where: str, path: tuple[Key, ...] = ()) -> tuple[Any, list[dict[str, Any]] | None]:
         """(mutated document or None when denied, its patch or None when denied)."""
+        self.reviewed += 1
         if not _is_object(document):
             found = f": {dotted(path)} is {describe(document)}" if path else ""
             fail(f"{where} is not a Kubernetes object (needs apiVersion and kind){found}")
@@ -239,17 +246,19 @@ class _Reviewer:
             return self.run_review(document, where)
         metadata = document.get("metadata")
         own = metadata.get("namespace") if isinstance(metadata, dict) else None
-        if own and own != self.namespace:
+        governed = find_kind(str(document.get("apiVersion", "")), str(document.get("kind", ""))) is not None
+        if own and own != self.namespace and governed:
             say(f"{where} says namespace {own!r}; reviewed in {self.namespace!r} (-n) and printed for it")
+        elif own and own != self.namespace:
+            say(f"{where} says namespace {own!r}: not a workload kind, printed as it is (in {own!r})")
         document = with_crd_defaults(document)  # what the API server stores and the webhook sees
         try:
             outcome = review(create_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:  # the server would answer 400: refused, like a denial
-            self.denied = True
+            self.denied += 1
             say(f"{where} refused: {str(exc).replace('request.object.', '')}")
             return None, None
         result, patch = self._answer(where, document, outcome)
-        governed = find_kind(str(document.get("apiVersion", "")), str(document.get("kind", ""))) is not None
         if governed and isinstance(result, dict) and isinstance(result.get("metadata", {}), dict):
             result.setdefault("metadata", {})["namespace"] = self.namespace  # what it was judged for
         return result, patch
@@ -258,7 +267,7 @@ class _Reviewer:
         if self.explain:
             _explain(where, document, outcome)
         if not outcome.plan.allowed:
-            self.denied = True
+            self.denied += 1
             for message in outcome.plan.denials:
                 say(f"{where} denied: {message}")
             return None, None
@@ -274,7 +283,7 @@ class _Reviewer:
         try:
             outcome = review(document, self.teams, self.labels.get, self.nodes)
         except MalformedReview as exc:
-            self.denied = True
+            self.denied += 1
             say(f"{where} refused: malformed AdmissionReview: {exc}")
             return None, None
         request = document["request"]

@@ -28,7 +28,7 @@ from webhook.generate.hyperpod import (
     parse_scheduler_config,
 )
 from webhook.generate.live import diff_objects, fetch_live
-from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
+from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, TEAM_LABEL, GenerateOptions, build_manifests
 from webhook.generate.recreate import recreate_warnings
 from webhook.generate.render import (
     dump_yaml,
@@ -62,6 +62,14 @@ def _report(problems: list[Problem], platform_file: str = "", by_strict: frozens
     if all(problem in by_strict for problem in errors):
         fail(f"{where}the platform does not fit the nodes of --nodes (--strict)", EXIT_NO, [str(p) for p in errors])
     fail(f"{where}invalid platform file", details=[str(p) for p in errors])
+
+
+def _holds_team_namespaces(output_dir: str) -> bool:
+    """Whether the generated files in ``output_dir`` hold Namespaces of teams (``--namespaces``)."""
+    return any(
+        obj.get("kind") == "Namespace" and TEAM_LABEL in (obj.get("metadata", {}).get("labels") or {})
+        for obj in load_generated(output_dir)
+    )
 
 
 def _load_and_validate(
@@ -175,7 +183,8 @@ def generate_command(
     """Generate Kueue objects (kueue.x-k8s.io/v1beta2) and the webhook policy from PLATFORM.
 
     Writes one YAML file per kind (topologies, resourceflavors, cohorts, clusterqueues,
-    localqueues, workloadpriorityclasses, priorityclasses, namespaces with --namespaces,
+    localqueues, workloadpriorityclasses, priorityclasses, namespaces (the webhook's own; the
+    teams' too with --namespaces),
     policy-configmap; admission-policies with --admission-policies) and a kustomization.yaml listing
     them: apply with `kubectl apply -k DIR`.
     Warns when a change to the files already there would need an object to be re-created.
@@ -197,7 +206,17 @@ def generate_command(
         drift = file_drift(files, output_dir)
         if drift:
             click.echo(drift, nl=False)
-            fail(f"{output_dir} is out of date: run `kgov generate {platform_file} --out {output_dir}`", EXIT_NO)
+            flags = [
+                *(["--namespaces"] if namespaces else []),
+                *([f"--policy-namespace {policy_namespace}"] if policy_namespace != DEFAULT_POLICY_NAMESPACE else []),
+                *([f"--instance {instance}"] if instance is not None else []),
+                *(["--admission-policies"] if admission_policies else []),
+            ]
+            command = " ".join(["kgov generate", platform_file, "--out", output_dir, *flags])
+            details = []
+            if not namespaces and _holds_team_namespaces(output_dir):
+                details.append("the files there hold the teams' Namespaces: were they generated with --namespaces?")
+            fail(f"{output_dir} is out of date: run `{command}`", EXIT_NO, details)
         click.echo(f"{output_dir} is up to date", err=True)
         return
     foreign = [] if force else foreign_files(files, output_dir)

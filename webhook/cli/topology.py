@@ -231,17 +231,20 @@ def _format_and_file(fmt: str | None, output: Path | None, legacy_format: str | 
     Raises:
         UsageFailure: ``-o`` names no format while ``--out`` is given too.
     """
-    if legacy_format is not None:
-        if fmt is not None:
-            raise UsageFailure(f"--format {legacy_format}: give the format once, as -o {fmt}")
-        warn(f"--format {legacy_format} is deprecated: give -o {legacy_format}")
-        fmt = legacy_format
+    legacy_file: Path | None = None
     if fmt is not None and fmt.lower() not in _ALL_FORMATS:
         if output is not None:
             raise UsageFailure(f"-o {fmt}: not a format ({'|'.join(_ALL_FORMATS)})")
         warn(f"-o {fmt} names a file: this is deprecated, give --out {fmt} (-o names the format)")
         check_output_file(Path(fmt), "--out")
-        return None, Path(fmt)
+        legacy_file, fmt = Path(fmt), None
+    if legacy_format is not None:
+        if fmt is not None and fmt.lower() != legacy_format:
+            raise UsageFailure(f"--format {legacy_format} and -o {fmt}: give the format once, as -o")
+        warn(f"--format {legacy_format} is deprecated: give -o {legacy_format}")
+        fmt = legacy_format
+    if legacy_file is not None:
+        return fmt, legacy_file
     return (fmt.lower() if fmt is not None else None), output
 
 
@@ -373,10 +376,7 @@ def label_command(source: Path, nodes_file: Path | None, kubeconfig: Path | None
     ]
     for names, what in report:
         if names:
-            click.echo(f"kgov: {len(names)} {what}: {', '.join(names)}", err=True)
+            say(f"{len(names)} {what}: {', '.join(names)}")
     verb = "labelled" if apply_ else "to label"
-    click.echo(
-        f"kgov: {len(instances)} instances, {len(nodes)} nodes: {len(plan.changes)} {verb}, "
-        f"{len(plan.unchanged)} already labelled",
-        err=True,
-    )
+    counts = f"{len(plan.changes)} {verb}, {len(plan.unchanged)} already labelled"
+    say(f"{len(instances)} instances, {len(nodes)} nodes: {counts}")

@@ -253,6 +253,11 @@ def status_command(
         out_file = Path("kgov-status.png")
     if out_file is not None:
         check_output_file(out_file, "--out")
+        named = {".png": "png", ".json": "json"}.get(out_file.suffix.lower())
+        if (named is not None and named != fmt) or (fmt == "png" and out_file.suffix.lower() not in ("", ".png")):
+            fail(
+                f"--out {out_file}: a {out_file.suffix or 'suffixless'} file, but -o {fmt}; give a matching -o or --out"
+            )
     snapshot = _read(kubeconfig, snapshot_file)
     rows = team_statuses(snapshot, team)
     if team is not None and not rows:
