@@ -126,8 +126,9 @@ def test_mutate_denied_example_exits_1_with_both_reasons() -> None:
     )
     assert result.exit_code == 1
     assert result.stdout == ""
+    assert result.stderr.startswith("kgov mutate: document 1 denied, 2 reasons:\n")
     assert (
-        "document 1 denied: queue: LocalQueue 'hyperpod-ns-inference-localqueue' "
+        "\n  queue: LocalQueue 'hyperpod-ns-inference-localqueue' "
         "(metadata.labels.kueue.x-k8s.io/queue-name) is not allowed for team 'research'; "
         "allowed: hyperpod-ns-research-localqueue"
     ) in result.stderr

@@ -162,7 +162,9 @@ def test_the_answer_no_is_exit_1(tmp_path: Path) -> None:
     denied.write_text((REPO / "examples" / "jobset-stolen-queue.yaml").read_text())
     result = kgov("mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(denied))
     assert result.exit_code == 1
-    assert result.stderr.startswith("kgov mutate: document 1 denied: ")
+    first, *reasons = result.stderr.splitlines()
+    assert first == "kgov mutate: document 1 denied, 2 reasons:"
+    assert [reason.split(":")[0] for reason in reasons] == ["  queue", "  kueuePriority"]
     out = tmp_path / "generated"
     assert kgov("generate", str(PLATFORM), "--out", str(out)).exit_code == 0
     (out / "cohorts.yaml").write_text((out / "cohorts.yaml").read_text() + "# edited\n")

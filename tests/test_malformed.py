@@ -865,8 +865,9 @@ def test_kgov_mutate_refuses_the_users_manifest(tmp_path: Path) -> None:
         "document 1 denied: malformed object: spec.pytorchReplicaSpecs.Worker.replicas must be a non-negative "
         'integer, got string "abc"'
     ) in result.stderr
-    assert f"document 2 item 1 denied: malformed object: spec.parallelism {COUNT}, got number -3" in result.stderr
-    assert f"document 2 item 1 denied: malformed object: spec.completions {COUNT}, got boolean true" in result.stderr
+    assert "kgov mutate: document 2 item 1 denied, 2 reasons:\n" in result.stderr
+    assert f"\n  malformed object: spec.parallelism {COUNT}, got number -3\n" in result.stderr
+    assert f"\n  malformed object: spec.completions {COUNT}, got boolean true\n" in result.stderr
     listed = _mutate(tmp_path, [{"apiVersion": "v1", "kind": "List", "items": [KINDS["Job"][0](), "x"]}])
     assert listed.exit_code == 2
     assert (

@@ -268,8 +268,11 @@ class _Reviewer:
             _explain(where, document, outcome)
         if not outcome.plan.allowed:
             self.denied += 1
-            for message in outcome.plan.denials:
-                say(f"{where} denied: {message}")
+            denials = outcome.plan.denials
+            if len(denials) == 1:
+                say(f"{where} denied: {denials[0]}")
+            else:  # one line for the document, its reasons below it
+                say(f"{where} denied, {len(denials)} reasons:", denials)
             return None, None
         for warning in outcome.plan.warnings:
             warn(f"{where}: {warning}")
