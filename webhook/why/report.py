@@ -195,7 +195,8 @@ def _text_decision(report: WhyReport) -> list[str]:
                 "(the object has no managedFields to tell)"
             )
         else:
-            lines.append(f"  {rule.rule}: {rule.path} is {rule.stored!r}, not the policy's: {rule.reason}")
+            stored = "not set" if rule.stored is None else f"{_short_value(rule.stored)}"
+            lines.append(f"  {rule.rule}: {rule.path} is {stored}, not the policy's: {rule.reason}")
     lines.extend(f"  warning: {w}" for w in decision.warnings)
     lines.extend(f"  would be denied now: {d}" for d in decision.denials)
     return lines
