@@ -845,3 +845,16 @@ def test_a_podset_fitting_once_the_nodes_are_back_waits_for_them_it_does_not_nev
     assert report.helps == ["wait for the nodes to be Ready and schedulable again (or uncordon them)"]
     # Too large for a rack even with every node back: still never fits.
     assert why(snapshot, "n1").cause == "never fits"
+
+
+def test_a_governed_value_that_is_not_set_reads_not_set(tmp_path: Path) -> None:
+    """Regression: with no node inventory the policy's topology annotation differed from the stored one,
+    and the report printed the stored (absent) value as Python's ``None``."""
+    snapshot = json.loads((DATA / "bundled.json").read_text())
+    snapshot["nodes"] = None
+    path = tmp_path / "no-nodes.json"
+    path.write_text(json.dumps(snapshot))
+    done = CliRunner().invoke(main, ["why", "job/finetune", "-n", "hyperpod-ns-research", "--snapshot", str(path)])
+    assert done.exit_code == 0, done.output
+    assert " is None" not in done.output
+    assert "podset-preferred-topology is not set, not the policy's" in done.output
