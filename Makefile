@@ -9,7 +9,12 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+# Whether e2e-up also runs one real node (containerd, kubelet, kube-proxy; needs root): REAL_NODE= for KWOK nodes only.
+REAL_NODE ?= 1
+# Debian packages of the real node and the daemonless image build (installed by e2e-node-deps).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack mmdebstrap gcc libc6-dev
+
+.PHONY: install example test test-unit fuzz lint generate-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-node-deps image e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -95,9 +100,23 @@ bench-placement: install
 e2e-build: install
 	$(PYTHON) -m e2e.build
 
-## Start the simulated cluster (state in ${KGOV_E2E_STATE:-e2e/.state}); prints the kubeconfig path.
-e2e-up: install
-	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM))
+## The Debian packages of the real node and the daemonless image build (one apt-get update; skipped when all are there).
+e2e-node-deps:
+	@if dpkg-query -W -f='$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | grep -vq 'install ok installed' \
+		|| [ "$$(dpkg-query -W -f='$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | wc -l)" -ne $(words $(NODE_PACKAGES)) ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(NODE_PACKAGES); \
+	fi
+
+# How `make image` builds: auto (docker when a daemon answers, else daemonless), docker or daemonless.
+IMAGE_BUILDER ?= auto
+
+## The image (Dockerfile with docker; else a Debian rootfs + chroot venv as an OCI archive) and the pause image, cached by inputs' hash.
+image: install
+	$(PYTHON) -m e2e.image --builder $(IMAGE_BUILDER)
+
+## Start the simulated cluster (state in ${KGOV_E2E_STATE:-e2e/.state}) with one real node unless REAL_NODE=; prints the kubeconfig path.
+e2e-up: install $(if $(REAL_NODE),e2e-node-deps)
+	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM)) $(if $(REAL_NODE),--real-node)
 
 ## Stop every process e2e-up started.
 e2e-down: install

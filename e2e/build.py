@@ -107,7 +107,8 @@ class Binary:
         return BUILD_DIR / (self.wrapper_name or self.name)
 
 
-KUBERNETES_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# kubelet and kube-proxy run the real node (e2e/devcluster/node.py) beside the simulated ones.
+KUBERNETES_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
 def binaries() -> list[Binary]:

@@ -1,0 +1,402 @@
+"""One real node beside the KWOK nodes: containerd, runc, a CNI bridge, kubelet and kube-proxy.
+
+containerd 1.6, runc and the CNI plugins are Debian's (``make e2e-node-deps``); kubelet and
+kube-proxy are built from the same Kubernetes module as the API server (:mod:`e2e.build`); the
+pause image and the project's image are built on this machine (:mod:`e2e.image`) and imported into
+containerd's ``k8s.io`` namespace, so nothing is pulled. Pods run on a bridge (``10.244.0.0/24``);
+the node's address is the bridge's, 10.244.0.1.
+
+The node (``kgov-node``) carries the labels of one host of the shape plus
+:data:`REAL_NODE_LABEL`, and the taint ``kgov.test/real-node=true:NoSchedule``: only pods that
+tolerate it (the chart's, in the tests that ask for the node) land there. Pods reach the API server
+through the ``kubernetes`` Service: kube-proxy sends 10.96.0.1:443 to a relay on the node's
+address (:mod:`.relay`) that forwards to the API server on 127.0.0.1 (a hand-made
+``default/kubernetes`` EndpointSlice names it).
+
+Settings this machine kind needs (no ``CAP_SYS_RESOURCE``, cgroup v1): containerd's
+``restrict_oom_score_adj`` and the kubelet's ``failCgroupV1: false``. The machine changes are
+recorded and undone by :mod:`.nodehost`; only one real node runs on a machine at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from e2e import build, image, oci
+from e2e.devcluster import nodehost
+from e2e.devcluster.client import apply, dynamic_client
+from e2e.devcluster.nodehost import BRIDGE, NODE_IP, POD_SUBNET
+from e2e.devcluster.pki import write_kubeconfig
+from e2e.devcluster.processes import free_ports, process_alive, start_process, stop_process, wait_until
+from e2e.devcluster.state import ClusterInfo, DevClusterError, Paths, load_info, save_info
+from e2e.manifests import FAKE_NODE_LABEL, TOPOLOGY_LEVELS, TopologyShape, fake_nodes
+
+NODE_NAME = "kgov-node"
+REAL_NODE_LABEL = "kgov.test/real-node"
+REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+# What a pod tolerates and selects to run on the real node.
+REAL_NODE_TOLERATION = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+REAL_NODE_SELECTOR = {REAL_NODE_LABEL: "true"}
+APISERVER_RELAY_PORT = 6443
+KUBELET_PORT = 10250
+# The node's processes, in start order (stopped in reverse, after the control plane's clients).
+NODE_PROCESSES = ("containerd", "kubelet", "apiserver-relay", "kube-proxy")
+CNI_BIN_DIR = Path("/usr/lib/cni")
+NEEDED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip")
+
+
+class NodePaths:
+    """File layout of the real node inside the cluster's state directory (``<state>/node``)."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.root = paths.root / "node"
+        # One real node per machine, so containerd's content store can be shared by every state
+        # directory and outlive ``down``: the imported images stay, the next node starts fast.
+        self.containerd_root = build.cache_dir() / "containerd"
+        self.containerd_state = self.root / "containerd" / "state"
+        self.containerd_config = self.root / "containerd" / "config.toml"
+        self.socket = self.root / "containerd" / "containerd.sock"
+        self.cni_conf = self.root / "cni" / "net.d"
+        self.cni_ipam = self.root / "cni" / "ipam"
+        self.kubelet_root = self.root / "kubelet"
+        self.kubelet_pki = self.root / "kubelet-pki"
+        self.pod_logs = self.root / "pod-logs"
+        self.kubelet_config = self.root / "kubelet.yaml"
+        self.kubelet_kubeconfig = self.root / "kubelet.kubeconfig"
+        self.proxy_config = self.root / "kube-proxy.yaml"
+        self.proxy_kubeconfig = self.root / "kube-proxy.kubeconfig"
+        self.host_record = self.root / "host.json"
+
+
+def containerd_config(node: NodePaths) -> str:
+    """containerd 1.6's configuration (version 2): its own root, state and socket, the CRI plugin
+    with the local pause image, overlayfs, runc with cgroupfs, the CNI plugins of Debian."""
+    return f"""version = 2
+root = "{node.containerd_root}"
+state = "{node.containerd_state}"
+[grpc]
+  address = "{node.socket}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{image.PAUSE_IMAGE}"
+  enable_unprivileged_ports = false
+  # No CAP_SYS_RESOURCE here: the kubelet's oom_score_adj of -998 for sandboxes would fail every pod.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "{shutil.which("runc") or "runc"}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{node.cni_conf}"
+"""
+
+
+def cni_config(node: NodePaths) -> dict[str, Any]:
+    """The CNI network: the bridge (the node's address is its gateway), host-local IPAM, no masquerade."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    return {
+        "cniVersion": "0.4.0",
+        "name": "kgov-pods",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": ipam | {"dataDir": str(node.cni_ipam)},
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+            {"type": "loopback"},
+        ],
+    }
+
+
+def kubelet_configuration(node: NodePaths, paths: Paths, healthz_port: int) -> dict[str, Any]:
+    """KubeletConfiguration: cgroupfs on cgroup v1, anonymous reads (the API server has no kubelet
+    client certificate), no cluster DNS, the taint, images never collected."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "containerRuntimeEndpoint": f"unix://{node.socket}",
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "address": NODE_IP,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "authentication": {
+            "anonymous": {"enabled": True},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(paths.ca_crt)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDomain": "cluster.local",
+        "resolvConf": "",
+        "registerWithTaints": [REAL_NODE_TAINT],
+        "podLogsDir": str(node.pod_logs),
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "maxPods": 30,
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+    }
+
+
+def kube_proxy_configuration(node: NodePaths, healthz_port: int, metrics_port: int) -> dict[str, Any]:
+    """KubeProxyConfiguration: iptables mode, NodePorts only on the node's address, and the host's
+    conntrack sysctls and ``route_localnet`` left alone."""
+    zero = {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(node.proxy_kubeconfig)},
+        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": POD_SUBNET,
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "nodePortAddresses": [f"{NODE_IP}/32"],
+        "conntrack": zero | {"udpTimeout": "0s", "udpStreamTimeout": "0s"},
+        "iptables": {"localhostNodePorts": False, "syncPeriod": "10s", "minSyncPeriod": "1s"},
+    }
+
+
+def node_labels(shape: TopologyShape) -> dict[str, str]:
+    """The labels of the shape's first host (network topology, instance type) without its hostname and
+    the KWOK label, plus :data:`REAL_NODE_LABEL`."""
+    labels = dict(fake_nodes(shape)[0]["metadata"]["labels"])
+    for name in (FAKE_NODE_LABEL, TOPOLOGY_LEVELS[-1], "kubernetes.io/os", "kubernetes.io/arch"):
+        labels.pop(name, None)
+    return labels | REAL_NODE_SELECTOR
+
+
+def kubernetes_endpoints() -> dict[str, Any]:
+    """The ``default/kubernetes`` EndpointSlice: the relay (the API server runs without an endpoint reconciler)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "kgov-e2e",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": APISERVER_RELAY_PORT, "protocol": "TCP"}],
+    }
+
+
+def _token_of(paths: Paths, user: str) -> str:
+    lines = paths.tokens.read_text().splitlines()
+    token = next((line.split(",")[0] for line in lines if f",{user}," in line), None)
+    return token or next(line.split(",")[0] for line in lines if ",kgov-admin," in line)
+
+
+def _ctr(node: NodePaths, *args: str) -> subprocess.CompletedProcess[str]:
+    command = ["ctr", "-a", str(node.socket), "-n", "k8s.io", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def import_images(node: NodePaths, archives: list[Path]) -> None:
+    """Import each archive into containerd's ``k8s.io`` namespace unless the same manifest is there.
+
+    Raises:
+        DevClusterError: ``ctr images import`` failed.
+    """
+    listed = _ctr(node, "images", "ls").stdout.splitlines()[1:]
+    present = {(fields[0], fields[2]) for fields in (line.split() for line in listed) if len(fields) > 2}
+    for archive in archives:
+        with contextlib.suppress(ValueError):
+            name, digest, _ = oci.read_archive(archive)
+            if (name, digest) in present:
+                continue
+        imported = _ctr(node, "images", "import", str(archive))
+        if imported.returncode != 0:
+            raise DevClusterError(f"ctr images import {archive} failed: {imported.stderr.strip()}")
+
+
+def check_machine() -> None:
+    """Raises DevClusterError unless this process is root and the node's commands are installed."""
+    if os.geteuid() != 0:
+        raise DevClusterError("the real node needs root (containerd, the bridge, iptables)")
+    missing = [name for name in NEEDED_COMMANDS if shutil.which(name) is None]
+    missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "loopback") if not (CNI_BIN_DIR / p).exists()]
+    if missing:
+        raise DevClusterError(f"the real node needs {missing}: run `make e2e-node-deps`")
+
+
+def start_real_node(root: Path, timeout: float = 180.0) -> ClusterInfo:
+    """Start the real node in the running cluster of ``root`` and wait until it is Ready.
+
+    Builds (or takes from the cache) the pause image and the project's image first. Returns the
+    saved cluster info, with ``real_node`` set.
+
+    Raises:
+        DevClusterError: no running cluster, the machine lacks what the node needs, another real
+            node runs on this machine, or a part did not start (its log tail is included).
+        e2e.image.ImageError: an image could not be built.
+    """
+    paths = Paths(root)
+    info = load_info(paths.root)
+    if info is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    if info.real_node and process_alive(paths, "kubelet"):
+        return info
+    check_machine()
+    node = NodePaths(paths)
+    owner = nodehost.claim_owner()
+    owner_alive = owner is not None and process_alive(Paths(owner), "containerd") is not None
+    previous = nodehost.claim_machine(paths.root, owner_alive)
+    if previous is not None:  # a node that died without ``down``: put the machine back first
+        nodehost.restore_host(NodePaths(Paths(previous)).root, None)
+    archives = [image.ensure_pause_image(), image.ensure_image()]
+    binaries = build.ensure_binaries()
+    started = time.monotonic()
+    nodehost.record_host(node.host_record)
+    nodehost.setup_network()
+    for directory in (node.containerd_root, node.containerd_state, node.cni_conf, node.cni_ipam, node.pod_logs):
+        directory.mkdir(parents=True, exist_ok=True)
+    node.containerd_config.write_text(containerd_config(node))
+    (node.cni_conf / "10-kgov-bridge.conflist").write_text(json.dumps(cni_config(node), indent=2))
+    start_process(paths, "containerd", ["nice", "-n", "10", "containerd", "--config", str(node.containerd_config)])
+    wait_until("containerd", lambda: _ctr(node, "version").returncode == 0, 30.0, paths, "containerd")
+    import_images(node, archives)
+
+    kubelet_healthz, proxy_healthz, proxy_metrics = free_ports(3)
+    ca_pem = paths.ca_crt.read_bytes()
+    write_kubeconfig(
+        node.kubelet_kubeconfig, info.apiserver_url, ca_pem, "kubelet", _token_of(paths, f"system:node:{NODE_NAME}")
+    )
+    write_kubeconfig(
+        node.proxy_kubeconfig, info.apiserver_url, ca_pem, "kube-proxy", _token_of(paths, "system:kube-proxy")
+    )
+    node.kubelet_config.write_text(yaml.safe_dump(kubelet_configuration(node, paths, kubelet_healthz)))
+    labels = ",".join(f"{k}={v}" for k, v in node_labels(TopologyShape.parse(info.shape)).items())
+    start_process(
+        paths,
+        "kubelet",
+        [
+            str(binaries["kubelet"]),
+            f"--config={node.kubelet_config}",
+            f"--kubeconfig={node.kubelet_kubeconfig}",
+            f"--root-dir={node.kubelet_root}",
+            f"--cert-dir={node.kubelet_pki}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}",
+            f"--node-labels={labels}",
+            "--v=1",
+        ],
+    )
+    port = info.apiserver_url.rsplit(":", 1)[1]
+    relay = [sys.executable, "-m", "e2e.devcluster.relay", f"{NODE_IP}:{APISERVER_RELAY_PORT}", f"127.0.0.1:{port}"]
+    start_process(
+        paths, "apiserver-relay", relay, {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    )
+    node.proxy_config.write_text(yaml.safe_dump(kube_proxy_configuration(node, proxy_healthz, proxy_metrics)))
+    start_process(paths, "kube-proxy", [str(binaries["kube-proxy"]), f"--config={node.proxy_config}", "--v=1"])
+    asyncio.run(_register_and_wait(paths, timeout))
+    info.real_node = NODE_NAME
+    save_info(paths, info)
+    print(f"real node {NODE_NAME} Ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return info
+
+
+async def _register_and_wait(paths: Paths, timeout: float) -> None:
+    async with dynamic_client(paths.kubeconfig, paths.discovery_cache) as dynamic:
+        await apply(dynamic, kubernetes_endpoints())
+        nodes = await dynamic.resources.get(api_version="v1", kind="Node")
+        deadline = time.monotonic() + timeout
+        conditions: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for name in ("kubelet", "kube-proxy", "containerd"):
+                if process_alive(paths, name) is None:
+                    raise DevClusterError(f"{name} exited: see {paths.log(name)}")
+            with contextlib.suppress(ApiException):
+                found = (await dynamic.get(nodes, name=NODE_NAME)).to_dict()
+                conditions = {c["type"]: c["status"] for c in (found.get("status") or {}).get("conditions") or []}
+                if conditions.get("Ready") == "True":
+                    return
+            await asyncio.sleep(0.5)
+        raise DevClusterError(
+            f"node {NODE_NAME} not Ready after {timeout:.0f}s: {conditions}; see {paths.log('kubelet')}"
+        )
+
+
+def _remove_pods(node: NodePaths) -> None:
+    """Kill and delete every task and container of containerd's ``k8s.io`` namespace (the kubelet
+    leaves its pods running when it stops)."""
+    for line in _ctr(node, "tasks", "ls", "-q").stdout.split():
+        _ctr(node, "tasks", "kill", "-s", "SIGKILL", line)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        remaining = _ctr(node, "tasks", "ls", "-q").stdout.split()
+        for task in remaining:
+            _ctr(node, "tasks", "delete", "-f", task)
+        if not remaining:
+            break
+        time.sleep(0.2)
+    containers = _ctr(node, "containers", "ls", "-q").stdout.split()
+    if containers:
+        _ctr(node, "containers", "rm", *containers)
+
+
+def _stop_shims(node: NodePaths) -> None:
+    """Stop the runc shims that serve our containerd (they outlive it in their own sessions)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if cmdline[0].endswith(b"containerd-shim-runc-v2") and str(node.socket).encode() in cmdline:
+                os.kill(int(proc.name), 9)
+
+
+def stop_real_node(paths: Paths) -> list[str]:
+    """Stop the node's processes, remove its pods, stop containerd and restore the machine.
+
+    Returns the names of the processes that were running. Does nothing on the machine when this
+    state directory never ran a node (no ``node/host.json`` and no claim).
+    """
+    node = NodePaths(paths)
+    stopped = [name for name in ("kube-proxy", "apiserver-relay", "kubelet") if stop_process(paths, name)]
+    if node.socket.exists() and process_alive(paths, "containerd") is not None:
+        _remove_pods(node)
+    if stop_process(paths, "containerd"):
+        stopped.append("containerd")
+    _stop_shims(node)
+    if node.host_record.exists() or nodehost.claim_owner() == paths.root:
+        nodehost.restore_host(node.root, build.cache_dir() / "bin" / f"kube-proxy-{build.KUBERNETES_VERSION}")
+        nodehost.release_machine(paths.root)
+    info = load_info(paths.root)
+    if info is not None and info.real_node is not None:
+        info.real_node = None
+        save_info(paths, info)
+    return stopped
