@@ -131,8 +131,9 @@ e2e-status: install
 record-reviews: install
 	$(PYTHON) -m e2e.record
 
-## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set).
-e2e-test: install
+## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set; as root, the real node's
+## packages are installed first and test_chart_real_node.py runs the chart on the real node).
+e2e-test: install $(if $(filter 0,$(shell id -u)),e2e-node-deps)
 	$(PYTHON) -m pytest e2e -m e2e
 
 # Mutation testing (not part of `make test`; README, "Mutation testing"). MUTATE_MODULES are modules of

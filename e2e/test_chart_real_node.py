@@ -36,6 +36,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import devcluster, support
 from e2e.conftest import E2ECluster
+from e2e.devcluster import nodehost
 from e2e.devcluster.node import NODE_NAME, REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 from e2e.helm_support import CHART, PLATFORM_VALUES, Helm, bundled_governor_unregistered
 
@@ -82,6 +83,9 @@ def real_node(e2e_cluster: E2ECluster) -> Iterator[devcluster.ClusterInfo]:
     if os.geteuid() != 0:
         pytest.skip("the real node needs root")
     root = Path(e2e_cluster.local.state_dir)
+    owner = nodehost.claim_owner()
+    if owner is not None and owner != root and devcluster.process_alive(devcluster.Paths(owner), "containerd"):
+        pytest.skip(f"the machine's one real node is in use (state {owner})")
     was_running = devcluster.process_alive(devcluster.Paths(root), "kubelet") is not None
     started = time.monotonic()
     info = devcluster.start_real_node(root)
