@@ -58,6 +58,8 @@ BASE_DPKG_OPTIONS = (
     "path-include=/usr/share/doc/*/copyright",
 )
 VENV = "/opt/kueue-governor"
+# Bump when the way the image is made changes (part of the image hash).
+RECIPE_VERSION = "2"
 RUNTIME = oci.ImageConfig(
     user="65532:65532",
     entrypoint=["kgov"],
@@ -117,6 +119,7 @@ def image_key() -> str:
     digest = hashlib.sha256()
     _hash_paths(digest, REPO, (*IMAGE_INPUTS, "Dockerfile"))
     digest.update(base_key().encode() + json.dumps(RUNTIME.as_json(), sort_keys=True).encode() + image_name().encode())
+    digest.update(RECIPE_VERSION.encode())
     return digest.hexdigest()[:16]
 
 
@@ -178,7 +181,7 @@ def _install_project(rootfs: Path) -> None:
         cache.mkdir(parents=True)
 
 
-def _prune(pattern: str, keep: Path, newest: int = 2) -> None:
+def _prune(pattern: str, keep: Path, newest: int = 1) -> None:
     """Remove cached archives matching ``pattern`` but the ``newest`` ones (``keep`` always stays)."""
     others = sorted(image_dir().glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
     for stale in [p for p in others if p != keep][max(newest - 1, 0) :]:

@@ -5,8 +5,9 @@ The archive is an OCI image layout (image-spec v1.1 ``image-layout.md``: ``oci-l
 ``manifest.json`` naming the same blobs, so ``ctr images import`` and ``docker load`` both take it.
 The index's ``io.containerd.image.name`` annotation is the name ``ctr`` gives the image on import.
 
-The layer is the whole directory, written by GNU tar with sorted names, numeric owners, mtime 0
-and extended attributes, so the same directory always gives the same layer digest.
+The layer is the whole directory, written by GNU tar with sorted names, numeric owners and extended
+attributes. Modification times are kept: Python's byte-code caches record their source's mtime, and
+a cache that no longer matches is compiled again at every start (a read-only root cannot keep it).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _digest_of(data: bytes) -> str:
 def _write_layer(rootfs: Path, target: Path) -> str:
     """Tar ``rootfs`` into ``target`` (uncompressed); return the layer's digest (= its diff ID)."""
     tar = subprocess.Popen(
-        ["tar", "-C", str(rootfs), "--sort=name", "--numeric-owner", "--mtime=@0", "--xattrs", "-cf", "-", "."],
+        ["tar", "-C", str(rootfs), "--sort=name", "--numeric-owner", "--xattrs", "-cf", "-", "."],
         stdout=subprocess.PIPE,
     )
     assert tar.stdout is not None

@@ -37,7 +37,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from e2e import build, image, oci
 from e2e.devcluster import nodehost
 from e2e.devcluster.client import apply, dynamic_client
-from e2e.devcluster.nodehost import BRIDGE, NODE_IP, POD_SUBNET
+from e2e.devcluster.nodehost import BRIDGE, CNI_BIN_DIR, NODE_IP, POD_SUBNET, check_machine
 from e2e.devcluster.pki import write_kubeconfig
 from e2e.devcluster.processes import free_ports, process_alive, start_process, stop_process, wait_until
 from e2e.devcluster.state import ClusterInfo, DevClusterError, Paths, load_info, save_info
@@ -53,8 +53,6 @@ APISERVER_RELAY_PORT = 6443
 KUBELET_PORT = 10250
 # The node's processes, in start order (stopped in reverse, after the control plane's clients).
 NODE_PROCESSES = ("containerd", "kubelet", "apiserver-relay", "kube-proxy")
-CNI_BIN_DIR = Path("/usr/lib/cni")
-NEEDED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip")
 
 
 class NodePaths:
@@ -226,31 +224,24 @@ def _ctr(node: NodePaths, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def import_images(node: NodePaths, archives: list[Path]) -> None:
-    """Import each archive into containerd's ``k8s.io`` namespace unless the same manifest is there.
+    """Import each archive into containerd's ``k8s.io`` namespace unless the same manifest is there
+    (an older image of the same name is removed first).
 
     Raises:
         DevClusterError: ``ctr images import`` failed.
     """
     listed = _ctr(node, "images", "ls").stdout.splitlines()[1:]
-    present = {(fields[0], fields[2]) for fields in (line.split() for line in listed) if len(fields) > 2}
+    present = {fields[0]: fields[2] for fields in (line.split() for line in listed) if len(fields) > 2}
     for archive in archives:
         with contextlib.suppress(ValueError):
             name, digest, _ = oci.read_archive(archive)
-            if (name, digest) in present:
+            if present.get(name) == digest:
                 continue
+            if name in present:  # an older build: its content and snapshot go (the store is in the cache)
+                _ctr(node, "images", "rm", "--sync", name)
         imported = _ctr(node, "images", "import", str(archive))
         if imported.returncode != 0:
             raise DevClusterError(f"ctr images import {archive} failed: {imported.stderr.strip()}")
-
-
-def check_machine() -> None:
-    """Raises DevClusterError unless this process is root and the node's commands are installed."""
-    if os.geteuid() != 0:
-        raise DevClusterError("the real node needs root (containerd, the bridge, iptables)")
-    missing = [name for name in NEEDED_COMMANDS if shutil.which(name) is None]
-    missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "loopback") if not (CNI_BIN_DIR / p).exists()]
-    if missing:
-        raise DevClusterError(f"the real node needs {missing}: run `make e2e-node-deps`")
 
 
 def start_real_node(root: Path, timeout: float = 180.0) -> ClusterInfo:

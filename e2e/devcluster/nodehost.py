@@ -54,6 +54,8 @@ OUTSIDE_DIRS = (
     "/run/netns",
 )
 CLAIM_FILE = Path("/run/kgov-real-node")
+CNI_BIN_DIR = Path("/usr/lib/cni")
+NEEDED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 
 
@@ -212,3 +214,13 @@ def restore_host(node_root: Path, kube_proxy: Path | None) -> None:
         with contextlib.suppress(OSError):
             _sysctl_path(name).write_text(value)
     record_path.unlink()
+
+
+def check_machine() -> None:
+    """Raises DevClusterError unless this process is root and the node's commands are installed."""
+    if os.geteuid() != 0:
+        raise DevClusterError("the real node needs root (containerd, the bridge, iptables)")
+    missing = [name for name in NEEDED_COMMANDS if shutil.which(name) is None]
+    missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "loopback") if not (CNI_BIN_DIR / p).exists()]
+    if missing:
+        raise DevClusterError(f"the real node needs {missing}: run `make e2e-node-deps`")
