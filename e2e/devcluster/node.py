@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.dynamic.exceptions import DynamicApiError
 
 from e2e import build, image, oci
 from e2e.devcluster import nodehost
@@ -370,14 +371,29 @@ def _stop_shims(node: NodePaths) -> None:
                 os.kill(int(proc.name), 9)
 
 
+async def _unregister(paths: Paths) -> None:
+    """Delete the Node and the ``kubernetes`` EndpointSlice (a stopped kubelet leaves its Node behind)."""
+    async with dynamic_client(paths.kubeconfig, paths.discovery_cache) as dynamic:
+        for api_version, kind, name, namespace in (
+            ("v1", "Node", NODE_NAME, None),
+            ("discovery.k8s.io/v1", "EndpointSlice", "kubernetes", "default"),
+        ):
+            resource = await dynamic.resources.get(api_version=api_version, kind=kind)
+            with contextlib.suppress(ApiException, DynamicApiError):
+                await dynamic.delete(resource, name=name, namespace=namespace)
+
+
 def stop_real_node(paths: Paths) -> list[str]:
-    """Stop the node's processes, remove its pods, stop containerd and restore the machine.
+    """Stop the node's processes, remove its pods, stop containerd and restore the machine; with
+    the API server still running, delete the Node and the ``kubernetes`` EndpointSlice.
 
     Returns the names of the processes that were running. Does nothing on the machine when this
     state directory never ran a node (no ``node/host.json`` and no claim).
     """
     node = NodePaths(paths)
     stopped = [name for name in ("kube-proxy", "apiserver-relay", "kubelet") if stop_process(paths, name)]
+    if stopped and process_alive(paths, "kube-apiserver") is not None:
+        asyncio.run(asyncio.wait_for(_unregister(paths), 30.0))
     if node.socket.exists() and process_alive(paths, "containerd") is not None:
         _remove_pods(node)
     if stop_process(paths, "containerd"):
