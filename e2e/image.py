@@ -229,9 +229,11 @@ def build_with_docker(docker: list[str], out: Path) -> None:
         with tempfile.TemporaryDirectory() as scratch:
             # The local base gets the machine's CA for pip: it is a test base, never shipped.
             layer = Path(scratch) / "base.tar"
-            _run("tar of the base", ["tar", "-C", str(base), "--numeric-owner", "-cf", str(layer), "."])
-            with tarfile.open(layer, "a") as tar:  # the later entry wins on extraction
-                tar.add(str(HOST_CA_BUNDLE), "./etc/ssl/certs/ca-certificates.crt")
+            bundle = "./etc/ssl/certs/ca-certificates.crt"
+            tar_command = ["tar", "-C", str(base), "--numeric-owner", f"--exclude={bundle}", "-cf", str(layer), "."]
+            _run("tar of the base", tar_command)
+            with tarfile.open(layer, "a") as tar:
+                tar.add(str(HOST_CA_BUNDLE), bundle)
             _run(
                 "docker import of the base",
                 [
