@@ -11,7 +11,7 @@ and a toleration for the node, and ``helm --wait``; then:
 * the API server calls the webhook through its Service (kube-proxy): a Job created in a team
   namespace gets its queue label, with the session's host-run governor unregistered, and the
   chart's pods count the admission in their metrics;
-* ``helm upgrade`` with another policy: the next Job gets the new label;
+* ``helm upgrade`` with another policy: the next Job gets the new label; ``helm rollback``: the old one;
 * a rolling restart under a stream of Job creations (dry-run): none fails, none is unlabelled.
 
 Needs root (containerd, bridge, iptables) and ``make e2e-node-deps``; skipped otherwise, or with
@@ -50,6 +50,7 @@ RESEARCH = "hyperpod-ns-research"
 RESEARCH_QUEUE = "hyperpod-ns-research-localqueue"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+DEFAULT_PRIORITY = "training-priority"
 OTHER_PRIORITY = "experimentation-priority"
 METRICS_PORT = 8080
 
@@ -221,13 +222,24 @@ async def test_rolling_restart_under_creates(chart: Helm, api: k8s.ApiClient, dy
     assert counts["failed"] == 0 and counts["unlabelled"] == 0, counts
 
 
-async def test_helm_upgrade_changes_the_policy(chart: Helm, api: k8s.ApiClient, dynamic: DynamicClient) -> None:
+async def wait_priority(dynamic: DynamicClient, wanted: str, timeout: float = 60.0) -> dict[str, str]:
+    """Create dry-run Jobs in research's namespace until one gets Kueue priority ``wanted``; its labels."""
+    labels: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and labels.get(PRIORITY_LABEL) != wanted:
+        result = await support.create_with_warnings(dynamic, plain_job(f"upgr-{secrets.token_hex(3)}"), True)
+        labels = result.obj["metadata"].get("labels", {})
+        await asyncio.sleep(1)
+    return labels
+
+
+async def test_helm_upgrade_and_rollback_of_the_policy(chart: Helm, api: k8s.ApiClient, dynamic: DynamicClient) -> None:
     """An upgrade whose policy gives the research team another default Kueue priority (one it
-    allows): once the upgrade is Ready, Jobs get the new one."""
+    allows): once the upgrade is Ready, Jobs get the new one; ``helm rollback`` brings the old one back."""
     values = yaml.safe_load(PLATFORM_VALUES.read_text())
     policy = json.loads(values["platform"]["policy"])
     research = next(team for team in policy["teams"] if team["team"] == "research")
-    assert research["kueuePriority"]["default"] == "training-priority"
+    assert research["kueuePriority"]["default"] == DEFAULT_PRIORITY
     research["kueuePriority"]["default"] = OTHER_PRIORITY
     assert OTHER_PRIORITY in research["kueuePriority"]["allowed"]
     values["platform"]["policy"] = json.dumps(policy, indent=2)
@@ -237,13 +249,14 @@ async def test_helm_upgrade_changes_the_policy(chart: Helm, api: k8s.ApiClient, 
         try:
             seconds = await asyncio.to_thread(install, chart, chart_settings(), (changed,))
             print(f"\nhelm upgrade with another policy Ready in {seconds:.1f}s")
-            labels: dict[str, str] = {}
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and labels.get(PRIORITY_LABEL) != OTHER_PRIORITY:
-                result = await support.create_with_warnings(dynamic, plain_job(f"upgr-{secrets.token_hex(3)}"), True)
-                labels = result.obj["metadata"].get("labels", {})
-                await asyncio.sleep(1)
+            labels = await wait_priority(dynamic, OTHER_PRIORITY)
             assert labels.get(PRIORITY_LABEL) == OTHER_PRIORITY, labels
             assert labels.get(QUEUE_LABEL) == RESEARCH_QUEUE
+            started = time.monotonic()
+            rollback = ["rollback", RELEASE, "0", "-n", NAMESPACE, "--wait", "--timeout", "4m"]
+            await asyncio.to_thread(chart.run, *rollback, timeout=300)
+            labels = await wait_priority(dynamic, DEFAULT_PRIORITY)
+            print(f"helm rollback: the old policy served after {time.monotonic() - started:.1f}s")
+            assert labels.get(PRIORITY_LABEL) == DEFAULT_PRIORITY, labels
         finally:
             await asyncio.to_thread(install, chart, chart_settings())
