@@ -44,8 +44,9 @@ One module a part: :mod:`.state` (state directory, ``cluster.json``), :mod:`.pro
 records, start/stop, logs, waits), :mod:`.pki` (CA, certificates, tokens, kubeconfigs),
 :mod:`.client` (API clients, server-side apply), :mod:`.etcd`, :mod:`.apiserver`,
 :mod:`.controllers` (kube-controller-manager, kube-scheduler), :mod:`.kueue`, :mod:`.kwok` (and
-the fake nodes), :mod:`.jobset`, :mod:`.governor`, :mod:`.node` (the real node; :mod:`.nodehost`
-what it changes on the machine, :mod:`.relay` the API server's relay), :mod:`.cluster` (``up``, ``down``, ``status``
+the fake nodes), :mod:`.jobset`, :mod:`.governor`, :mod:`.node` (the real node; :mod:`.nodeconfig`
+its configurations, :mod:`.nodehost` what it changes on the machine, :mod:`.relay` the API server's
+relay), :mod:`.cluster` (``up``, ``down``, ``status``
 composed from them) and :mod:`.__main__` (the command line). This package re-exports their
 public names.
 """
