@@ -95,7 +95,7 @@ PLACEMENT_ARGS ?=
 bench-placement: install
 	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 
-## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue, KWOK and the JobSet controller from their Go modules
+## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, Kueue, KWOK and the JobSet controller from their Go modules
 ## (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
 e2e-build: install
 	$(PYTHON) -m e2e.build
