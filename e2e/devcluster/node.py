@@ -102,6 +102,13 @@ def import_images(node: NodePaths, archives: list[Path]) -> None:
         imported = _ctr(node, "images", "import", str(archive))
         if imported.returncode != 0:
             raise DevClusterError(f"ctr images import {archive} failed: {imported.stderr.strip()}")
+    # The CRI plugin also names each image by its ID (``sha256:…``); such a name left from an older
+    # build keeps its layers alive in the cached store: it goes once no other name has its target.
+    refs = [line.split() for line in _ctr(node, "images", "ls").stdout.splitlines()[1:]]
+    named = {fields[2] for fields in refs if len(fields) > 2 and not fields[0].startswith("sha256:")}
+    for fields in refs:
+        if len(fields) > 2 and fields[0].startswith("sha256:") and fields[2] not in named:
+            _ctr(node, "images", "rm", "--sync", fields[0])
 
 
 def start_real_node(root: Path, timeout: float = 180.0) -> ClusterInfo:
