@@ -9,7 +9,12 @@ SHAPE ?= 1x2x2x2
 # registered as the kgov-governor webhook; `make e2e-up PLATFORM=` gives a bare Kueue cluster.
 PLATFORM ?= kueue-config/platform.yaml
 
-.PHONY: install example test test-unit docs fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
+# Whether e2e-up also runs one real node (containerd, kubelet, kube-proxy; needs root): REAL_NODE= for KWOK nodes only.
+REAL_NODE ?= 1
+# Debian packages of the real node and the daemonless image build (installed by e2e-node-deps).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack mmdebstrap gcc libc6-dev
+
+.PHONY: install example test test-unit docs fuzz lint generate-check crd-defaults crd-defaults-check helm-check bench bench-cluster bench-apiserver bench-placement e2e-build e2e-node-deps image e2e-up e2e-down e2e-status e2e-test record-reviews mutate mutate-score
 
 ## Make the virtualenv and install kueue-governor with its test tools (re-run when pyproject.toml changes).
 install: $(VENV)/.installed
@@ -106,14 +111,28 @@ PLACEMENT_ARGS ?=
 bench-placement: install
 	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 
-## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue, KWOK and the JobSet controller from their Go modules
+## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, Kueue, KWOK and the JobSet controller from their Go modules
 ## (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
 e2e-build: install
 	$(PYTHON) -m e2e.build
 
-## Start the simulated cluster (state in ${KGOV_E2E_STATE:-e2e/.state}); prints the kubeconfig path.
-e2e-up: install
-	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM))
+## The Debian packages of the real node and the daemonless image build (one apt-get update; skipped when all are there).
+e2e-node-deps:
+	@if dpkg-query -W -f='$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | grep -vq 'install ok installed' \
+		|| [ "$$(dpkg-query -W -f='$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | wc -l)" -ne $(words $(NODE_PACKAGES)) ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(NODE_PACKAGES); \
+	fi
+
+# How `make image` builds: auto (docker when a daemon answers, else daemonless), docker or daemonless.
+IMAGE_BUILDER ?= auto
+
+## The image (Dockerfile with docker; else a Debian rootfs + chroot venv as an OCI archive) and the pause image, cached by inputs' hash.
+image: install
+	$(PYTHON) -m e2e.image --builder $(IMAGE_BUILDER)
+
+## Start the simulated cluster (state in ${KGOV_E2E_STATE:-e2e/.state}) with one real node unless REAL_NODE=; prints the kubeconfig path.
+e2e-up: install $(if $(REAL_NODE),e2e-node-deps)
+	$(PYTHON) -m e2e.devcluster up --shape $(SHAPE) $(if $(PLATFORM),--with-governor $(PLATFORM)) $(if $(REAL_NODE),--real-node)
 
 ## Stop every process e2e-up started.
 e2e-down: install
@@ -128,8 +147,9 @@ e2e-status: install
 record-reviews: install
 	$(PYTHON) -m e2e.record
 
-## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set).
-e2e-test: install
+## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set; as root, the real node's
+## packages are installed first and test_chart_real_node.py runs the chart on the real node).
+e2e-test: install $(if $(filter 0,$(shell id -u)),e2e-node-deps)
 	$(PYTHON) -m pytest e2e -m e2e
 
 # Mutation testing (not part of `make test`; docs/testing.md, "Mutation testing"). MUTATE_MODULES are modules of

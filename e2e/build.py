@@ -1,10 +1,10 @@
 """Build (once) and locate the binaries and manifests of the local e2e cluster.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kueue manager, KWOK and the
-JobSet controller manager are compiled from their Go modules in small wrapper modules under
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, the Kueue
+manager, KWOK and the JobSet controller manager are compiled from their Go modules in small wrapper modules under
 ``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin every dependency (``tool`` directives
 name the main packages). The
-binaries of one wrapper (the three Kubernetes components) are built by one ``go build``, so
+binaries of one wrapper (the five Kubernetes components) are built by one ``go build``, so
 their common packages are compiled once. Binaries are cached outside the repository in
 ``${KGOV_CACHE:-~/.cache/kueue-governor}/bin/<name>-<version>`` and rebuilt only when missing.
 
@@ -107,7 +107,8 @@ class Binary:
         return BUILD_DIR / (self.wrapper_name or self.name)
 
 
-KUBERNETES_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# kubelet and kube-proxy run the real node (e2e/devcluster/node.py) beside the simulated ones.
+KUBERNETES_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
 def binaries() -> list[Binary]:
@@ -297,7 +298,7 @@ def ensure_binaries(force: set[str] | None = None) -> dict[str, Path]:
 
     Returns:
         name ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
-        "kwok", "helm", "jobset") -> path of the executable.
+        "kwok", "helm", "jobset", "kubelet", "kube-proxy") -> path of the executable.
     """
     if shutil.which("go") is None and not all(binary_path(b).exists() for b in binaries()):
         raise RuntimeError("the Go toolchain is needed to build the e2e cluster binaries")

@@ -10,8 +10,10 @@ Which cluster:
   that state directory is used instead; a cluster already running there (``make e2e-up``) is
   reused and left running.
 
-``KGOV_E2E_SHAPE`` (e.g. ``1x2x2x2``) sets the fake node tree of a local cluster. When a test
-fails, the tail of each control-plane log is added to its report.
+``KGOV_E2E_SHAPE`` (e.g. ``1x2x2x2``) sets the fake node tree of a local cluster;
+``KGOV_E2E_REAL_NODE=1`` runs the real node (:mod:`e2e.devcluster.node`) beside it for the whole
+session (otherwise only ``test_chart_real_node.py`` starts it, for its own tests; ``=0`` skips
+those). When a test fails, the tail of each control-plane log is added to its report.
 
 The governor tests share, per session, the bundled platform's generated objects
 (``bundled_config``) and a governor enforcing that platform (``bundled_governor``): ``kgov serve``
@@ -84,7 +86,8 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     )
     shape = manifests.TopologyShape.parse(os.environ.get("KGOV_E2E_SHAPE", str(manifests.TopologyShape())))
     try:
-        info = devcluster.up(root, shape=shape)
+        # KGOV_E2E_REAL_NODE=1: the real node runs for the whole session (every module beside it).
+        info = devcluster.up(root, shape=shape, real_node=os.environ.get("KGOV_E2E_REAL_NODE") == "1")
     except BaseException:
         devcluster.down(root)
         raise

@@ -136,6 +136,11 @@ async def test_nodes_are_ready_gpu_nodes_with_aws_topology(dynamic: DynamicClien
         pytest.skip("checks the fake nodes of the local control plane")
     shape = manifests.TopologyShape.parse(e2e_cluster.local.shape)
     nodes = {node["metadata"]["name"]: node for node in await list_objects(dynamic, "v1", "Node")}
+    # The real node (KGOV_E2E_REAL_NODE=1) is no fake GPU node: test_chart_real_node checks it.
+    if e2e_cluster.local.real_node is not None:
+        assert (
+            nodes.pop(e2e_cluster.local.real_node)["metadata"]["labels"][manifests.INSTANCE_TYPE_LABEL] == INSTANCE_TYPE
+        )
     assert sorted(nodes) == sorted(e2e_cluster.node_names)
     assert len(nodes) == shape.node_count
     for name, node in nodes.items():

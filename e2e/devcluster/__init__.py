@@ -26,12 +26,17 @@ Everything runs as local processes on 127.0.0.1 (no containers, no real kubelet)
   would set); it creates a JobSet's Jobs, which kube-controller-manager's Job controller turns
   into pods. Off by default;
 * optionally our own webhook, ``kgov serve``, registered as the ``kgov-governor``
-  MutatingWebhookConfiguration.
+  MutatingWebhookConfiguration;
+* optionally one real node (root only): containerd, runc, a CNI bridge, kubelet and kube-proxy,
+  with the pause image and the project's image built on the machine, tainted so that only pods
+  that ask for it land there; the ``kubernetes`` Service then has an endpoint (a relay to the API
+  server) and the machine is restored by ``down``.
 
 State (pid files, logs, certificates, kubeconfig, etcd data) lives in ``$KGOV_E2E_STATE`` or
 ``e2e/.state``. Command line::
 
     python -m e2e.devcluster up [--shape 1x2x2x2] [--with-governor platform.yaml] [--with-jobset-controller]
+                                [--real-node]
     python -m e2e.devcluster status
     python -m e2e.devcluster down [--purge]
 
@@ -39,7 +44,9 @@ One module a part: :mod:`.state` (state directory, ``cluster.json``), :mod:`.pro
 records, start/stop, logs, waits), :mod:`.pki` (CA, certificates, tokens, kubeconfigs),
 :mod:`.client` (API clients, server-side apply), :mod:`.etcd`, :mod:`.apiserver`,
 :mod:`.controllers` (kube-controller-manager, kube-scheduler), :mod:`.kueue`, :mod:`.kwok` (and
-the fake nodes), :mod:`.jobset`, :mod:`.governor`, :mod:`.cluster` (``up``, ``down``, ``status``
+the fake nodes), :mod:`.jobset`, :mod:`.governor`, :mod:`.node` (the real node; :mod:`.nodeconfig`
+its configurations, :mod:`.nodehost` what it changes on the machine, :mod:`.relay` the API server's
+relay), :mod:`.cluster` (``up``, ``down``, ``status``
 composed from them) and :mod:`.__main__` (the command line). This package re-exports their
 public names.
 """
@@ -76,6 +83,16 @@ from e2e.devcluster.kwok import (
     apply_nodes,
     wait_nodes_ready,
 )
+from e2e.devcluster.node import (
+    NODE_NAME,
+    REAL_NODE_LABEL,
+    REAL_NODE_SELECTOR,
+    REAL_NODE_TAINT,
+    REAL_NODE_TOLERATION,
+    NodePaths,
+    start_real_node,
+    stop_real_node,
+)
 from e2e.devcluster.pki import JOBSET_USER, TOKEN_USERS, write_kubeconfig, write_pki
 from e2e.devcluster.processes import (
     child_env,
@@ -105,13 +122,19 @@ __all__ = [
     "KWOK_POD_COMPLETE",
     "KWOK_POD_COMPLETE_ANNOTATION",
     "KWOK_STAGES",
+    "NODE_NAME",
     "PROCESS_ORDER",
+    "REAL_NODE_LABEL",
+    "REAL_NODE_SELECTOR",
+    "REAL_NODE_TAINT",
+    "REAL_NODE_TOLERATION",
     "SERVICE_ACCOUNT_ISSUER",
     "SERVICE_CLUSTER_IP_RANGE",
     "TOKEN_USERS",
     "CheckedDynamicClient",
     "ClusterInfo",
     "DevClusterError",
+    "NodePaths",
     "Paths",
     "annotated_pod_complete_stage",
     "api_client",
@@ -140,10 +163,12 @@ __all__ = [
     "start_governor",
     "start_jobset_controller",
     "start_process",
+    "start_real_node",
     "state_dir",
     "status",
     "stop_governor",
     "stop_process",
+    "stop_real_node",
     "tls_context",
     "up",
     "wait_nodes_ready",

@@ -13,6 +13,7 @@ from e2e import build, devcluster
 from e2e.devcluster.cluster import apply_platform, down, status, up
 from e2e.devcluster.governor import start_governor
 from e2e.devcluster.state import DevClusterError, state_dir
+from e2e.image import ImageError
 from e2e.manifests import TopologyShape
 
 
@@ -35,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the JobSet controller manager (JobSets then create their Jobs and pods)",
     )
+    up_parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run one real node (containerd, kubelet, kube-proxy; root, `make e2e-node-deps`)",
+    )
     down_parser = commands.add_parser("down", help="stop every process up started")
     down_parser.add_argument("--purge", action="store_true", help="also delete the state directory")
     commands.add_parser("status", help="processes and readiness, as JSON")
@@ -51,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 TopologyShape.parse(args.shape),
                 args.with_governor,
                 jobset_controller=args.with_jobset_controller,
+                real_node=args.real_node,
             )
             if args.with_governor is not None:
                 apply_platform(root, args.with_governor)
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             print(start_governor(root, args.platform).governor_url)
         elif args.command == "build":
             print(json.dumps({k: str(v) for k, v in build.ensure_binaries().items()}, indent=2))
-    except DevClusterError as error:
+    except (DevClusterError, ImageError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

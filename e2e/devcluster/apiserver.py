@@ -48,9 +48,11 @@ def apiserver_command(binary: Path, paths: Paths, etcd_url: str, port: int) -> l
         f"--service-account-signing-key-file={paths.pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--allow-privileged=true",
-        # 127.0.0.1 may not be an endpoint of the `kubernetes` Service; nothing in this cluster
-        # runs in a pod, so the endpoint reconciler has nothing to do.
+        # 127.0.0.1 may not be an endpoint of the `kubernetes` Service: its EndpointSlice is made
+        # by the real node (a relay on the node's address), when one runs.
         "--endpoint-reconciler-type=none",
+        # The real node's kubelet is reached by its address (its name resolves nowhere): logs, exec.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--profiling=false",
     ]
 

@@ -6,6 +6,8 @@ A component is one module of this package with a ``start_…`` function; adding 
 process name in :data:`PROCESS_ORDER` (and :data:`CONTROL_PLANE` if ``up`` always runs it), its
 token user in :data:`~e2e.devcluster.pki.TOKEN_USERS`, a kubeconfig in :data:`KUBECONFIG_USERS`,
 its ports from the one :func:`~e2e.devcluster.processes.free_ports` call and a line in :func:`up`.
+The real node (:mod:`.node`) is such a component, started last when ``up`` is asked for it (or
+later, on the running cluster) and stopped first by ``down``, which also restores the machine.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from e2e.devcluster.governor import start_governor
 from e2e.devcluster.jobset import start_jobset_controller
 from e2e.devcluster.kueue import ensure_kueue_metrics_cert, install_kueue_crds, register_kueue_webhooks, start_kueue
 from e2e.devcluster.kwok import apply_nodes, start_kwok, wait_nodes_ready
+from e2e.devcluster.node import NODE_PROCESSES, start_real_node, stop_real_node
 from e2e.devcluster.pki import write_kubeconfig, write_pki
 from e2e.devcluster.processes import free_ports, http_ok, process_alive, stop_process, tls_context
 from e2e.devcluster.state import ClusterInfo, DevClusterError, Paths, load_info, save_info, state_dir
@@ -46,6 +49,7 @@ PROCESS_ORDER = [
     "kwok",
     "jobset",
     "governor",
+    *NODE_PROCESSES,
 ]
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok")
 # The kubeconfig ``up`` writes for each component, ``<component>.kubeconfig`` in the state
@@ -65,16 +69,19 @@ def up(
     timeout: float = 180.0,
     *,
     jobset_controller: bool = False,
+    real_node: bool = False,
 ) -> ClusterInfo:
     """Bring the cluster up (building binaries first if needed) and return its info.
 
     A cluster already running in the same state directory is returned as it is (with the JobSet
     controller and the governor started if asked for and not running). It returns once every fake
     node is Ready and untainted. ``jobset_controller`` also runs the JobSet controller manager
-    (:func:`start_jobset_controller`).
+    (:func:`start_jobset_controller`); ``real_node`` also starts the real node
+    (:func:`~e2e.devcluster.node.start_real_node`: root, ``make e2e-node-deps``).
 
     Raises:
         DevClusterError: a component did not start or become ready (its log tail is included).
+        e2e.image.ImageError: the real node's images could not be built.
     """
     paths = Paths(root or state_dir())
     shape = shape or TopologyShape()
@@ -82,6 +89,8 @@ def up(
     if existing is not None and all(process_alive(paths, n) for n in CONTROL_PLANE):
         if jobset_controller:
             existing = start_jobset_controller(paths.root)
+        if real_node:
+            existing = start_real_node(paths.root, timeout)
         if governor_platform is not None and existing.governor_url is None:
             start_governor(paths.root, governor_platform)
             existing = load_info(paths.root) or existing
@@ -157,6 +166,8 @@ def up(
     save_info(paths, info)
     if jobset_controller:
         info = start_jobset_controller(paths.root, timeout)
+    if real_node:
+        info = start_real_node(paths.root, timeout)
     if governor_platform is not None:
         info = start_governor(paths.root, governor_platform)
     return info
@@ -169,7 +180,9 @@ def down(root: Path | None = None, purge: bool = False) -> list[str]:
     for inspection and are replaced by the next ``up``.
     """
     paths = Paths(root or state_dir())
-    stopped = [name for name in reversed(PROCESS_ORDER) if stop_process(paths, name)]
+    # The real node first: its pods are removed through containerd and the machine restored.
+    stopped = stop_real_node(paths)
+    stopped += [name for name in reversed(PROCESS_ORDER) if stop_process(paths, name)]
     paths.cluster_json.unlink(missing_ok=True)
     if purge and paths.root.exists():
         shutil.rmtree(paths.root)
@@ -203,10 +216,17 @@ def running_cluster(
     governor_platform: Path | None = None,
     *,
     jobset_controller: bool = False,
+    real_node: bool = False,
 ) -> Iterator[ClusterInfo]:
     """``up`` on entry, ``down`` on exit (also when ``up`` fails half-way)."""
     try:
-        yield up(root, shape=shape, governor_platform=governor_platform, jobset_controller=jobset_controller)
+        yield up(
+            root,
+            shape=shape,
+            governor_platform=governor_platform,
+            jobset_controller=jobset_controller,
+            real_node=real_node,
+        )
     finally:
         down(root)
 

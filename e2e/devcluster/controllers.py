@@ -31,6 +31,9 @@ CONTROLLERS = [
     "taint-eviction-controller",
     "pod-garbage-collector-controller",
     "disruption-controller",
+    # Services' EndpointSlices: what kube-proxy on the real node routes to (a Service of pods on
+    # the real node, the chart's webhook Service).
+    "endpointslice-controller",
 ]
 # Client rate limits of the controllers: the Job controller and the scheduler create and bind
 # thousands of pods in the benchmarks; the defaults (20 and 50 QPS) would pace them.

@@ -31,6 +31,8 @@ TOKEN_USERS = {
     "kube-scheduler": "system:kube-scheduler",
     "kwok": "kwok-controller",
     "jobset": JOBSET_USER,
+    "kubelet": "system:node:kgov-node",  # the real node (e2e/devcluster/node.py)
+    "kube-proxy": "system:kube-proxy",
 }
 
 

@@ -38,6 +38,8 @@ class ClusterInfo:
     governor_metrics_url: str | None = None
     #: The JobSet controller's health port (``/readyz``), 0 when it does not run.
     jobset_health_port: int = 0
+    #: The real node's name (:mod:`e2e.devcluster.node`), None when only KWOK nodes run.
+    real_node: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
 
