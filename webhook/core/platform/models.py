@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from webhook.core.objects.quantity import QuantityError, parse_quantity
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 
 API_VERSION = "kueue-governor.io/v1alpha1"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -398,3 +399,10 @@ class Platform(_Model):
     cohorts: list[CohortSpec] = Field(default_factory=list)
     priorities: list[PrioritySpec] = Field(default_factory=list)
     teams: list[TeamSpec] = Field(default_factory=list)
+    controllers: list[Annotated[str, AfterValidator(controller_name)]] = Field(
+        default_factory=lambda: list(DEFAULT_CONTROLLERS),
+        description="the users (as the API server authenticates them: system:serviceaccount:NAMESPACE:NAME, "
+        "system:serviceaccount:NAMESPACE:* for every service account of a namespace, or a user name such as "
+        "system:kube-controller-manager) that may make an object a child of a workload Kueue manages; "
+        "default: Kubernetes' controllers and the operators Kueue integrates with, as their releases install them",
+    )
