@@ -13,7 +13,7 @@ from support import platform_with, review_body, teams_from
 
 from webhook.core.admission.review import review
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, is_controller
-from webhook.core.platform.platform import PlatformError, parse_platform
+from webhook.core.platform.platform import PlatformError, check_platform, parse_platform
 from webhook.core.platform.policy import PolicySet, compile_policies
 from webhook.core.platform.resolve import TeamIndex
 from webhook.generate.admission_policies import admission_policy_manifests
@@ -169,3 +169,18 @@ def test_kgov_mutate_without_user_info_stays_trusted() -> None:
     outcome = review(body, teams)
     assert outcome.response["response"]["allowed"] is True
     assert outcome.plan.skipped == "controlled by Job 'train': Kueue manages the owner"
+
+
+def test_a_teams_own_service_account_as_a_controller_is_warned() -> None:
+    """Listing an account of a team namespace lets whatever runs as it there, the team's own
+    notebooks included, make Pods outside the team's queue: warned, with its path."""
+    platform = parse_platform({**platform_with({}), "controllers": [ARGO, "system:serviceaccount:ml:*"]})
+    warnings = [p for p in check_platform(platform) if p.severity == "warning"]
+    assert [(p.path, p.message) for p in warnings] == [
+        (
+            "controllers[1]",
+            "'system:serviceaccount:ml:*' is a service account of namespace 'ml' of team 'ml': what runs as it "
+            "could make Pods that run outside the team's queue; run controllers in a namespace of their own",
+        )
+    ]
+    assert [p for p in check_platform(parse_platform(platform_with({}))) if p.path.startswith("controllers")] == []

@@ -14,12 +14,15 @@ An entry is a user name (``system:kube-controller-manager``), a service account
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+
+from webhook.core.platform.problems import Problem
 
 __all__ = [
     "DEFAULT_CONTROLLERS",
     "SERVICE_ACCOUNT_PREFIX",
     "controller_name",
+    "controller_problems",
     "is_controller",
     "namespace_wildcard",
 ]
@@ -122,3 +125,26 @@ def is_controller(user: str, controllers: Iterable[str]) -> bool:
         elif user.startswith(prefix) and user[len(prefix) :] and ":" not in user[len(prefix) :]:
             return True
     return False
+
+
+def controller_problems(controllers: Sequence[str], team_namespaces: Mapping[str, Sequence[str]]) -> list[Problem]:
+    """Warnings for ``controllers`` entries that are service accounts of a team's own namespace
+    (``team_namespaces``: team → its namespace names): whoever runs as such an account in that
+    namespace, the team included, could make Pods that run outside the team's queue."""
+    problems: list[Problem] = []
+    for index, entry in enumerate(controllers):
+        if not entry.startswith(SERVICE_ACCOUNT_PREFIX):
+            continue
+        namespace = entry.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")[0]
+        for team, namespaces in team_namespaces.items():
+            if namespace in namespaces:
+                problems.append(
+                    Problem(
+                        path=f"controllers[{index}]",
+                        message=f"{entry!r} is a service account of namespace {namespace!r} of team {team!r}: "
+                        "what runs as it could make Pods that run outside the team's queue; run controllers in a "
+                        "namespace of their own",
+                        severity="warning",
+                    )
+                )
+    return problems
