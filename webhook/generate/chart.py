@@ -7,12 +7,13 @@ Helm templates cannot run the generator, so two documents are written for them:
   (:func:`webhook.core.kueue.registration.webhook_rules`) and the CEL expressions the chart puts into the
   MutatingWebhookConfiguration's ``matchConditions`` and the ValidatingAdmissionPolicy: which
   objects are children of an owner Kueue manages that a controller made (never sent to the webhook;
-  one a user made is refused), which are left alone
+  one a user made is refused; "made by a controller" is a placeholder the chart fills with
+  ``platform.controllerExpression``), which are left alone
   (a RayJob on an existing cluster), and where each kind carries its queue label.
 * :func:`platform_values` → a values file for ``helm upgrade -f`` (``platform:``): the compiled
-  policy (the ``kgov-policy`` ConfigMap's ``policy.json``), each team's namespaces and queues (for
-  the ValidatingAdmissionPolicy bindings) and, for ``kueueObjects.enabled``, the generated Kueue
-  objects.
+  policy (the ``kgov-policy`` ConfigMap's ``policy.json``), the CEL of its ``controllers``, each
+  team's namespaces and queues (for the ValidatingAdmissionPolicy bindings) and, for
+  ``kueueObjects.enabled``, the generated Kueue objects.
 """
 
 from __future__ import annotations
