@@ -175,6 +175,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         # A workload a user makes a child of a Kueue-managed owner (a forged ownerReference) is refused.
         assert child["expression"] == kinds["cel"]["childOfAController"]
         assert f'team "{team["name"]}" only a controller makes' in child["message"]
+        assert child["message"].endswith("(the platform file's controllers lists who may)")
         assert f'team "{team["name"]}"' in validation["message"]
         assert binding["spec"]["policyName"] == policy["metadata"]["name"]
         assert binding["spec"]["validationActions"] == ["Deny"]
