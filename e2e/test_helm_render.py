@@ -17,8 +17,10 @@ import yaml
 from e2e import build
 from e2e.helm_support import CHART, CI_VALUES, PLATFORM_VALUES, Helm, HelmError, by_kind, one
 from webhook.core.kueue.registration import webhook_rules
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
 from webhook.core.platform.platform import load_platform
-from webhook.generate.chart import kinds_document, platform_values
+from webhook.generate.cel import controller_expression
+from webhook.generate.chart import kinds_cel, kinds_document, platform_values
 
 NAMESPACE = "kueue-governor-system"
 VALUES_SETS = [("default", [PLATFORM_VALUES])] + [(path.stem, [PLATFORM_VALUES, path]) for path in CI_VALUES]
@@ -69,6 +71,9 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     values = _values(files)
     objects = helm.template(files, namespace=NAMESPACE)
     kinds = kinds_document()
+    # The CEL with the platform's controllers (those of the compiled policy the values carry).
+    kinds["cel"] = kinds_cel(json.loads(values["platform"]["policy"])["controllers"])
+    assert kinds["cel"]["notAManagedChild"] != kinds_document()["cel"]["notAManagedChild"]
 
     webhook = one(objects, "MutatingWebhookConfiguration")
     assert webhook["metadata"]["name"] < "kueue-mutating-webhook-configuration"
@@ -170,6 +175,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         # A workload a user makes a child of a Kueue-managed owner (a forged ownerReference) is refused.
         assert child["expression"] == kinds["cel"]["childOfAController"]
         assert f'team "{team["name"]}" only a controller makes' in child["message"]
+        assert child["message"].endswith("(the platform file's controllers lists who may)")
         assert f'team "{team["name"]}"' in validation["message"]
         assert binding["spec"]["policyName"] == policy["metadata"]["name"]
         assert binding["spec"]["validationActions"] == ["Deny"]
@@ -232,6 +238,38 @@ def _check_fail_safe(values: dict[str, Any], objects: list[dict[str, Any]], kind
         assert binding["spec"]["policyName"] == policy["metadata"]["name"]
         (expression,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
         assert expression == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": team["namespaces"]}
+
+
+def _controller_conditions(objects: list[dict[str, Any]]) -> set[str]:
+    """The ``not-a-kueue-managed-child`` CEL of every webhook and admission policy of a render."""
+    found = {
+        c["expression"]
+        for hook in one(objects, "MutatingWebhookConfiguration")["webhooks"]
+        for c in hook["matchConditions"]
+        if c["name"] == "not-a-kueue-managed-child"
+    }
+    for kind in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"):
+        for policy in by_kind(objects, kind):
+            found |= {
+                c["expression"] for c in policy["spec"]["matchConditions"] if c["name"] == "not-a-kueue-managed-child"
+            }
+    return found
+
+
+def test_the_platforms_controllers_are_in_every_cel_check(helm: Helm) -> None:
+    """platform.controllerExpression (``kgov chart values``) is the controller check of the webhook's
+    matchConditions and of both admission policies; values without it get the default controllers."""
+    mutate = CHART / "ci" / "fail-safe-mutate-values.yaml"
+    argo = ["system:serviceaccount:argo:argo-workflow"]
+    objects = helm.template(
+        [PLATFORM_VALUES, mutate], {"platform.controllerExpression": json.dumps(controller_expression(argo))}
+    )
+    assert _controller_conditions(objects) == {kinds_cel(argo)["notAManagedChild"]}
+    (child, *_) = by_kind(objects, "ValidatingAdmissionPolicy")[0]["spec"]["validations"]
+    assert child["expression"] == kinds_cel(argo)["childOfAController"]
+    assert "'system:serviceaccount:argo:argo-workflow'" in child["expression"]
+    objects = helm.template([PLATFORM_VALUES, mutate], {"platform.controllerExpression": '""'})
+    assert _controller_conditions(objects) == {kinds_cel(DEFAULT_CONTROLLERS)["notAManagedChild"]}
 
 
 def test_fail_safe_none_renders_no_admission_policy(helm: Helm) -> None:

@@ -28,6 +28,7 @@ import pytest
 from kubernetes_asyncio.dynamic import DynamicClient
 from kubernetes_asyncio.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
+from e2e import devcluster
 from e2e.conftest import E2ECluster
 from e2e.support import (
     Cleanup,
@@ -42,7 +43,8 @@ from e2e.support import (
     wait_for,
     workload_for,
 )
-from webhook.generate.chart import kinds_document
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
+from webhook.generate.chart import kinds_cel, kinds_document
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
 
@@ -493,6 +495,77 @@ async def test_a_user_cannot_make_a_workload_a_child_of_a_kueue_managed_owner(
         ), case
 
 
+@contextlib.asynccontextmanager
+async def dynamic_as(e2e_cluster: E2ECluster, user: str) -> AsyncIterator[DynamicClient]:
+    """A client whose requests the API server authenticates as ``user``: the test's admin
+    impersonating it (``Impersonate-User``, no groups: RBAC grants only what is bound to ``user``)."""
+    async with devcluster.api_client(e2e_cluster.kubeconfig) as api:
+        api.set_default_header("Impersonate-User", user)
+        async with devcluster.CheckedDynamicClient(api) as client:
+            yield client
+
+
+@contextlib.asynccontextmanager
+async def pod_creator(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, cleanup: Cleanup, namespace: str, account: str
+) -> AsyncIterator[DynamicClient]:
+    """A client acting as the service account ``account`` (``system:serviceaccount:NS:NAME``), which a
+    Role and RoleBinding let create Pods in ``namespace``: a workflow engine's account. Yields once
+    RBAC lets it create a Pod there (a dry run of one without an owner)."""
+    account_namespace, account_name = account.removeprefix("system:serviceaccount:").split(":")
+    name = unique("pod-creator")
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": account_namespace}],
+    }
+    for body in (role, binding):
+        await create_with_warnings(dynamic, cleanup.add(body))
+    async with dynamic_as(e2e_cluster, account) as client:
+
+        async def rbac_in_force() -> bool:
+            try:
+                await create_with_warnings(client, pod(namespace, unique("own"), 0), dry_run=True)
+            except Refused:
+                return False
+            return True
+
+        await wait_for(rbac_in_force, f"the RoleBinding to let {account} create Pods in {namespace}", timeout=30)
+        yield client
+
+
+async def test_a_service_account_of_another_namespace_is_no_controller(
+    dynamic: DynamicClient, e2e_cluster: E2ECluster, owners: dict[str, dict[str, Any]], cleanup: Cleanup
+) -> None:
+    """Regression: any service account of another namespace counted as a controller, so a workflow
+    engine's account that RBAC lets create Pods in a team namespace could create a Pod naming the
+    team's Job as its controller owner, which Kueue leaves to the Job's Workload: it ran outside the
+    team's queue. Only the platform's ``controllers`` (the default list here) make such children; the
+    JobSet controller (``jobset-system:jobset-controller-manager``, listed) still makes its Jobs."""
+    engine = "system:serviceaccount:kgov-e2e-workflows:engine"
+    async with pod_creator(dynamic, e2e_cluster, cleanup, RESEARCH, engine) as as_engine:
+        forged = pod(RESEARCH, unique("forged"), 8, ownerReferences=[owner_reference(owners["job"])])
+        status = await refused(as_engine, forged)
+    assert status["code"] == 403
+    assert status["message"] == (
+        f"{DENIED}queue: Pod {forged['metadata']['name']!r} names Job {owners['job']['metadata']['name']!r} as its "
+        "controller owner, and Kueue leaves such an object to its owner's Workload: it would run outside the queue "
+        f"of team 'research'. Only a controller makes such objects, not {engine!r}: create the Job itself, or leave "
+        f"out the ownerReference (the team's policy then applies). If {engine!r} is a controller that makes such "
+        "objects, a platform admin lists it in the platform file's controllers"
+    )
+    assert engine not in DEFAULT_CONTROLLERS
+    assert "system:serviceaccount:jobset-system:jobset-controller-manager" in DEFAULT_CONTROLLERS
+
+
 async def test_a_forged_owner_is_what_kueue_leaves_alone(
     dynamic: DynamicClient, namespace: str, cleanup: Cleanup
 ) -> None:
@@ -564,13 +637,15 @@ async def test_a_forged_owner_is_what_kueue_leaves_alone(
 
 
 async def test_the_charts_cel_refuses_a_users_child_and_passes_a_controllers(
-    dynamic: DynamicClient, namespace: str
+    dynamic: DynamicClient, namespace: str, e2e_cluster: E2ECluster, cleanup: Cleanup
 ) -> None:
     """The chart's matchConditions and its ValidatingAdmissionPolicy check (files/kinds.yaml), compiled
     and evaluated by the API server: a policy made of them, bound to this namespace, refuses a Pod
     that the test's user (not a controller) makes a child of a Job, and lets through the Pods the Job
-    controller creates for that Job."""
-    cel = kinds_document()["cel"]
+    controller creates for that Job. The CEL is the chart's render for the default controllers and
+    every service account of ``kgov-e2e-workflows`` (the ``NAMESPACE:*`` form): such an account may
+    make the child, one of another namespace may not."""
+    cel = kinds_cel([*DEFAULT_CONTROLLERS, "system:serviceaccount:kgov-e2e-workflows:*"])
     name = unique("kgov-isolation")
     rules = [dict(rule, scope="Namespaced") for rule in kinds_document()["rules"]]
     policy = {
@@ -630,6 +705,14 @@ async def test_the_charts_cel_refuses_a_users_child_and_passes_a_controllers(
             f"pods \"forged\" is forbidden: ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
             "a child made by a user"
         )
+        listed, other = "system:serviceaccount:kgov-e2e-workflows:engine", "system:serviceaccount:kgov-e2e-other:engine"
+        async with pod_creator(dynamic, e2e_cluster, cleanup, namespace, listed) as as_listed:
+            await create_with_warnings(
+                as_listed, pod(namespace, "by-listed", 0, ownerReferences=[owner_reference(owner)]), dry_run=True
+            )
+        async with pod_creator(dynamic, e2e_cluster, cleanup, namespace, other) as as_other:
+            status = await refused(as_other, pod(namespace, "by-other", 0, ownerReferences=[owner_reference(owner)]))
+        assert status["message"].endswith("denied request: a child made by a user")
 
         async def all_completed() -> bool:
             found = await get(dynamic, "batch/v1", "Job", "owner", namespace)

@@ -18,7 +18,8 @@ from support import bundled_teams, review_body
 from webhook.core.admission.review import review
 from webhook.core.kueue.registration import webhook_rules
 from webhook.core.plan.planner import made_by_a_controller
-from webhook.generate.chart import kinds_document
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
+from webhook.generate.chart import CONTROLLER_PLACEHOLDER, kinds_cel, kinds_document
 
 DATA = Path(__file__).resolve().parent / "data" / "admission"
 RESEARCH = "hyperpod-ns-research"
@@ -66,12 +67,24 @@ def test_a_child_made_by_a_controller_is_left_to_its_owner(user: str | None) -> 
 
 
 @pytest.mark.parametrize(
-    "user", [ADMIN, "alice@example.com", "system:anonymous", f"system:serviceaccount:{RESEARCH}:default"]
+    "user",
+    [
+        ADMIN,
+        "alice@example.com",
+        "system:anonymous",
+        f"system:serviceaccount:{RESEARCH}:default",
+        # Regression: any service account of another namespace counted as a controller, so a workflow
+        # engine's account that RBAC lets create Pods in team namespaces ran Pods outside Kueue.
+        "system:serviceaccount:argo:argo-workflow",
+        "system:serviceaccount:kube-system:default",  # kube-system, but not one of the listed controllers
+        "system:kube-scheduler",  # a system: user, but not a controller that makes children
+    ],
 )
 def test_a_child_made_by_a_user_is_refused(user: str) -> None:
     """Regression: a Pod a user created with a controller ownerReference to the team's own Job was
     skipped by the governor and by Kueue (which leaves it to the Job's Workload), so it ran at once,
-    8 GPUs outside the team's quota (e2e/test_isolation.py shows it on the real cluster)."""
+    8 GPUs outside the team's quota (e2e/test_isolation.py shows it on the real cluster). The
+    denial names the account and how a platform admin makes it a controller."""
     outcome = review(pod_of_job(user), bundled_teams())
     response = outcome.response["response"]
     assert response["allowed"] is False
@@ -80,17 +93,26 @@ def test_a_child_made_by_a_user_is_refused(user: str) -> None:
         "kueue-governor: queue: this Pod names Job 'resnet-train' as its controller owner, and Kueue leaves "
         "such an object to its owner's Workload: it would run outside the queue of team 'research'. Only a "
         f"controller makes such objects, not {user!r}: create the Job itself, or leave out the ownerReference "
-        "(the team's policy then applies)"
+        f"(the team's policy then applies). If {user!r} is a controller that makes such objects, a platform "
+        "admin lists it in the platform file's controllers"
     )
 
 
 def test_made_by_a_controller() -> None:
-    assert made_by_a_controller("system:serviceaccount:kubeflow:training-operator", RESEARCH)
-    assert made_by_a_controller("system:kube-controller-manager", RESEARCH)
-    assert not made_by_a_controller(f"system:serviceaccount:{RESEARCH}:notebook", RESEARCH)
-    assert not made_by_a_controller("system:anonymous", RESEARCH)
-    assert not made_by_a_controller("kueue-manager", RESEARCH)  # a person's name as far as anyone can tell
-    assert made_by_a_controller(None, RESEARCH)
+    assert made_by_a_controller("system:serviceaccount:kubeflow:training-operator", DEFAULT_CONTROLLERS)
+    assert made_by_a_controller("system:kube-controller-manager", DEFAULT_CONTROLLERS)
+    assert not made_by_a_controller(f"system:serviceaccount:{RESEARCH}:notebook", DEFAULT_CONTROLLERS)
+    assert not made_by_a_controller("system:serviceaccount:argo:argo-workflow", DEFAULT_CONTROLLERS)
+    assert not made_by_a_controller("system:anonymous", DEFAULT_CONTROLLERS)
+    assert not made_by_a_controller("kueue-manager", DEFAULT_CONTROLLERS)  # a person's name as far as anyone can tell
+    assert made_by_a_controller(None, DEFAULT_CONTROLLERS)
+    assert made_by_a_controller(None, [])  # kgov mutate: no userInfo, trusted whatever the list
+    argo = ["system:serviceaccount:argo:*"]
+    assert made_by_a_controller("system:serviceaccount:argo:argo-workflow", argo)
+    assert not made_by_a_controller("system:serviceaccount:argo:", argo)
+    assert not made_by_a_controller("system:serviceaccount:argo-events:sensor", argo)
+    assert not made_by_a_controller("system:serviceaccount:argo:a:b", argo)
+    assert not made_by_a_controller("system:kube-controller-manager", argo)  # the list replaces the default
 
 
 def _jobset_child(name: str, owner_kind: str = "JobSet") -> dict[str, Any]:
@@ -118,7 +140,10 @@ def test_a_job_a_user_makes_a_child_of_a_jobset_is_refused_by_name() -> None:
     response = review(body, bundled_teams()).response["response"]
     assert response["allowed"] is False
     assert "Job 'escape' names JobSet 'js' as its controller owner" in response["status"]["message"]
-    controller = _as(review_body(_jobset_child("escape"), RESEARCH), "system:serviceaccount:jobset-system:jobset")
+    # The JobSet controller as its v0.12.0 release runs it (a listed controller; any other account of
+    # jobset-system is not one).
+    jobset = "system:serviceaccount:jobset-system:jobset-controller-manager"
+    controller = _as(review_body(_jobset_child("escape"), RESEARCH), jobset)
     assert review(controller, bundled_teams()).response["response"] == {
         "uid": controller["request"]["uid"],
         "allowed": True,
@@ -251,8 +276,16 @@ def test_the_webhook_and_the_chart_are_registered_for_the_refused_version() -> N
         "!(request.operation == 'CREATE' && (((request.kind.group == 'kubeflow.org' && request.kind.kind == "
         "'MPIJob') && request.kind.version == 'v1')))"
     )
-    assert "request.userInfo.username.startsWith('system:')" in cel["notAManagedChild"]
-    assert "request.userInfo.username.startsWith('system:')" in cel["childOfAController"]
+    assert cel["notAManagedChild"].endswith(f": ({CONTROLLER_PLACEHOLDER})))")
+    assert cel["childOfAController"].endswith(f" || ({CONTROLLER_PLACEHOLDER})")
+    rendered = kinds_cel(["system:kube-controller-manager", "system:serviceaccount:argo:*"])
+    controller = (
+        "(has(request.userInfo.username) && (request.userInfo.username in ['system:kube-controller-manager'] || "
+        "request.userInfo.username.matches('^system:serviceaccount:argo:[^:]+$')))"
+    )
+    assert rendered["childOfAController"].endswith(f" || ({controller})")
+    assert CONTROLLER_PLACEHOLDER not in rendered["notAManagedChild"]
+    assert rendered["notAManagedChild"].endswith(f": ({controller})))")
 
 
 def _status_update(labels: dict[str, str] | None, user: str = ADMIN) -> dict[str, Any]:

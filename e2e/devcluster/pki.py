@@ -18,7 +18,7 @@ from e2e.devcluster.state import Paths
 from webhook.certs import generate_ca, issue_serving_certificate, write_private
 
 # The JobSet controller's user: the service account its release manifests run it as. The governor
-# lets only controllers (``system:`` users outside the team's namespace) create a child of an
+# lets only the platform's controllers (by default, this account among them) create a child of an
 # object Kueue manages, such as a JobSet's Jobs.
 JOBSET_USER = "system:serviceaccount:jobset-system:jobset-controller-manager"
 # The static tokens (``tokens.csv``, every user in ``system:masters``): the name a component's

@@ -56,7 +56,7 @@ from webhook.core.plan.policy_fill import (
 from webhook.core.plan.rules.topology import ELASTIC_JOB, GROUP_NAME, TAS_ANNOTATIONS
 from webhook.core.platform.platform import Platform
 from webhook.core.platform.policy import PolicySet, TeamPolicyCompiled, compile_policies
-from webhook.generate.cel import left_alone_expression, not_a_child_expression
+from webhook.generate.cel import controller_expression, left_alone_expression, not_a_child_expression
 from webhook.generate.manifests import (
     DEFAULT_POLICY_NAMESPACE,
     INSTANCE_LABEL,
@@ -334,6 +334,7 @@ def admission_policy_manifests(policy: PolicySet, prefix: str = DEFAULT_PREFIX) 
     """Per team with something to fill: its MutatingAdmissionPolicy and bindings (one for its
     namespace names, one for its ``namespaceSelector``), in the policy's team order."""
     out: list[Manifest] = []
+    not_a_child = not_a_child_expression(controller_expression(policy.controllers))
     for team in policy.teams:
         mutations = team_mutations(team)
         if not mutations:
@@ -351,7 +352,7 @@ def admission_policy_manifests(policy: PolicySet, prefix: str = DEFAULT_PREFIX) 
                     "matchConstraints": {"resourceRules": fill_rules()},
                     "variables": team_variables(team),
                     "matchConditions": [
-                        {"name": "not-a-kueue-managed-child", "expression": not_a_child_expression()},
+                        {"name": "not-a-kueue-managed-child", "expression": not_a_child},
                         {"name": "not-left-alone", "expression": left_alone_expression()},
                     ],
                     "mutations": mutations,

@@ -6,10 +6,14 @@ chart (``matchConditions``, the ValidatingAdmissionPolicy) and the admission pol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from webhook.core.kueue.kinds import KINDS, WorkloadKind
 from webhook.core.plan.planner import QUEUE_LABEL
+from webhook.core.platform.controllers import namespace_wildcard
 
 __all__ = [
+    "child_of_a_controller_expression",
     "controller_expression",
     "left_alone_expression",
     "managed_child_expression",
@@ -39,7 +43,7 @@ def _owner_is(row: WorkloadKind) -> str:
 def managed_child_expression(variable: str) -> str:
     """CEL: ``variable`` (``object`` or ``oldObject``) has a controller owner Kueue manages.
 
-    Mirrors ``webhook.core.plan.planner._managed_child``: an ownerReference with ``controller: true``
+    Mirrors ``webhook.core.plan.owners.managed_owner``: an ownerReference with ``controller: true``
     whose group and kind is a row of the kinds table with ``owns_workloads``.
     """
     owners = " || ".join(_owner_is(row) for row in KINDS if row.owns_workloads)
@@ -49,26 +53,38 @@ def managed_child_expression(variable: str) -> str:
     )
 
 
-def controller_expression() -> str:
-    """CEL: the request comes from a controller (``webhook.core.plan.planner.made_by_a_controller``): a
-    ``system:`` user other than ``system:anonymous`` and the service accounts of the request's own
-    namespace."""
+def controller_expression(controllers: Sequence[str]) -> str:
+    """CEL: the request comes from one of ``controllers`` (the platform's ``controllers``), as
+    :func:`webhook.core.platform.controllers.is_controller` decides: the user name is an entry, or
+    a service account of the namespace of an entry ``system:serviceaccount:NAMESPACE:*``. No
+    entries: ``false``."""
     user = "request.userInfo.username"
-    return (
-        f"has({user}) && {user}.startsWith('system:') && {user} != 'system:anonymous' && "
-        f"!{user}.startsWith('system:serviceaccount:' + request.namespace + ':')"
-    )
+    names = [entry for entry in controllers if namespace_wildcard(entry) is None]
+    clauses = [f"{user} in [{', '.join(_cel_string(name) for name in names)}]"] if names else []
+    for entry in controllers:
+        prefix = namespace_wildcard(entry)
+        if prefix is not None:  # a DNS-1123 label between fixed text: nothing to escape for RE2
+            clauses.append(f"{user}.matches({_cel_string('^' + prefix + '[^:]+$')})")
+    if not clauses:
+        return "false"
+    return f"has({user}) && ({' || '.join(clauses)})"
 
 
-def not_a_child_expression() -> str:
+def not_a_child_expression(controller: str) -> str:
     """CEL (true = the request goes on): not a child of a Kueue-managed owner that a controller
-    creates. On UPDATE the old object must be a child too, so an update that adds such an owner is
-    still reviewed (``webhook.core.plan.planner.user_made_child``); a CREATE of such a child by a user goes
-    on, to be refused."""
+    (``controller``: :func:`controller_expression`) creates. On UPDATE the old object must be a
+    child too, so an update that adds such an owner is still reviewed
+    (``webhook.core.plan.owners.user_made_child``); a CREATE of such a child by a user goes on, to be
+    refused."""
     new, old = managed_child_expression("object"), managed_child_expression("oldObject")
-    return (
-        f"!(({new}) && (request.operation == 'UPDATE' ? (oldObject != null && ({old})) : ({controller_expression()})))"
-    )
+    return f"!(({new}) && (request.operation == 'UPDATE' ? (oldObject != null && ({old})) : ({controller})))"
+
+
+def child_of_a_controller_expression(controller: str) -> str:
+    """CEL (true = allowed): not a child of a Kueue-managed owner, or one that a controller
+    (``controller``: :func:`controller_expression`) makes: the ValidatingAdmissionPolicy's check of
+    what :func:`not_a_child_expression` lets through."""
+    return f"!({managed_child_expression('object')}) || ({controller})"
 
 
 def managed_version_expression() -> str:

@@ -7,26 +7,29 @@ Helm templates cannot run the generator, so two documents are written for them:
   (:func:`webhook.core.kueue.registration.webhook_rules`) and the CEL expressions the chart puts into the
   MutatingWebhookConfiguration's ``matchConditions`` and the ValidatingAdmissionPolicy: which
   objects are children of an owner Kueue manages that a controller made (never sent to the webhook;
-  one a user made is refused), which are left alone
+  one a user made is refused; "made by a controller" is a placeholder the chart fills with
+  ``platform.controllerExpression``), which are left alone
   (a RayJob on an existing cluster), and where each kind carries its queue label.
 * :func:`platform_values` → a values file for ``helm upgrade -f`` (``platform:``): the compiled
-  policy (the ``kgov-policy`` ConfigMap's ``policy.json``), each team's namespaces and queues (for
-  the ValidatingAdmissionPolicy bindings) and, for ``kueueObjects.enabled``, the generated Kueue
-  objects.
+  policy (the ``kgov-policy`` ConfigMap's ``policy.json``), the CEL of its ``controllers``, each
+  team's namespaces and queues (for the ValidatingAdmissionPolicy bindings) and, for
+  ``kueueObjects.enabled``, the generated Kueue objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from webhook.core.kueue.registration import webhook_rules
 from webhook.core.plan.planner import QUEUE_LABEL
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
 from webhook.core.platform.platform import Platform
 from webhook.core.platform.policy import compile_policies
 from webhook.generate.cel import (
+    child_of_a_controller_expression,
     controller_expression,
     left_alone_expression,
-    managed_child_expression,
     managed_version_expression,
     not_a_child_expression,
     queue_label_expression,
@@ -34,7 +37,13 @@ from webhook.generate.cel import (
 )
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
-__all__ = ["kinds_document", "platform_values"]
+__all__ = ["CONTROLLER_PLACEHOLDER", "kinds_cel", "kinds_document", "platform_values"]
+
+#: Where the CEL of ``files/kinds.yaml`` says "the request comes from a controller": the chart's
+#: ``kueue-governor.kinds`` helper puts ``platform.controllerExpression`` there (the platform's
+#: ``controllers``, :func:`webhook.generate.cel.controller_expression`), or ``cel.defaultController``
+#: when the values have none.
+CONTROLLER_PLACEHOLDER = "kgov_controller"
 
 
 def kinds_document() -> dict[str, Any]:
@@ -46,10 +55,13 @@ def kinds_document() -> dict[str, Any]:
         "queueLabel": QUEUE_LABEL,
         # The MutatingAdmissionPolicies (failSafe.mode: mutate): CREATE of the versions Kueue manages.
         "fillRules": fill_rules(),
+        "controllerPlaceholder": CONTROLLER_PLACEHOLDER,
         "cel": {
-            "notAManagedChild": not_a_child_expression(),
+            # The default controllers' CEL, for values without platform.controllerExpression.
+            "defaultController": controller_expression(DEFAULT_CONTROLLERS),
+            "notAManagedChild": not_a_child_expression(CONTROLLER_PLACEHOLDER),
             # The ValidatingAdmissionPolicy: what matchConditions let through as a child was made one by a user.
-            "childOfAController": f"!({managed_child_expression('object')}) || ({controller_expression()})",
+            "childOfAController": child_of_a_controller_expression(CONTROLLER_PLACEHOLDER),
             "managedVersion": managed_version_expression(),
             "notLeftAlone": left_alone_expression(),
             "statusChangesMetadata": status_expression(),
@@ -59,6 +71,15 @@ def kinds_document() -> dict[str, Any]:
             ),
         },
     }
+
+
+def kinds_cel(controllers: Sequence[str]) -> dict[str, str]:
+    """The ``cel`` of :func:`kinds_document` as the chart's ``kueue-governor.kinds`` helper renders
+    it for a platform whose ``controllers`` are ``controllers``: the placeholder replaced by
+    :func:`webhook.generate.cel.controller_expression` in parentheses."""
+    controller = f"({controller_expression(controllers)})"
+    cel: dict[str, str] = kinds_document()["cel"]
+    return {name: expression.replace(CONTROLLER_PLACEHOLDER, controller) for name, expression in cel.items()}
 
 
 def platform_values(
@@ -72,7 +93,8 @@ def platform_values(
     requires that some queue label is there, as the webhook admits other values with a warning)
     and ``fill`` (the ``variables`` and ``mutations`` of the team's MutatingAdmissionPolicy for
     ``failSafe.mode: mutate``, :mod:`webhook.generate.admission_policies`; None when it fills
-    nothing).
+    nothing). ``controllerExpression``: the CEL of the platform's ``controllers``, which the chart
+    puts into the CEL of ``files/kinds.yaml`` (:data:`CONTROLLER_PLACEHOLDER`).
     """
     # admission_policies builds on this module's CEL: imported here, where both are loaded
     from webhook.generate.admission_policies import team_mutations, team_variables
@@ -108,6 +130,8 @@ def platform_values(
         "platform": {
             "source": source,
             "policy": policy.model_dump_json(indent=2) + "\n",
+            # The CEL of "the request comes from one of the platform's controllers" (files/kinds.yaml).
+            "controllerExpression": controller_expression(policy.controllers),
             "teams": teams,
             "kueueObjects": kueue_objects,
             "namespaces": team_namespaces,

@@ -38,9 +38,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson }}
 {{- end }}
 
-{{/* The kinds table's rules and CEL (files/kinds.yaml, written by `kgov chart kinds`). */}}
+{{/*
+  The kinds table's rules and CEL (files/kinds.yaml, written by `kgov chart kinds`), with the CEL of
+  "the request comes from a controller" put where the file says controllerPlaceholder: the
+  platform's controllers (platform.controllerExpression, written by `kgov chart values`), or
+  the default controllers (cel.defaultController) for values written before it existed.
+*/}}
 {{- define "kueue-governor.kinds" -}}
-{{- .Files.Get "files/kinds.yaml" }}
+{{- $kinds := .Files.Get "files/kinds.yaml" | fromYaml }}
+{{- $controller := printf "(%s)" (.Values.platform.controllerExpression | default $kinds.cel.defaultController) }}
+{{- $cel := dict }}
+{{- range $name, $expression := $kinds.cel }}
+{{- $_ := set $cel $name (replace $kinds.controllerPlaceholder $controller $expression) }}
+{{- end }}
+{{- toYaml (set $kinds "cel" $cel) }}
 {{- end }}
 
 {{/* Fail early on values that would break admission. */}}

@@ -48,7 +48,7 @@ def review_request(
     elif resolution.team is None:
         plan = Plan(skipped=resolution.reason)
     else:
-        plan = plan_admission(request, resolution.team, inventory)
+        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers)
     patch = to_json_patch(plan.changes) if plan.allowed else []
     if plan.allowed:
         response = build_response(request, allowed=True, patch=patch, warnings=_prefixed(plan.warnings))

@@ -8,11 +8,12 @@ a workload outside the team's queue.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from webhook.core.kueue.kinds import is_managed_owner
 from webhook.core.plan.request import AdmissionRequest
+from webhook.core.platform.controllers import is_controller
 from webhook.core.platform.policy import TeamPolicyCompiled
 
 __all__ = ["made_by_a_controller", "managed_child", "managed_owner", "user_made_child"]
@@ -36,23 +37,20 @@ def managed_child(obj: Mapping[str, Any]) -> str:
     return f"controlled by {owner.get('kind')} {owner.get('name')!r}: Kueue manages the owner"
 
 
-def made_by_a_controller(user: str | None, namespace: str) -> bool:
+def made_by_a_controller(user: str | None, controllers: Collection[str]) -> bool:
     """Whether ``user`` (``request.userInfo.username``) is a controller, which may make an object a
-    child of an owner Kueue manages: a Kubernetes component (``system:kube-controller-manager``)
-    or the service account of a controller running outside ``namespace``
-    (``system:serviceaccount:kube-system:job-controller``, ``…:jobset-system:…``). Not a person,
-    not ``system:anonymous``, not a service account of ``namespace`` itself (what runs there runs
-    for the team). None (a review without ``userInfo``: ``kgov mutate``) is not known, and trusted."""
+    child of an owner Kueue manages: one of ``controllers`` (the platform file's ``controllers``,
+    :func:`webhook.core.platform.controllers.is_controller`: a name such as
+    ``system:serviceaccount:kube-system:job-controller``, or ``system:serviceaccount:NAMESPACE:*``).
+    None (a review without ``userInfo``: ``kgov mutate``) is not known, and trusted."""
     if user is None:
         return True
-    if user == "system:anonymous" or user.startswith(f"system:serviceaccount:{namespace}:"):
-        return False
-    return user.startswith("system:")
+    return is_controller(user, controllers)
 
 
-def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled) -> str:
+def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled, controllers: Collection[str]) -> str:
     """Why ``request`` is refused for making its object a child of a Kueue-managed owner ("" when
-    it does not, or a controller sends it).
+    it does not, or one of ``controllers`` sends it: :func:`made_by_a_controller`).
 
     Kueue leaves such a child to its owner's Workload (v0.19.2 ``FindAncestorJobManagedByKueue``:
     an owner of that name and uid in the namespace that carries a queue name), so the child is never
@@ -61,10 +59,14 @@ def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled) -> str:
     such children; an UPDATE of an object that already was one is not this request's doing.
     """
     obj, old = request.object, request.old_object
-    if obj is None or made_by_a_controller(request.user, request.namespace):
+    owner = managed_owner(obj) if obj is not None else None
+    if (
+        obj is None
+        or owner is None
+        or (request.operation == "UPDATE" and old is not None and managed_owner(old) is not None)
+    ):
         return ""
-    owner = managed_owner(obj)
-    if owner is None or (request.operation == "UPDATE" and old is not None and managed_owner(old) is not None):
+    if made_by_a_controller(request.user, controllers):
         return ""
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
@@ -75,5 +77,15 @@ def user_made_child(request: AdmissionRequest, team: TeamPolicyCompiled) -> str:
         f"{what} {made} {owner_kind} {owner.get('name')!r} as its controller owner, and Kueue leaves such an "
         f"object to its owner's Workload: it would run outside the queue of team {team.team!r}. Only a controller "
         f"makes such objects, not {request.user!r}: create the {owner_kind} itself, or leave out the "
-        "ownerReference (the team's policy then applies)"
+        f"ownerReference (the team's policy then applies){_how_to_allow(request.user)}"
+    )
+
+
+def _how_to_allow(user: str | None) -> str:
+    """The end of the denial: how a platform admin trusts ``user`` as a controller."""
+    if user is None:
+        return ""
+    return (
+        f". If {user!r} is a controller that makes such objects, a platform admin lists it in the platform "
+        "file's controllers"
     )

@@ -26,6 +26,8 @@ but only a controller may make an object such a child (:func:`user_made_child`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind, kind_of_group
 from webhook.core.plan.create import plan_object, skip_reason, validate_podset
@@ -36,6 +38,7 @@ from webhook.core.plan.request import AdmissionRequest
 from webhook.core.plan.rules.queue import PRIORITY_LABEL, QUEUE_LABEL
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
 from webhook.core.plan.update import plan_status_update, plan_update
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
 from webhook.core.platform.policy import TeamPolicyCompiled
 
 __all__ = [
@@ -55,8 +58,14 @@ __all__ = [
 ]
 
 
-def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventory: NodeInventory | None = None) -> Plan:
-    """Plan the changes for one request of a team namespace.
+def plan_admission(
+    request: AdmissionRequest,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None = None,
+    controllers: Collection[str] = DEFAULT_CONTROLLERS,
+) -> Plan:
+    """Plan the changes for one request of a team namespace; ``controllers``: the users that may make
+    an object a child of a Kueue-managed owner (the policy's ``controllers``, :func:`user_made_child`).
 
     CREATE → :func:`plan_object` (values an admission policy filled in planned as absent:
     :func:`webhook.core.plan.policy_fill.plan_created`); UPDATE →
@@ -87,7 +96,7 @@ def plan_admission(request: AdmissionRequest, team: TeamPolicyCompiled, inventor
                 return plan
             return Plan(skipped=message)
         return Plan(skipped=f"kind {request.api_version} {request.kind} is not a workload kind")
-    forged = user_made_child(request, team) if request.operation in ("CREATE", "UPDATE") else ""
+    forged = user_made_child(request, team, controllers) if request.operation in ("CREATE", "UPDATE") else ""
     if forged:
         plan = Plan()
         plan.report("enforce", "queue", forged)

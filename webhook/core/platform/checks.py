@@ -12,6 +12,7 @@ from typing import Any
 from webhook.core.kueue.wellformed import is_extended_resource
 from webhook.core.objects.quantity import MAX_QUANTITY, format_quantity, parse_quantity
 from webhook.core.platform.affinity import affinity_problems
+from webhook.core.platform.controllers import controller_problems
 from webhook.core.platform.models import FlavorSpec, LabelSelector, Platform, PriorityRule, TeamSpec, TopologySpec
 from webhook.core.platform.naming import (
     SYSTEM_NAMESPACES,
@@ -109,7 +110,8 @@ def check_platform(platform: Platform) -> list[Problem]:
     values, namespace names); each effective namespace belongs to one team, none is a system
     namespace, no two teams share a ``namespaceSelector``; ``policy.queue`` names no other team's
     LocalQueue; ``policy.nodeAffinity`` leaves the team a flavor whose nodes can match it
-    (:mod:`.affinity`). Each problem is listed once, in the order found.
+    (:mod:`.affinity`); no ``controllers`` entry is a team's own service account (a warning). Each
+    problem is listed once, in the order found.
     """
     problems: list[Problem] = []
     topologies = {t.name: t for t in platform.topologies}
@@ -204,6 +206,9 @@ def check_platform(platform: Platform) -> list[Problem]:
     problems.extend(_check_namespaces(platform))
     problems.extend(_check_queues(platform))
     problems.extend(affinity_problems(platform))
+    problems.extend(
+        controller_problems(platform.controllers, {t.name: team_namespaces(platform, t) for t in platform.teams})
+    )
     # One finding can be reached twice (a priority both the default and allowed): report it once.
     return list(dict.fromkeys(problems))
 

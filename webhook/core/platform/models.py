@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.fields import (
     API_VERSION,
     HOSTNAME_LABEL,
@@ -372,3 +373,10 @@ class Platform(_Model):
     cohorts: list[CohortSpec] = Field(default_factory=list, description="Kueue Cohorts")
     priorities: list[PrioritySpec] = Field(default_factory=list, description="WorkloadPriorityClasses")
     teams: list[TeamSpec] = Field(default_factory=list, description="teams: a ClusterQueue and LocalQueues each")
+    controllers: list[Annotated[str, AfterValidator(controller_name)]] = Field(
+        default_factory=lambda: list(DEFAULT_CONTROLLERS),
+        description="the users (as the API server authenticates them: system:serviceaccount:NAMESPACE:NAME, "
+        "system:serviceaccount:NAMESPACE:* for every service account of a namespace, or a user name such as "
+        "system:kube-controller-manager) that may make an object a child of a workload Kueue manages; "
+        "default: Kubernetes' controllers and the operators Kueue integrates with, as their releases install them",
+    )

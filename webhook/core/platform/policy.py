@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from webhook.core.objects.quantity import format_quantity, parse_quantity
+from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.naming import (
     SYSTEM_NAMESPACES,
     cluster_queue_name,
@@ -138,6 +139,11 @@ class PolicySet(_Frozen):
     kind: Literal["PolicySet"] = "PolicySet"
     teams: list[TeamPolicyCompiled] = Field(default_factory=list)
     excludedNamespaces: list[str] = Field(default_factory=lambda: list(ALWAYS_EXCLUDED_NAMESPACES))
+    controllers: list[Annotated[str, AfterValidator(controller_name)]] = Field(
+        default_factory=lambda: list(DEFAULT_CONTROLLERS),
+        description="the platform file's controllers: the users that may make an object a child of a "
+        "workload Kueue manages (a policy compiled before this field existed: the default list)",
+    )
 
 
 def _value_rule(platform: Platform, rule: PriorityRule | None, pods: bool = False) -> ValueRule | None:
@@ -233,4 +239,4 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
             )
         )
     excluded = list(dict.fromkeys([*ALWAYS_EXCLUDED_NAMESPACES, *(extra_excluded or [])]))
-    return PolicySet(teams=teams, excludedNamespaces=excluded)
+    return PolicySet(teams=teams, excludedNamespaces=excluded, controllers=list(platform.controllers))
