@@ -176,7 +176,10 @@ class FlavorQuota(_Model):
 
     flavor: str = Field(description="a flavor of the platform")
     resources: dict[str, ResourceQuota] = Field(
-        min_length=1, description="per resource name (cpu, memory, nvidia.com/gpu…): its quota"
+        min_length=1,
+        description="per resource name (cpu, memory, nvidia.com/gpu…): its quota; list every resource the "
+        "team's pods request, cpu and memory too: Kueue admits no workload requesting a resource its "
+        "ClusterQueue does not cover (unless its Configuration excludes the resource)",
     )
 
 
