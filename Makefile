@@ -60,13 +60,24 @@ fuzz: install
 			-print_final_stats=1 || exit $$?; \
 	done
 
-## ruff (checks and formatting), mypy --strict (webhook/, benchmarks/) and the import-linter layer contracts.
-lint: install
+# actionlint (the release workflow's checker), built from its Go module once into the e2e binaries' cache.
+KGOV_CACHE ?= $(HOME)/.cache/kueue-governor
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(KGOV_CACHE)/bin/actionlint-$(ACTIONLINT_VERSION)
+
+## ruff (checks and formatting), mypy --strict (webhook/, benchmarks/), the import-linter layer contracts and actionlint.
+lint: install $(ACTIONLINT)
 	$(VENV)/bin/ruff check webhook tests benchmarks e2e tools
 	$(VENV)/bin/ruff format --check webhook tests benchmarks e2e tools
 	$(VENV)/bin/mypy webhook benchmarks
 	$(VENV)/bin/mypy e2e/test_watches.py
 	$(VENV)/bin/lint-imports
+	$(ACTIONLINT) .github/workflows/*.yaml
+
+$(ACTIONLINT):
+	mkdir -p $(dir $@)
+	tmp=$$(mktemp -d) && GOBIN=$$tmp go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) \
+		&& mv $$tmp/actionlint $@ && rmdir $$tmp
 
 ## The checked-in kueue-config/generated/ must match what the platform file generates.
 generate-check: install
