@@ -10,6 +10,7 @@ used; every wait is bounded.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -376,3 +377,15 @@ def expected_labels(policies: PolicySet, namespace: str) -> dict[str, str]:
 
 def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f}"
+
+
+#: The bounds of the create benchmarks' counts (``--sequential`` … ``--rounds``), shared by their parsers.
+COUNT_LIMITS = {"sequential": 2000, "concurrent": 5000, "clients": 128, "rounds": 9}
+
+
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (``parser.error``, exit 2) a count option outside 1..its limit in :data:`COUNT_LIMITS`."""
+    for name, limit in COUNT_LIMITS.items():
+        value = getattr(args, name)
+        if not 1 <= value <= limit:
+            parser.error(f"--{name} must be between 1 and {limit}")

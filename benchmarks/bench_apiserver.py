@@ -71,6 +71,7 @@ from apiserver_support import (
     admission_breakdown,
     api_session,
     bench_cluster,
+    check_counts,
     create_jobs,
     delete_jobs,
     expected_labels,
@@ -388,14 +389,7 @@ def main() -> int:
         help="store the Jobs (and delete them after each round) instead of server-side dry-run creates",
     )
     args = parser.parse_args()
-    for name, value, limit in (
-        ("sequential", args.sequential, 2000),
-        ("concurrent", args.concurrent, 5000),
-        ("clients", args.clients, 128),
-        ("rounds", args.rounds, 9),
-    ):
-        if not 1 <= value <= limit:
-            parser.error(f"--{name} must be between 1 and {limit}")
+    check_counts(parser, args)
     print(machine_at_start("creates through kube-apiserver"))
     print(
         f"   parameters: shape {args.shape}, namespace {args.namespace}, sequential {args.sequential}, "

@@ -58,6 +58,7 @@ from apiserver_support import (
     api_session,
     apiserver_pid,
     bench_cluster,
+    check_counts,
     create_jobs,
     hold_cluster_queues,
     job,
@@ -363,14 +364,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
     parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
     args = parser.parse_args()
-    for name, value, limit in (
-        ("sequential", args.sequential, 2000),
-        ("concurrent", args.concurrent, 5000),
-        ("clients", args.clients, 128),
-        ("rounds", args.rounds, 9),
-    ):
-        if not 1 <= value <= limit:
-            parser.error(f"--{name} must be between 1 and {limit}")
+    check_counts(parser, args)
     print(machine_at_start("creates through kube-apiserver: policies, no-op, canned, kgov"))
     with tempfile.TemporaryDirectory(prefix="kgov-bench-") as root:
         started = time.monotonic()
