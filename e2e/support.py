@@ -226,6 +226,19 @@ async def create_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry
     return Created(obj=dict(obj), warnings=warnings)
 
 
+async def dry_run_attempt(dynamic: DynamicClient, body: dict[str, Any]) -> Created | Refused:
+    """A dry-run create of ``body``: what the API server answered, created (with its warnings) or refused."""
+    try:
+        return await create_with_warnings(dynamic, body, dry_run=True)
+    except Refused as refused:
+        return refused
+
+
+def tas_findings(warnings: list[str]) -> list[str]:
+    """The governor's findings on TAS annotations among an answer's warnings (those naming Kueue v0.19.2)."""
+    return [w.removeprefix("kueue-governor: topology: ") for w in warnings if "(Kueue v0.19.2 " in w]
+
+
 async def replace_with_warnings(dynamic: DynamicClient, body: dict[str, Any], dry_run: bool = False) -> Created:
     """Replace (PUT) ``body`` (``dryRun=All`` with ``dry_run``); return the stored object and the warnings.
 

@@ -35,9 +35,11 @@ from e2e.support import (
     Created,
     Refused,
     create_with_warnings,
+    dry_run_attempt,
     get,
     pause_pod_spec,
     replace_with_warnings,
+    tas_findings,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("bundled_governor")]
@@ -210,22 +212,11 @@ def placed(case: Case, namespace: str) -> dict[str, Any]:
     return body
 
 
-def governor_findings(warnings: list[str]) -> list[str]:
-    return [w.removeprefix("kueue-governor: topology: ") for w in warnings if "(Kueue v0.19.2 " in w]
-
-
-async def attempt(dynamic: DynamicClient, body: dict[str, Any]) -> Created | Refused:
-    try:
-        return await create_with_warnings(dynamic, body, dry_run=True)
-    except Refused as refused:
-        return refused
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_kueue_alone(dynamic: DynamicClient, namespace: str, name: str) -> None:
     """A namespace of no team: Kueue's webhook alone refuses (or admits) the annotations."""
     case = CASES[name]
-    outcome = await attempt(dynamic, placed(case, namespace))
+    outcome = await dry_run_attempt(dynamic, placed(case, namespace))
     if case.kueue is None:
         assert isinstance(outcome, Created), outcome
         return
@@ -237,23 +228,23 @@ async def test_kueue_alone(dynamic: DynamicClient, namespace: str, name: str) ->
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_the_governor_warns_under_default_and_kueue_decides(dynamic: DynamicClient, name: str) -> None:
     case = CASES[name]
-    outcome = await attempt(dynamic, placed(case, RESEARCH))
+    outcome = await dry_run_attempt(dynamic, placed(case, RESEARCH))
     if case.kueue is None:
         assert isinstance(outcome, Created), outcome
     else:
         assert isinstance(outcome, Refused), f"Kueue admitted {name}"
         message = str(outcome.status.get("message"))
         assert case.kueue in message and "kueue-governor" not in message, message
-    assert governor_findings(outcome.warnings) == ([case.finding] if case.finding else [])
+    assert tas_findings(outcome.warnings) == ([case.finding] if case.finding else [])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_the_governor_refuses_under_enforce_only_what_kueue_refuses(dynamic: DynamicClient, name: str) -> None:
     case = CASES[name]
-    outcome = await attempt(dynamic, placed(case, DATA_SCIENCE))
+    outcome = await dry_run_attempt(dynamic, placed(case, DATA_SCIENCE))
     if case.kueue is None:
         assert isinstance(outcome, Created), outcome
-        assert governor_findings(outcome.warnings) == ([case.finding] if case.finding else [])
+        assert tas_findings(outcome.warnings) == ([case.finding] if case.finding else [])
         return
     assert isinstance(outcome, Refused), f"{name} was admitted"
     message = str(outcome.status.get("message"))
@@ -283,13 +274,13 @@ async def test_an_update_that_breaks_a_group_is_warned_as_on_create_and_refused_
     grouped = {GROUP: "g", REQUIRED: RACK}
     body = cleanup.add(placed(Case(jobset({"driver": (1, grouped), "workers": (2, grouped)}), None, None), RESEARCH))
     created = await create_with_warnings(dynamic, body)
-    assert governor_findings(created.warnings) == []
+    assert tas_findings(created.warnings) == []
     name = created.obj["metadata"]["name"]
     multi = "can only define groups where at least one pod set has only 1 replica, got: 2 replica(s) and 2 replica(s)"
     refused = await refused_update(dynamic, body["apiVersion"], name)
     message = str(refused.status.get("message"))
     assert multi in message and "kueue-governor" not in message, message
-    assert governor_findings(refused.warnings) == [
+    assert tas_findings(refused.warnings) == [
         f"podset 'driver' + 'workers': {GROUP} 'g': {multi} in the group {GROUPING}{REFUSES}; "
         "this update changes podset 'driver' from 1 to 2 pods: set it back"
     ]

@@ -42,7 +42,9 @@ from e2e.support import (
     Generated,
     Refused,
     create_with_warnings,
+    dry_run_attempt,
     pause_pod_spec,
+    tas_findings,
     wait_for,
     workload_for,
 )
@@ -150,17 +152,6 @@ def placed(case: Case, namespace: str) -> dict[str, Any]:
     return body
 
 
-def findings(warnings: list[str]) -> list[str]:
-    return [w.removeprefix("kueue-governor: topology: ") for w in warnings if "(Kueue v0.19.2 " in w]
-
-
-async def attempt(dynamic: DynamicClient, body: dict[str, Any]) -> Created | Refused:
-    try:
-        return await create_with_warnings(dynamic, body, dry_run=True)
-    except Refused as refused:
-        return refused
-
-
 def kueue_refused(outcome: Created | Refused, case: Case) -> None:
     assert isinstance(outcome, Refused), "Kueue admitted it"
     message = str(outcome.status.get("message"))
@@ -174,15 +165,15 @@ def said(found: list[str], case: Case) -> None:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_kueue_alone_refuses_it(dynamic: DynamicClient, namespace: str, name: str) -> None:
-    kueue_refused(await attempt(dynamic, placed(CASES[name], namespace)), CASES[name])
+    kueue_refused(await dry_run_attempt(dynamic, placed(CASES[name], namespace)), CASES[name])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_the_governor_warns_under_default_and_kueue_refuses(dynamic: DynamicClient, name: str) -> None:
     case = CASES[name]
-    outcome = await attempt(dynamic, placed(case, INFERENCE))
+    outcome = await dry_run_attempt(dynamic, placed(case, INFERENCE))
     kueue_refused(outcome, case)
-    said(findings(outcome.warnings), case)
+    said(tas_findings(outcome.warnings), case)
 
 
 @pytest.fixture
@@ -201,7 +192,7 @@ async def test_the_governor_refuses_it_for_a_team_without_a_topology_rule(
 ) -> None:
     """One governor for every case (starting one takes seconds)."""
     for name, case in sorted(CASES.items()):
-        outcome = await attempt(dynamic, placed(case, RESEARCH))
+        outcome = await dry_run_attempt(dynamic, placed(case, RESEARCH))
         assert isinstance(outcome, Refused), f"{name} was admitted"
         message = str(outcome.status.get("message"))
         assert message.startswith(GOVERNOR) and f"topology: {case.finding}" in message, (name, message)
