@@ -288,3 +288,31 @@ def test_a_policy_json_key_defined_twice_is_a_note_not_a_crash(tmp_path: Path) -
     note = 'Note: the kgov-policy ConfigMap\'s policy.json is not a valid policy: duplicate key "teams"'
     assert note in result.output
     assert "Policy: not known" in result.output
+
+
+def test_why_reads_the_policy_configmap_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart's policy ConfigMap is RELEASE-kueue-governor-policy, not the generator's kgov-policy:
+    `kgov why --policy-configmap NS/NAME` reads that one (before, the policy was "not known")."""
+    requested: list[str] = []
+
+    class _ChartApi(_Api):
+        async def get(self, client: Any, path: str, query: Any = None) -> dict[str, Any] | None:
+            requested.append(path)
+            if path.endswith("/configmaps/kgov-kueue-governor-policy"):
+                return dict(self.data["policy"][0])
+            if path.endswith("/configmaps/kgov-policy"):
+                return None
+            return await super().get(client, path, query)
+
+    api = _ChartApi(copy.deepcopy(BUNDLED))
+    monkeypatch.setattr("webhook.why.snapshot.open_client", lambda *_: _opened(api))
+    monkeypatch.setattr("webhook.why.snapshot.get_json", api.get)
+    args = ["why", "job/finetune", "-n", "hyperpod-ns-research", "--kubeconfig", "k"]
+    chart = CliRunner().invoke(main, [*args, "--policy-configmap", "kueue-governor-system/kgov-kueue-governor-policy"])
+    assert chart.exit_code == 0, chart.output
+    assert "/api/v1/namespaces/kueue-governor-system/configmaps/kgov-kueue-governor-policy" in requested
+    assert "Policy: team research" in chart.output
+    generator = CliRunner().invoke(main, args)
+    assert "Policy: not known" in generator.output
+    bad = CliRunner().invoke(main, [*args, "--policy-configmap", "a/../b"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("kgov why: --policy-configmap a/../b: namespace")

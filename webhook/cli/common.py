@@ -13,6 +13,7 @@ import click
 from webhook.cli.errors import EXIT_INPUT, EXIT_NO, fail
 from webhook.cli.options import file_option
 from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.platform.fields import dns1123_label_error, dns1123_subdomain_error
 from webhook.core.platform.platform import PlatformError
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.files import InputError, load_namespace_labels, load_nodes, load_policies
@@ -25,6 +26,7 @@ __all__ = [
     "EXIT_INPUT",
     "FILE_EXIT_CODES",
     "REVIEW_EXIT_CODES",
+    "configmap_reference",
     "fail",
     "namespaces_option",
     "nodes_option",
@@ -96,3 +98,21 @@ Exit codes:
   0  success
   2  usage error, or an input file that cannot be used
 """
+
+
+def configmap_reference(
+    value: str, default_namespace: str | None, option: str = "--policy-configmap"
+) -> tuple[str, str]:
+    """(namespace, name) of ``--policy-configmap [NAMESPACE/]NAME``; exits 2 on a malformed value."""
+    namespace, _, name = value.rpartition("/")
+    if not namespace:
+        if not default_namespace:
+            fail(f"{option} {value}: give NAMESPACE/NAME, or set $POD_NAMESPACE")
+        namespace = str(default_namespace)
+    problem = dns1123_label_error(namespace)
+    if problem:
+        fail(f"{option} {value}: namespace {problem}")
+    problem = dns1123_subdomain_error(name)
+    if problem:
+        fail(f"{option} {value}: name {problem}")
+    return namespace, name

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from webhook.cli.common import (
+    configmap_reference,
     fail,
     namespaces_option,
     nodes_option,
@@ -17,8 +18,7 @@ from webhook.cli.common import (
     seconds_option,
 )
 from webhook.cli.options import file_option
-from webhook.core.platform.fields import dns1123_subdomain_error
-from webhook.core.platform.platform import PlatformError, dns1123_label_error
+from webhook.core.platform.platform import PlatformError
 from webhook.kube.files import InputError
 from webhook.serve.logs import configure_logging
 
@@ -131,7 +131,7 @@ def serve_command(
     if [platform, policy, policy_configmap].count(None) != 2:
         fail("give exactly one of --platform, --policy or --policy-configmap")
     own_namespace = os.environ.get("POD_NAMESPACE")
-    configmap = _configmap_reference(policy_configmap, own_namespace) if policy_configmap is not None else None
+    configmap = configmap_reference(policy_configmap, own_namespace) if policy_configmap is not None else None
     for option, path in (("--tls-cert-file", tls_cert_file), ("--tls-private-key-file", tls_private_key_file)):
         if not path.is_file():
             fail(f"{option} {path}: no such file")
@@ -178,19 +178,3 @@ def serve_command(
         )
     except OSError as exc:
         fail(f"cannot serve on {host}:{port} (--port): {exc}")
-
-
-def _configmap_reference(value: str, default_namespace: str | None) -> tuple[str, str]:
-    """(namespace, name) of ``--policy-configmap [NAMESPACE/]NAME``; exits 2 on a malformed value."""
-    namespace, _, name = value.rpartition("/")
-    if not namespace:
-        if not default_namespace:
-            fail(f"--policy-configmap {value}: give NAMESPACE/NAME, or set $POD_NAMESPACE")
-        namespace = str(default_namespace)
-    problem = dns1123_label_error(namespace)
-    if problem:
-        fail(f"--policy-configmap {value}: namespace {problem}")
-    problem = dns1123_subdomain_error(name)
-    if problem:
-        fail(f"--policy-configmap {value}: name {problem}")
-    return namespace, name

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
+from webhook.cli.common import configmap_reference
 from webhook.cli.errors import fail, warn
 from webhook.cli.options import NAMESPACE, OutputError, check_output_file, file_option, write_output
 from webhook.core.kueue.kinds import KINDS, WorkloadKind
@@ -30,7 +31,15 @@ from webhook.why.decision import decide
 from webhook.why.explain import WhyReport, explain
 from webhook.why.owners import explain_object
 from webhook.why.report import to_json, to_text
-from webhook.why.snapshot import ClusterError, ShapeError, Snapshot, find_workload_kind, owner_of, read_snapshot
+from webhook.why.snapshot import (
+    POLICY_CONFIGMAP,
+    ClusterError,
+    ShapeError,
+    Snapshot,
+    find_workload_kind,
+    owner_of,
+    read_snapshot,
+)
 from webhook.why.status import status_json, status_table, team_statuses, workloads_table
 
 __all__ = ["status_command", "why_command"]
@@ -125,6 +134,13 @@ def _parse_target(target: str) -> tuple[WorkloadKind | None, str]:
     help="Platform file (default: the cluster's kgov-policy ConfigMap).",
 )
 @file_option("--policy", help="Compiled policy file instead of --platform.")
+@click.option(
+    "--policy-configmap",
+    metavar="[NAMESPACE/]NAME",
+    default="/".join(POLICY_CONFIGMAP),
+    show_default=True,
+    help="The policy ConfigMap to read from the cluster (the chart's is RELEASE-kueue-governor-policy).",
+)
 @click.option("-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def why_command(
     target: str,
@@ -133,6 +149,7 @@ def why_command(
     snapshot_file: Path | None,
     platform: Path | None,
     policy: Path | None,
+    policy_configmap: str,
     fmt: str,
 ) -> None:
     """Why a workload is pending (or where it stands): state, quota, topology, cause, what would help.
@@ -149,6 +166,7 @@ def why_command(
         snapshot_file,
         target=(row, namespace, name) if row is not None else None,
         workload_name=(namespace, name) if row is None else None,
+        policy_configmap=configmap_reference(policy_configmap, POLICY_CONFIGMAP[0]),
     )
     report = _report(snapshot, row.kind if row else "Workload", namespace, name, platform, policy)
     click.echo(json.dumps(to_json(report), indent=2) if fmt == "json" else to_text(report), nl=fmt == "json")
@@ -167,12 +185,13 @@ def _read(
     snapshot_file: Path | None,
     target: tuple[WorkloadKind, str, str] | None = None,
     workload_name: tuple[str, str] | None = None,
+    policy_configmap: tuple[str, str] = POLICY_CONFIGMAP,
 ) -> Snapshot:
     """The recorded snapshot, else one read of the cluster; exits 2 with the reason when neither can be read."""
     try:
         if snapshot_file is not None:
             return Snapshot.from_file(snapshot_file)
-        return asyncio.run(read_snapshot(kubeconfig, target=target, workload_name=workload_name))
+        return asyncio.run(read_snapshot(kubeconfig, target, workload_name, policy_configmap))
     except ClusterError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -313,6 +313,7 @@ async def read_snapshot(
     kubeconfig: str | Path | None,
     target: tuple[WorkloadKind, str, str] | None = None,
     workload_name: tuple[str, str] | None = None,
+    policy_configmap: tuple[str, str] = POLICY_CONFIGMAP,
 ) -> Snapshot:
     """List every kind once; with ``target`` (row, namespace, name) also GET that object, and
     ask Kueue's visibility API for its LocalQueue's pending workloads (``workload_name``:
@@ -332,7 +333,7 @@ async def read_snapshot(
                 raise ClusterError(f"GET {path}: not found (is Kueue v0.19 installed, serving kueue.x-k8s.io/v1beta2?)")
             setattr(snapshot, key, items_of(listing))
         _check_read(snapshot, tuple(_LISTS))
-        namespace, name = POLICY_CONFIGMAP
+        namespace, name = policy_configmap
         try:
             snapshot.policy = await get_json(api, f"/api/v1/namespaces/{namespace}/configmaps/{name}")
         except ClusterError as exc:
