@@ -107,7 +107,7 @@ def _publish(
 @certs_group.command("create", epilog=_EXIT_CODES)
 @_directory_argument
 @click.option("--service", help="Service name of the webhook; with --namespace adds <service>.<namespace>.svc.")
-@click.option("--namespace", help="Namespace of the Service.")
+@click.option("-n", "--namespace", help="Namespace of the Service.")
 @click.option("--dns", multiple=True, help="Extra DNS name (repeatable), e.g. localhost.")
 @click.option("--ip", multiple=True, help="IP address SAN (repeatable), e.g. 127.0.0.1 for local runs.")
 @_days_option
