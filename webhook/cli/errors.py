@@ -142,8 +142,8 @@ class KgovGroup(click.Group):
         try:
             result = super().main(argv, "kgov", complete_var, False, **extra)
         except click.UsageError as exc:
-            help_of = exc.ctx.command_path if exc.ctx is not None else where
-            _say(where, exc.format_message(), [f"see '{help_of} --help'"])
+            at = exc.ctx.command_path if exc.ctx is not None else where  # the command click was parsing
+            _say(at, exc.format_message(), [f"see '{at} --help'"])
             sys.exit(EXIT_INPUT)
         except CommandError as exc:
             exc.show()
