@@ -379,6 +379,18 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
+def add_create_options(parser: argparse.ArgumentParser, namespace: str, sequential: int) -> None:
+    """The options every create benchmark takes: the cluster's shape, the team namespace and the counts."""
+    parser.add_argument("--shape", default="1x1x2x2", help="fake nodes SxBxRxH (default 4 nodes)")
+    parser.add_argument("--namespace", default=namespace, help="team namespace of the Jobs")
+    parser.add_argument(
+        "--sequential", type=int, default=sequential, help="sequential creates per configuration per round"
+    )
+    parser.add_argument("--concurrent", type=int, default=96, help="concurrent creates per configuration per round")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
+    parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
+
+
 #: The bounds of the create benchmarks' counts (``--sequential`` … ``--rounds``), shared by their parsers.
 COUNT_LIMITS = {"sequential": 2000, "concurrent": 5000, "clients": 128, "rounds": 9}
 

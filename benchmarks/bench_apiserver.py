@@ -68,6 +68,7 @@ from apiserver_support import (
     Api,
     Bench,
     BenchError,
+    add_create_options,
     admission_breakdown,
     api_session,
     bench_cluster,
@@ -377,12 +378,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", default="1x1x2x2", help="fake nodes SxBxRxH (default 4 nodes)")
-    parser.add_argument("--namespace", default="hyperpod-ns-research", help="team namespace of the Jobs")
-    parser.add_argument("--sequential", type=int, default=30, help="sequential creates per configuration per round")
-    parser.add_argument("--concurrent", type=int, default=96, help="concurrent creates per configuration per round")
-    parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
-    parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
+    add_create_options(parser, "hyperpod-ns-research", sequential=30)
     parser.add_argument(
         "--store",
         action="store_true",

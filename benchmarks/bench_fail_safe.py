@@ -55,6 +55,7 @@ from apiserver_support import (
     Api,
     Bench,
     BenchError,
+    add_create_options,
     api_session,
     apiserver_pid,
     bench_cluster,
@@ -357,12 +358,7 @@ def report(figures: dict[str, Figures], idle: float, args: argparse.Namespace) -
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", default="1x1x2x2", help="fake nodes SxBxRxH (default 4 nodes)")
-    parser.add_argument("--namespace", default="hyperpod-ns-data-science", help="team namespace of the Jobs")
-    parser.add_argument("--sequential", type=int, default=40, help="sequential creates per configuration per round")
-    parser.add_argument("--concurrent", type=int, default=96, help="concurrent creates per configuration per round")
-    parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
-    parser.add_argument("--rounds", type=int, default=4, help="measured rounds (after one warm-up round)")
+    add_create_options(parser, "hyperpod-ns-data-science", sequential=40)
     args = parser.parse_args()
     check_counts(parser, args)
     print(machine_at_start("creates through kube-apiserver: policies, no-op, canned, kgov"))
