@@ -352,7 +352,7 @@ def test_invalid_policy_file_is_called_a_policy_file(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert (
         f"{path}: invalid policy file" in result.stderr
-        and "teams.0.team: Input should be a valid string" in result.stderr
+        and "teams[0].team: Input should be a valid string" in result.stderr
     )
 
 

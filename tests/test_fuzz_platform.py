@@ -125,7 +125,7 @@ def test_any_value_in_a_platform_file_is_an_error_naming_its_path_in_kgov_policy
 
 
 def test_every_json_type_at_every_path_of_the_compiled_policy_is_named_or_used(tmp_path: Path) -> None:
-    """The ``--policy`` file: refused naming the path (``teams.0.quotaLimits.cpu``), or used."""
+    """The ``--policy`` file: refused naming the path (``teams[0].quotaLimits.cpu``), or used."""
     file = tmp_path / "policy.json"
     loaded = refused = 0
     for index, path in enumerate(paths_of(POLICY)[1:]):
@@ -136,7 +136,7 @@ def test_every_json_type_at_every_path_of_the_compiled_policy_is_named_or_used(t
             except InputError as exc:
                 refused += 1
                 named = [line.strip().split(": ", 1)[0] for line in str(exc).splitlines()[1:]]
-                field = ".".join(str(key) for key in path)
+                field = dotted(path)
                 assert any(_related(field, n) for n in named), (field, value, str(exc))
                 continue
             loaded += 1
@@ -157,7 +157,7 @@ def test_a_quota_limit_that_is_no_quantity_is_refused_on_load(tmp_path: Path) ->
         file.write_text(json.dumps(replaced(POLICY, ("teams", 0, "quotaLimits", "cpu"), value)))
         result = _invoke("review", "--policy", str(file))
         assert result.exit_code == 2
-        assert result.stderr == f"kgov review: {file}: invalid policy file\n  teams.0.quotaLimits.cpu: {reason}\n"
+        assert result.stderr == f"kgov review: {file}: invalid policy file\n  teams[0].quotaLimits.cpu: {reason}\n"
 
 
 @examples(40)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from webhook.core.objects.paths import field_path
 from webhook.core.platform.platform import Problem
 
 __all__ = [
@@ -102,16 +103,9 @@ class ClusterSchedulerConfig(_Api):
     SchedulerConfig: SchedulerSettings = Field(default_factory=SchedulerSettings)
 
 
-def _loc(source: str, loc: tuple[int | str, ...]) -> str:
-    out = source
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
 def _validation_problems(source: str, exc: ValidationError, prefix: tuple[int | str, ...] = ()) -> list[Problem]:
     return [
-        Problem(path=_loc(source, (*prefix, *err["loc"])), message=err["msg"].removeprefix("Value error, "))
+        Problem(path=field_path((*prefix, *err["loc"]), source), message=err["msg"].removeprefix("Value error, "))
         for err in exc.errors()
     ]
 
@@ -135,7 +129,7 @@ def parse_compute_quotas(data: Any, source: str) -> list[tuple[str, ComputeQuota
     problems: list[Problem] = []
     for where, item in items:
         try:
-            quotas.append((_loc(source, where), ComputeQuota.model_validate(item)))
+            quotas.append((field_path(where, source), ComputeQuota.model_validate(item)))
         except ValidationError as exc:
             problems.extend(_validation_problems(source, exc, where))
     if problems:

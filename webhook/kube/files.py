@@ -21,6 +21,7 @@ from webhook.core.kueue.inventory import NodeInventory, allocatable_problem
 from webhook.core.kueue.resources import pod_requests
 from webhook.core.kueue.wellformed import Problems, a_map
 from webhook.core.objects.jsonbody import dotted_path
+from webhook.core.objects.paths import field_path
 from webhook.core.platform.platform import load_platform
 from webhook.core.platform.policy import PolicySet, compile_policies
 from webhook.core.platform.yamlload import (
@@ -115,7 +116,7 @@ def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = Non
         policies = PolicySet.model_validate(data)
     except ValidationError as exc:
         lines = "\n".join(
-            f"  {'.'.join(str(p) for p in err['loc']) or '<document>'}: {err['msg'].removeprefix('Value error, ')}"
+            f"  {field_path(err['loc']) or '<document>'}: {err['msg'].removeprefix('Value error, ')}"
             for err in exc.errors()
         )
         raise InputError(f"{where}: invalid policy file\n{lines}") from None

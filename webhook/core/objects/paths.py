@@ -11,10 +11,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Key", "PathPattern", "bound", "child", "dotted", "expand", "lookup", "parse_dotted"]
+__all__ = ["Key", "PathPattern", "bound", "child", "dotted", "expand", "field_path", "lookup", "parse_dotted"]
 
 Key = str | int
 PathPattern = tuple[str, ...]
+
+
+def field_path(loc: tuple[int | str, ...] | list[int | str], prefix: str = "") -> str:
+    """A validation error's location as a reader writes it: ``teams[0].name``.
+
+    ``loc`` is pydantic's ``ErrorDetails["loc"]`` (map keys and list indexes); its ``"[key]"``
+    marker (the key of a mapping, which precedes it) is dropped. ``prefix`` (a file name, say) leads
+    the path; an empty location gives ``prefix`` alone (``""`` when both are empty).
+    """
+    path = tuple(part for part in loc if part != "[key]")
+    if not path:
+        return prefix
+    text = dotted(path)
+    return text if not prefix else prefix + (text if text.startswith("[") else f".{text}")
 
 
 def child(node: Any, key: Key) -> Any:

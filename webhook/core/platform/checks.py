@@ -79,18 +79,6 @@ class PlatformError(ValueError):
         super().__init__(f"{source}: invalid platform file\n{lines}")
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":  # pydantic's marker for a mapping key (the key itself precedes it)
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 def _names(items: list[Any], what: str, path: str, problems: list[Problem]) -> set[str]:
     names: set[str] = set()
     for index, item in enumerate(items):

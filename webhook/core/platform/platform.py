@@ -30,8 +30,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from webhook.core.objects.paths import field_path
 from webhook.core.objects.quantity import parse_quantity
-from webhook.core.platform.checks import PlatformError, _loc, check_platform
+from webhook.core.platform.checks import PlatformError, check_platform
 from webhook.core.platform.fields import API_VERSION, HOSTNAME_LABEL, Enforcement, TopologyMode, dns1123_label_error
 from webhook.core.platform.models import (
     CohortSpec,
@@ -93,7 +94,8 @@ def parse_platform(data: Any, source: str = "<platform>") -> Platform:
         platform = Platform.model_validate(data)
     except ValidationError as exc:
         problems = [
-            Problem(path=_loc(err["loc"]), message=err["msg"].removeprefix("Value error, ")) for err in exc.errors()
+            Problem(path=field_path(err["loc"]), message=err["msg"].removeprefix("Value error, "))
+            for err in exc.errors()
         ]
         raise PlatformError(source, problems) from None
     errors = [p for p in check_platform(platform) if p.severity == "error"]
