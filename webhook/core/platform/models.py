@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, kueue_release, supported_versions
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.fields import (
     API_VERSION,
@@ -359,6 +360,22 @@ class TeamSpec(_Named):
     policy: TeamPolicy = Field(default_factory=TeamPolicy, description="what the webhook does with its workloads")
 
 
+def _known_kueue(version: str) -> str:
+    kueue_release(version)  # UnsupportedKueueVersion (a ValueError) names the supported ones
+    return version
+
+
+class KueueTarget(_Model):
+    """The Kueue release the platform runs (SPEC §13): the rules that differ between releases follow it."""
+
+    version: Annotated[str, AfterValidator(_known_kueue)] = Field(
+        default=DEFAULT_KUEUE_VERSION,
+        description="the Kueue release of the cluster, one of "
+        + ", ".join(supported_versions())
+        + f" (default {DEFAULT_KUEUE_VERSION}, SageMaker HyperPod's task-governance add-on)",
+    )
+
+
 class Platform(_Model):
     """The platform file: topologies, flavors, cohorts, priorities and teams."""
 
@@ -371,6 +388,7 @@ class Platform(_Model):
         description="object names: default (the platform names) or hyperpod (SageMaker HyperPod's: "
         "hyperpod-ns-<team>, hyperpod-ns-<team>-localqueue, <priority>-priority)",
     )
+    kueue: KueueTarget = Field(default_factory=KueueTarget, description="the Kueue release the cluster runs")
     topologies: list[TopologySpec] = Field(default_factory=list, description="Kueue Topologies")
     flavors: list[FlavorSpec] = Field(default_factory=list, description="Kueue ResourceFlavors")
     cohorts: list[CohortSpec] = Field(default_factory=list, description="Kueue Cohorts")

@@ -6,7 +6,9 @@ checks, besides what :mod:`webhook.core.plan.rules.kueue_tas` reads of the annot
 - the levels of ``podset-required-topology``, ``podset-preferred-topology`` and
   ``podset-slice-required-topology`` are label keys (``metavalidation.ValidateLabelName``: one
   error per reason Kubernetes' ``IsQualifiedName`` gives, :func:`label_key_errors`);
-- ``podset-unconstrained-topology`` is what Go's ``strconv.ParseBool`` reads ("must be a boolean value");
+- ``podset-unconstrained-topology`` is what Go's ``strconv.ParseBool`` reads ("must be a boolean value"),
+  and, under a release that refuses it (``KueueRelease.unconstrained_false_refused``, Kueue v0.20's
+  ``TASRejectFalseUnconstrainedTopology``), not a false one;
 - ``podset-slice-required-topology-constraints`` (multi-layer slices, feature gate
   ``TASMultiLayerTopology``, on by default since v0.19; ``validateSliceRequiredTopologyConstraintsAnnotation``):
   never next to ``podset-slice-required-topology`` or ``podset-slice-size`` (nor next to
@@ -38,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, KueueRelease, kueue_release
 from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_CONSTRAINTS, SLICE_REQUIRED, SLICE_SIZE, UNCONSTRAINED
 
 __all__ = [
@@ -230,9 +233,11 @@ def layer_errors(annotations: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def value_errors(annotations: Mapping[str, Any]) -> list[Finding]:
+def value_errors(annotations: Mapping[str, Any], release: KueueRelease | None = None) -> list[Finding]:
     """Kueue's findings on the levels' names and the unconstrained flag of one podset (see the
-    module), in Kueue's order."""
+    module), in Kueue's order, under ``release``'s rules (None: the default release,
+    :data:`webhook.core.kueue.versions.DEFAULT_KUEUE_VERSION`)."""
+    release = release or kueue_release(DEFAULT_KUEUE_VERSION)
     out: list[Finding] = []
     for key in (REQUIRED, PREFERRED, SLICE_REQUIRED):
         level = annotations.get(key)
@@ -241,6 +246,9 @@ def value_errors(annotations: Mapping[str, Any]) -> list[Finding]:
     flag = annotations.get(UNCONSTRAINED)
     if isinstance(flag, str) and parse_bool(flag) is None:
         out.append((UNCONSTRAINED, flag, "must be a boolean value"))
+    elif isinstance(flag, str) and parse_bool(flag) is False and release.unconstrained_false_refused:
+        message = "must not be false (leave the annotation out for no topology request)"
+        out.append((UNCONSTRAINED, flag, message))
     return out
 
 
