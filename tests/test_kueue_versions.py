@@ -301,3 +301,24 @@ def test_recreate_warnings_follow_the_platforms_release() -> None:
                 obj["spec"]["nodeLabels"] = {"pool": "old"}
         found = recreate_warnings(desired, current, parsed)
         assert [(w.kind, w.path) for w in found] == [("ResourceFlavor", "flavors[0]")] * expected
+
+
+LAYERS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+TWO_LAYERS = '[{"topology":"' + RACK + '","size":16},{"topology":"kubernetes.io/hostname","size":4}]'
+ONE_LAYER = '[{"topology":"' + RACK + '","size":16}]'
+
+
+def test_more_than_one_layer_must_divide_the_pods_under_partial_slices() -> None:
+    """Kueue's ``TestValidateSliceSizeAnnotationUpperBound`` cases of ``TASPartialSlices``: only a
+    single layer may leave a partial last slice."""
+    obj = job({REQUIRED: BLOCK, LAYERS: TWO_LAYERS}, parallelism=20)
+    assert run(obj, OLD).plan.denials == []
+    (denial,) = run(obj, NEW).plan.denials
+    assert denial.startswith(
+        f"topology: podset 'main': {LAYERS} 16: must evenly divide pod set count 20 when more than one layer is "
+        "specified (Kueue v0.20.7 ValidateSliceSizeAnnotationUpperBound)"
+    )
+    assert run(job({REQUIRED: BLOCK, LAYERS: TWO_LAYERS}, parallelism=32), NEW).plan.denials == []
+    assert run(job({REQUIRED: BLOCK, LAYERS: ONE_LAYER}, parallelism=20), NEW).plan.denials == []
+    (above,) = run(job({REQUIRED: BLOCK, LAYERS: TWO_LAYERS}, parallelism=10), NEW).plan.denials
+    assert "must not be greater than pod set count 10" in above  # one finding, not two

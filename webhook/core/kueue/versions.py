@@ -11,7 +11,9 @@ branching on a version string. A row holds only what the governor enforces or pr
 - ``partial_slices``: whether Kueue's TAS places a podset whose pods are not a multiple of its
   ``podset-slice-size`` whole, the last slice partial (gate ``TASPartialSlices``, Beta and on by
   default, Kueue #15640). Without it (v0.19.2) TAS places ``count // size`` slices and the other
-  pods stay gated, which the governor warns about;
+  pods stay gated, which the governor warns about. Only a single layer may be partial: with more
+  than one slice layer the outermost size must divide the pods, which ``ValidateSliceSizeAnnotationUpperBound``
+  then refuses otherwise;
 - ``grouped_slicing``: whether ``podset-group-name`` may stand next to ``podset-slice-size``,
   ``podset-slice-required-topology`` and ``podset-slice-required-topology-constraints`` (gate
   ``TASGroupedPodSetSlicing``, Beta and on by default, Kueue #15111);

@@ -18,12 +18,14 @@ checks, besides what :mod:`webhook.core.plan.rules.kueue_tas` reads of the annot
   size dividing its parent layer's.
 
 ``ValidateSliceSizeAnnotationUpperBound`` also bounds the first layer's size by the podset's
-pods (:func:`first_layer_above`). Kueue's Job webhook (``pkg/controller/jobs/job/job_webhook.go``,
-``validateTopologyRequest``) refuses required and preferred topology on an elastic Job
-(:func:`elastic_errors`). The Workload CRD (``apis/kueue/v1beta2/workload_types.go``) holds a
-level of at most 63 characters (``required``, ``preferred``, ``podSetSliceRequiredTopology``, a
-layer's ``topology``: ``+kubebuilder:validation:MaxLength=63``), though a label key may be longer:
-Kueue then never creates the Workload (:func:`crd_errors`).
+pods (:func:`first_layer_above`) and, under a release with partial slices, makes it divide them
+when there is more than one layer (:func:`first_layer_remainder`). Kueue's Job webhook
+(``pkg/controller/jobs/job/job_webhook.go``, ``validateTopologyRequest``) refuses required and
+preferred topology on an elastic Job (:func:`elastic_errors`). The Workload CRD
+(``apis/kueue/v1beta2/workload_types.go``) holds a level of at most 63 characters (``required``,
+``preferred``, ``podSetSliceRequiredTopology``, a layer's ``topology``:
+``+kubebuilder:validation:MaxLength=63``), though a label key may be longer: Kueue then never
+creates the Workload (:func:`crd_errors`).
 
 Each finding is ``(subject, value, message)``: the subject is the annotation key (with
 ``[i].topology`` or ``[i].size`` for a layer), the value the one refused (None: not shown),
@@ -51,6 +53,7 @@ __all__ = [
     "crd_errors",
     "elastic_errors",
     "first_layer_above",
+    "first_layer_remainder",
     "label_key_errors",
     "layer_errors",
     "order_problems",
@@ -260,6 +263,22 @@ def first_layer_above(annotations: Mapping[str, Any], count: int) -> list[Findin
     if isinstance(layers, str) or not layers or layers[0].size <= count:
         return []
     return [(SLICE_CONSTRAINTS, layers[0].size, f"must not be greater than pod set count {count}")]
+
+
+def first_layer_remainder(annotations: Mapping[str, Any], count: int, release: KueueRelease) -> list[Finding]:
+    """``ValidateSliceSizeAnnotationUpperBound`` under a release with partial slices
+    (``release.partial_slices``, Kueue v0.20's ``TASPartialSlices``): only a single layer may leave a
+    partial last slice, so with more than one layer the first (outermost) size, at most ``count``,
+    must divide the podset's ``count`` pods ("must evenly divide pod set count N when more than
+    one layer is specified"); [] otherwise, and when the layers do not parse."""
+    text = annotations.get(SLICE_CONSTRAINTS)
+    layers = parse_layers(text) if isinstance(text, str) and release.partial_slices else ()
+    if isinstance(layers, str) or len(layers) < 2 or not 1 <= layers[0].size <= count:
+        return []
+    if count % layers[0].size == 0:
+        return []
+    message = f"must evenly divide pod set count {count} when more than one layer is specified"
+    return [(SLICE_CONSTRAINTS, layers[0].size, message)]
 
 
 def elastic_errors(annotations: Mapping[str, Any], forbidden: Sequence[str]) -> list[Finding]:

@@ -59,6 +59,7 @@ from webhook.core.plan.rules.kueue_slices import (
     crd_errors,
     elastic_errors,
     first_layer_above,
+    first_layer_remainder,
     layer_errors,
     value_errors,
 )
@@ -157,7 +158,10 @@ def _podset_findings(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) ->
     if SLICE_SIZE in a and SLICE_REQUIRED not in a:
         message = f"may not be set when '{SLICE_REQUIRED}' is not specified"
         out.append(finding(podset, SLICE_SIZE, None, message, _REQUEST))
-    sourced = [(_REQUEST, layer_errors(a)), (_BOUND, first_layer_above(a, podset.count))]
+    sourced = [
+        (_REQUEST, layer_errors(a)),
+        (_BOUND, first_layer_above(a, podset.count) + first_layer_remainder(a, podset.count, release)),
+    ]
     if not out and not sourced[0][1]:  # Kueue copies only levels it accepts into its Workload
         sourced.append((_LEVEL_CRD, crd_errors(a)))
     out.extend(
