@@ -14,6 +14,7 @@ from support import platform_with, review_body
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.versions import (
     DEFAULT_KUEUE_VERSION,
+    GATE_FIELDS,
     VERSIONS,
     UnsupportedKueueVersion,
     kueue_release,
@@ -322,3 +323,54 @@ def test_more_than_one_layer_must_divide_the_pods_under_partial_slices() -> None
     assert run(job({REQUIRED: BLOCK, LAYERS: ONE_LAYER}, parallelism=20), NEW).plan.denials == []
     (above,) = run(job({REQUIRED: BLOCK, LAYERS: TWO_LAYERS}, parallelism=10), NEW).plan.denials
     assert "must not be greater than pod set count 10" in above  # one finding, not two
+
+
+# --- kueue.featureGates ----------------------------------------------------------------------------
+
+
+def test_each_gate_turns_its_rule_off_and_on() -> None:
+    assert set(VERSIONS[NEW].gates) == set(GATE_FIELDS)
+    for gate, name in GATE_FIELDS.items():
+        assert getattr(VERSIONS[NEW], name) is VERSIONS[NEW].gates[gate] is True
+        off = kueue_release(NEW, {gate: False})
+        assert getattr(off, name) is False and off.gates[gate] is False
+        assert [n for n in GATE_FIELDS.values() if getattr(off, n) != getattr(VERSIONS[NEW], n)] == [name]
+
+
+def test_a_gate_set_in_the_platform_file_reaches_the_rules() -> None:
+    data = platform(NEW)
+    data["kueue"]["featureGates"] = {"TASRejectFalseUnconstrainedTopology": False}
+    policy = compile_policies(parse_platform(data))
+    assert policy.teams[0].kueueFeatureGates == {"TASRejectFalseUnconstrainedTopology": False}
+    dumped = json.loads(policy.model_dump_json())
+    assert dumped["kueueFeatureGates"] == dumped["teams"][0]["kueueFeatureGates"]
+    assert PolicySet.model_validate(dumped) == policy
+    outcome = review(review_body(job({UNCONSTRAINED: "false"}), "ml"), TeamIndex(policy))
+    assert outcome.plan.denials == []  # the gate is off: Kueue v0.20.7 accepts it as v0.19.2 does
+
+
+@pytest.mark.parametrize(
+    ("version", "gate", "message"),
+    [
+        pytest.param(
+            OLD,
+            "TASPartialSlices",
+            "Kueue v0.19.2 has no feature gate TASPartialSlices (its gates the governor follows: none)",
+            id="gate-of-a-later-release",
+        ),
+        pytest.param(
+            NEW,
+            "TASPartialSlice",
+            "Kueue v0.20.7 has no feature gate TASPartialSlice (its gates the governor follows: "
+            "TASRejectFalseUnconstrainedTopology, TASPartialSlices, TASGroupedPodSetSlicing)",
+            id="misspelt",
+        ),
+    ],
+)
+def test_an_unknown_gate_is_a_clear_error_at_its_path(version: str, gate: str, message: str) -> None:
+    data = platform(version)
+    data["kueue"]["featureGates"] = {gate: True}
+    with pytest.raises(PlatformError) as raised:
+        parse_platform(data)
+    (problem,) = raised.value.problems
+    assert (problem.path, problem.message) == ("kueue", message)

@@ -14,7 +14,6 @@ import click
 
 from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, file_option
-from webhook.core.kueue.versions import kueue_release
 from webhook.core.platform.fields import label_value_error
 from webhook.core.platform.platform import Platform, PlatformError, Problem, check_platform, load_platform
 from webhook.generate.admission_policies import admission_policy_files
@@ -293,7 +292,7 @@ def diff_command(
         live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
     except ClusterError as exc:
         fail(str(exc))
-    diffs = diff_objects(desired, live, field_manager, kueue_release(platform.kueue.version))
+    diffs = diff_objects(desired, live, field_manager, platform.kueue.release)
     for diff in diffs:
         click.echo(f"# {diff.action}: {diff.label}")
         click.echo(diff.diff, nl=False)

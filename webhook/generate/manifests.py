@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.kueue.versions import kueue_release
 from webhook.core.objects.quantity import format_quantity
 from webhook.core.platform.platform import (
     LabelSelector,
@@ -367,7 +366,7 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
     """
     options = options or GenerateOptions()
     # Kueue's kinds in the API version the platform's Kueue release serves (SPEC §13).
-    api_version = kueue_release(platform.kueue.version).api_version
+    api_version = platform.kueue.release.api_version
     builders: dict[str, Callable[[], list[Manifest]]] = {
         "namespaces.yaml": lambda: namespaces(platform, options.policy_namespace, teams=options.namespaces),
         "topologies.yaml": lambda: topologies(platform),

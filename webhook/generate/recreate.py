@@ -151,7 +151,7 @@ def recreate_warnings(
     """Warnings for generated objects whose existing version (same kind, namespace, name) cannot be
     updated in place (:func:`needs_recreate`) on the platform's ``kueue.version`` (the default
     without a platform). Paths point into ``platform`` when given."""
-    release = kueue_release(platform.kueue.version if platform is not None else None)
+    release = platform.kueue.release if platform is not None else kueue_release()
     existing = {}
     for obj in current:
         metadata = obj.get("metadata") or {}

@@ -27,22 +27,28 @@ branching on a version string. A row holds only what the governor enforces or pr
 - ``served_api_versions``: the ``kueue.x-k8s.io`` versions the CRDs serve (v0.20 no longer serves
   ``v1beta1``, Kueue #14558); ``api_version`` is the one the generator writes (``v1beta2``, served
   by both);
+- ``gates``: the feature gates of the release behind the rows above (:data:`GATE_FIELDS`), each
+  with its default; the platform file's ``kueue.featureGates`` sets them as the cluster's Kueue
+  ``--feature-gates`` does (:func:`kueue_release`);
 - ``source``: where the row was read.
 
 Errors: :func:`kueue_release` raises :class:`UnsupportedKueueVersion` (a ``ValueError``) for a
-version that has no row.
+version that has no row or a feature gate the release does not have.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "DEFAULT_KUEUE_VERSION",
+    "GATE_FIELDS",
     "HOSTNAME_LEVEL",
     "VERSIONS",
     "KueueRelease",
     "UnsupportedKueueVersion",
+    "known_version",
     "kueue_release",
     "supported_versions",
 ]
@@ -54,7 +60,15 @@ HOSTNAME_LEVEL = "kubernetes.io/hostname"
 
 
 class UnsupportedKueueVersion(ValueError):
-    """A ``kueue.version`` with no row in :data:`VERSIONS`."""
+    """A ``kueue.version`` with no row in :data:`VERSIONS`, or a feature gate its release lacks."""
+
+
+#: Kueue's feature gate → the :class:`KueueRelease` field it turns on or off.
+GATE_FIELDS: Mapping[str, str] = {
+    "TASRejectFalseUnconstrainedTopology": "unconstrained_false_refused",
+    "TASPartialSlices": "partial_slices",
+    "TASGroupedPodSetSlicing": "grouped_slicing",
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class KueueRelease:
     served_api_versions: tuple[str, ...]
     api_version: str
     source: str
+    gates: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -101,6 +116,9 @@ VERSIONS: dict[str, KueueRelease] = {
         tas_flavor_immutable=frozenset({"topologyName"}),
         served_api_versions=("v1beta2",),
         api_version="kueue.x-k8s.io/v1beta2",
+        # The defaults: TASPartialSlices and TASGroupedPodSetSlicing are Beta and on (CHANGELOG-0.20);
+        # TASRejectFalseUnconstrainedTopology is taken as on, as the v0.20 release refuses "false".
+        gates={"TASRejectFalseUnconstrainedTopology": True, "TASPartialSlices": True, "TASGroupedPodSetSlicing": True},
         source=(
             "CHANGELOG/CHANGELOG-0.20.md (#14558, #13910, #13738, #13622, #15262, #15640, #15111); "
             "apis/kueue/v1beta2/topology_types.go and resourceflavor_types.go XValidation rules on "
@@ -111,20 +129,50 @@ VERSIONS: dict[str, KueueRelease] = {
 }
 
 
+def known_version(version: str) -> str:
+    """``version`` when :data:`VERSIONS` has its row (a pydantic validator).
+
+    Raises:
+        UnsupportedKueueVersion: no row (see :func:`kueue_release`).
+    """
+    kueue_release(version)
+    return version
+
+
 def supported_versions() -> list[str]:
     """The versions :data:`VERSIONS` has a row for, oldest first."""
     return list(VERSIONS)
 
 
-def kueue_release(version: str | None = None) -> KueueRelease:
-    """The row of ``version`` (None: :data:`DEFAULT_KUEUE_VERSION`).
+def kueue_release(version: str | None = None, gates: Mapping[str, bool] | None = None) -> KueueRelease:
+    """The row of ``version`` (None: :data:`DEFAULT_KUEUE_VERSION`), with ``gates`` (Kueue feature
+    gate → on) set over the release's defaults.
 
     Raises:
-        UnsupportedKueueVersion: no row, e.g. ``Kueue v0.21.0 is not supported (supported: v0.19.2, v0.20.7)``.
+        UnsupportedKueueVersion: no row, e.g. ``Kueue v0.21.0 is not supported (supported: v0.19.2,
+            v0.20.7)``; or a gate the release does not have, e.g. ``Kueue v0.19.2 has no feature gate
+            TASPartialSlices (its gates the governor follows: none)``.
     """
     name = DEFAULT_KUEUE_VERSION if version is None else version
     release = VERSIONS.get(name)
     if release is None:
         supported = ", ".join(VERSIONS)
         raise UnsupportedKueueVersion(f"Kueue {name} is not supported (supported: {supported})")
-    return release
+    if not gates:
+        return release
+    for gate in gates:
+        if gate not in release.gates:
+            known = ", ".join(release.gates) or "none"
+            raise UnsupportedKueueVersion(
+                f"{release.label} has no feature gate {gate} (its gates the governor follows: {known})"
+            )
+    merged = {**release.gates, **gates}
+    return replace(
+        release,
+        gates=merged,
+        unconstrained_false_refused=merged.get(
+            "TASRejectFalseUnconstrainedTopology", release.unconstrained_false_refused
+        ),
+        partial_slices=merged.get("TASPartialSlices", release.partial_slices),
+        grouped_slicing=merged.get("TASGroupedPodSetSlicing", release.grouped_slicing),
+    )

@@ -13,7 +13,6 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, kueue_release, supported_versions
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.fields import (
     API_VERSION,
@@ -31,6 +30,7 @@ from webhook.core.platform.fields import (
     never_negative,
     requirement_values,
 )
+from webhook.core.platform.target import KueueTarget
 
 _EFFECT = "the taint effect: NoSchedule, PreferNoSchedule or NoExecute"
 _ENFORCEMENT = (
@@ -358,22 +358,6 @@ class TeamSpec(_Named):
         default="BestEffortFIFO", description="the ClusterQueue's queueing strategy"
     )
     policy: TeamPolicy = Field(default_factory=TeamPolicy, description="what the webhook does with its workloads")
-
-
-def _known_kueue(version: str) -> str:
-    kueue_release(version)  # UnsupportedKueueVersion (a ValueError) names the supported ones
-    return version
-
-
-class KueueTarget(_Model):
-    """The Kueue release the platform runs (SPEC §13): the rules that differ between releases follow it."""
-
-    version: Annotated[str, AfterValidator(_known_kueue)] = Field(
-        default=DEFAULT_KUEUE_VERSION,
-        description="the Kueue release of the cluster, one of "
-        + ", ".join(supported_versions())
-        + f" (default {DEFAULT_KUEUE_VERSION}, SageMaker HyperPod's task-governance add-on)",
-    )
 
 
 class Platform(_Model):
