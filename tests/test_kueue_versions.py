@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from support import platform_with, review_body
 
+from e2e import build
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.versions import (
     DEFAULT_KUEUE_VERSION,
@@ -93,6 +94,11 @@ def test_an_unsupported_release_is_a_clear_error_at_its_path(version: str) -> No
     (problem,) = raised.value.problems
     assert problem.path == "kueue.version"
     assert problem.message == f"Kueue {version} is not supported (supported: v0.19.2, v0.20.7)"
+
+
+def test_the_e2e_suites_kueue_is_a_supported_release_and_the_default() -> None:
+    """The real Kueue the end-to-end suite runs (``e2e/build.py``) is the release the rules default to."""
+    assert build.KUEUE_VERSION == DEFAULT_KUEUE_VERSION and build.KUEUE_VERSION in VERSIONS
 
 
 def test_kueue_release_names_the_supported_ones() -> None:
