@@ -7,7 +7,8 @@ branching on a version string. A row holds only what the governor enforces or pr
 - ``unconstrained_false_refused``: whether Kueue's ``ValidateTASPodSetRequest`` refuses
   ``podset-unconstrained-topology`` values that Go's ``strconv.ParseBool`` reads as false
   (``"false"``, ``"0"``, ``"f"``…; gate ``TASRejectFalseUnconstrainedTopology``, Kueue #15262).
-  v0.19.2 accepts them and then fails admission ("topology level not specified");
+  The release notes and Kueue's test case name ``"false"`` only; the other spellings are taken
+  alike. v0.19.2 accepts them and then fails admission ("topology level not specified");
 - ``partial_slices``: whether Kueue's TAS places a podset whose pods are not a multiple of its
   ``podset-slice-size`` whole, the last slice partial (gate ``TASPartialSlices``, Beta and on by
   default, Kueue #15640). Without it (v0.19.2) TAS places ``count // size`` slices and the other
@@ -116,8 +117,9 @@ VERSIONS: dict[str, KueueRelease] = {
         tas_flavor_immutable=frozenset({"topologyName"}),
         served_api_versions=("v1beta2",),
         api_version="kueue.x-k8s.io/v1beta2",
-        # The defaults: TASPartialSlices and TASGroupedPodSetSlicing are Beta and on (CHANGELOG-0.20);
-        # TASRejectFalseUnconstrainedTopology is taken as on, as the v0.20 release refuses "false".
+        # The defaults: TASPartialSlices and TASGroupedPodSetSlicing are Beta and on (CHANGELOG-0.20).
+        # TASRejectFalseUnconstrainedTopology's default is not in the release notes: taken as on
+        # (v0.20 refuses "false"); kueue.featureGates turns it off for a cluster that runs it off.
         gates={"TASRejectFalseUnconstrainedTopology": True, "TASPartialSlices": True, "TASGroupedPodSetSlicing": True},
         source=(
             "CHANGELOG/CHANGELOG-0.20.md (#14558, #13910, #13738, #13622, #15262, #15640, #15111); "
