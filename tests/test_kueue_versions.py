@@ -20,7 +20,7 @@ from webhook.core.kueue.versions import (
     UnsupportedKueueVersion,
     kueue_release,
 )
-from webhook.core.platform.platform import PlatformError, parse_platform
+from webhook.core.platform.platform import Platform, PlatformError, parse_platform
 from webhook.core.platform.policy import PolicySet, compile_policies
 from webhook.core.platform.resolve import TeamIndex
 from webhook.generate.manifests import build_manifests
@@ -380,3 +380,10 @@ def test_an_unknown_gate_is_a_clear_error_at_its_path(version: str, gate: str, m
         parse_platform(data)
     (problem,) = raised.value.problems
     assert (problem.path, problem.message) == ("kueue", message)
+
+
+def test_the_platform_schema_lists_the_supported_releases() -> None:
+    """Editors complete ``kueue.version`` from the exported JSON Schema (``kgov schema``)."""
+    schema = Platform.model_json_schema()
+    version = schema["$defs"]["KueueTarget"]["properties"]["version"]
+    assert version["enum"] == list(VERSIONS) and version["default"] == DEFAULT_KUEUE_VERSION

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from webhook.core.kueue.versions import (
     DEFAULT_KUEUE_VERSION,
@@ -21,7 +21,7 @@ __all__ = ["KueueTarget"]
 
 
 class KueueTarget(BaseModel):
-    """The Kueue release the platform runs (SPEC §13): the rules that differ between releases follow it."""
+    """The Kueue release the platform runs: the rules that differ between releases follow it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,6 +30,7 @@ class KueueTarget(BaseModel):
         description="the Kueue release of the cluster, one of "
         + ", ".join(supported_versions())
         + f" (default {DEFAULT_KUEUE_VERSION}, SageMaker HyperPod's task-governance add-on)",
+        json_schema_extra={"enum": list[JsonValue](supported_versions())},
     )
     featureGates: dict[str, bool] = Field(
         default_factory=dict,
