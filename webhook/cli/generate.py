@@ -276,7 +276,8 @@ def diff_command(
 
     For every generated object: a unified diff of the fields the generator writes (live → generated),
     "create" when it is missing, and a RECREATE note when Kueue refuses the change in place (a
-    ResourceFlavor with topologyName, a Topology's levels, a LocalQueue's clusterQueue). Objects the
+    ResourceFlavor with topologyName, a Topology's levels, a LocalQueue's clusterQueue, as the
+    platform's kueue.version keeps them). Objects the
     platform owns (labelled app.kubernetes.io/managed-by=kueue-governor, and
     app.kubernetes.io/instance=NAME with --instance, without that label otherwise) that are no
     longer generated show as deletions. Quantities compare by value (64 and "64", 1024Mi and 1Gi).
@@ -291,7 +292,7 @@ def diff_command(
         live = asyncio.run(fetch_live(desired, kubeconfig, context, instance))
     except ClusterError as exc:
         fail(str(exc))
-    diffs = diff_objects(desired, live, field_manager)
+    diffs = diff_objects(desired, live, field_manager, platform.kueue.release)
     for diff in diffs:
         click.echo(f"# {diff.action}: {diff.label}")
         click.echo(diff.diff, nl=False)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.core.kueue.versions import KueueRelease
 from webhook.generate.manifests import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Manifest, object_key
 from webhook.generate.recreate import QUANTITY_FIELDS, equivalent, needs_recreate, same_quantity
 from webhook.generate.render import dump_yaml
@@ -200,8 +201,12 @@ def _yaml_lines(obj: Any) -> list[str]:
     return dump_yaml([obj]).splitlines(keepends=True) if obj is not None else []
 
 
-def diff_objects(desired: list[Manifest], live: LiveState, field_manager: str | None = None) -> list[ObjectDiff]:
-    """Every generated object that differs from the cluster, then every stray managed object.
+def diff_objects(
+    desired: list[Manifest], live: LiveState, field_manager: str | None = None, release: KueueRelease | None = None
+) -> list[ObjectDiff]:
+    """Every generated object that differs from the cluster, then every stray managed object; an
+    update that the cluster's Kueue ``release`` (None: the default) refuses in place says why
+    (:func:`webhook.generate.recreate.needs_recreate`).
 
     Pure: no I/O. Objects equal once projected (:func:`project`, quantities compared by value)
     are left out; an empty list means the cluster matches. With ``field_manager`` (the manager
@@ -229,7 +234,7 @@ def diff_objects(desired: list[Manifest], live: LiveState, field_manager: str | 
                 tofile=f"{_label(key)} (generated)",
             )
         )
-        out.append(ObjectDiff(key, "update", diff, needs_recreate(obj, current)))
+        out.append(ObjectDiff(key, "update", diff, needs_recreate(obj, current, release)))
     for stray in live.extra:
         key = object_key(stray)
         if key[1] == "Namespace":

@@ -360,10 +360,13 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
     """Every generated object, grouped by output file (keys in :data:`FILE_KINDS` order).
 
     Files that would be empty (no cohorts, no pod priority classes, namespaces not asked for)
-    are left out. ``platform`` must have passed validation; a resource-group conflict is skipped
-    here and reported by :func:`webhook.generate.validate.validate_platform`.
+    are left out. Kueue's kinds are in the API version of the platform's ``kueue.version``
+    (:data:`webhook.core.kueue.versions.VERSIONS`). ``platform`` must have passed validation; a
+    resource-group conflict is skipped here and reported by :func:`webhook.generate.validate.validate_platform`.
     """
     options = options or GenerateOptions()
+    # Kueue's kinds in the API version the platform's Kueue release serves (SPEC §13).
+    api_version = platform.kueue.release.api_version
     builders: dict[str, Callable[[], list[Manifest]]] = {
         "namespaces.yaml": lambda: namespaces(platform, options.policy_namespace, teams=options.namespaces),
         "topologies.yaml": lambda: topologies(platform),
@@ -378,8 +381,10 @@ def build_manifests(platform: Platform, options: GenerateOptions | None = None) 
     out: dict[str, list[Manifest]] = {}
     for name in builders:
         objects = builders[name]()
-        if options.instance is not None:
-            for obj in objects:
+        for obj in objects:
+            if obj["apiVersion"] == KUEUE_API_VERSION:
+                obj["apiVersion"] = api_version
+            if options.instance is not None:
                 obj["metadata"]["labels"][INSTANCE_LABEL] = options.instance
         if objects:
             out[name] = objects

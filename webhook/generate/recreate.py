@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.core.kueue.versions import HOSTNAME_LEVEL, KueueRelease, kueue_release
 from webhook.core.objects.quantity import parse_quantity
 from webhook.core.platform.platform import Platform, Problem
 from webhook.core.platform.policy import local_queue_name, team_namespaces
@@ -59,28 +60,57 @@ def equivalent(a: Any, b: Any, field: str = "") -> bool:
     return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
 
 
-def needs_recreate(desired: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """Why ``current`` cannot be updated in place to ``desired`` (same kind and name), or None.
+def _last_level(levels: Any) -> Any:
+    if isinstance(levels, list) and levels and isinstance(levels[-1], Mapping):
+        return levels[-1].get("nodeLabel")
+    return None
 
-    - ResourceFlavor whose live version has ``topologyName``: Kueue refuses changes to
-      ``nodeLabels``, ``tolerations`` and ``topologyName`` (CRD validation rules, e.g. "nodeLabels
-      are immutable when topologyName is set", Kueue v0.17); newer releases keep the whole spec
-      immutable (``resourceFlavorSpec are immutable when topologyName is set``), which adds
-      ``nodeTaints``. Adding a ``topologyName`` to a flavor without one is allowed;
-    - Topology: ``spec.levels`` is immutable;
+
+def _fields(names: Iterable[str]) -> str:
+    ordered = sorted(names, key=["nodeLabels", "tolerations", "topologyName"].index)
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " and " + ordered[-1]
+
+
+def needs_recreate(
+    desired: Mapping[str, Any], current: Mapping[str, Any], release: KueueRelease | None = None
+) -> str | None:
+    """Why ``current`` cannot be updated in place to ``desired`` (same kind and name) on the
+    Kueue ``release`` (None: the default, :data:`webhook.core.kueue.versions.DEFAULT_KUEUE_VERSION`),
+    or None. The rules are the CRDs' validation rules, per release in
+    :data:`webhook.core.kueue.versions.VERSIONS`:
+
+    - ResourceFlavor whose live version has ``topologyName``: Kueue refuses changes to the fields
+      of ``release.tas_flavor_immutable`` (v0.19.2: ``nodeLabels``, ``tolerations`` and
+      ``topologyName``, e.g. "nodeLabels are immutable when topologyName is set"; v0.20: only
+      ``topologyName``). While a release keeps ``nodeLabels`` too, a change of another field is
+      warned about as well: older releases kept the whole spec immutable (``resourceFlavorSpec are
+      immutable when topologyName is set``). Adding a ``topologyName`` to a flavor without one is allowed;
+    - Topology: ``spec.levels`` is immutable, except under ``release.topology_levels_mutable``
+      (v0.20) when ``kubernetes.io/hostname`` is the lowest level before and after;
     - LocalQueue: ``spec.clusterQueue`` is immutable.
     """
+    release = release or kueue_release()
     kind = desired.get("kind")
     old, new = _spec(current), _spec(desired)
     if kind == "ResourceFlavor":
         changed = sorted(k for k in {*old, *new} if not equivalent(old.get(k), new.get(k), k))
         if old.get("topologyName") and changed:
             where = f"changes {', '.join(changed)} of a ResourceFlavor with topologyName {old['topologyName']!r}; "
-            if set(changed) & {"nodeLabels", "tolerations", "topologyName"}:
-                return where + "Kueue refuses changes to nodeLabels, tolerations and topologyName once it is set"
-            return where + "newer Kueue releases keep the whole spec immutable once topologyName is set"
+            fixed = release.tas_flavor_immutable
+            if set(changed) & fixed:
+                return where + f"Kueue refuses changes to {_fields(fixed)} once it is set"
+            if "nodeLabels" in fixed:
+                return where + "newer Kueue releases keep the whole spec immutable once topologyName is set"
     elif kind == "Topology":
-        if old.get("levels") != new.get("levels"):
+        levels, was = new.get("levels"), old.get("levels")
+        if was != levels:
+            if release.topology_levels_mutable and _last_level(was) == _last_level(levels) == HOSTNAME_LEVEL:
+                return None
+            if release.topology_levels_mutable:
+                return (
+                    f"changes spec.levels; {release.label} changes a Topology's levels in place only when "
+                    f"{HOSTNAME_LEVEL} is the lowest level both before and after"
+                )
             return "changes spec.levels; Kueue keeps a Topology's levels immutable"
     elif kind == "LocalQueue" and old.get("clusterQueue") and old.get("clusterQueue") != new.get("clusterQueue"):
         return (
@@ -119,7 +149,9 @@ def recreate_warnings(
     desired: Iterable[Manifest], current: Iterable[Manifest], platform: Platform | None = None
 ) -> list[Recreate]:
     """Warnings for generated objects whose existing version (same kind, namespace, name) cannot be
-    updated in place (:func:`needs_recreate`). Paths point into ``platform`` when given."""
+    updated in place (:func:`needs_recreate`) on the platform's ``kueue.version`` (the default
+    without a platform). Paths point into ``platform`` when given."""
+    release = platform.kueue.release if platform is not None else kueue_release()
     existing = {}
     for obj in current:
         metadata = obj.get("metadata") or {}
@@ -131,7 +163,7 @@ def recreate_warnings(
         old = existing.get((kind, namespace, name))
         if old is None:
             continue
-        reason = needs_recreate(obj, old)
+        reason = needs_recreate(obj, old, release)
         if reason is None:
             continue
         out.append(

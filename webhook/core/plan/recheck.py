@@ -96,7 +96,7 @@ def recheck_admissible(
     planned = kueue_view(draft.doc, row)
     what = "; ".join(changed)
     undo = ": set it back, or make the pods fewer or smaller so that they fit" if sized else ": set it back"
-    for message, _ in kueue_tas_findings(planned, elastic_forbidden(draft.doc, row)):
+    for message, _ in kueue_tas_findings(planned, elastic_forbidden(draft.doc, row), team.kueue):
         plan.report("warn", "topology", f"{message}; this update {what}: set it back")
     found = Plan()
     check_admissible(planned, team, inventory, workload_labels(draft.doc, row).get(QUEUE_LABEL), found)

@@ -30,6 +30,7 @@ from webhook.core.platform.fields import (
     never_negative,
     requirement_values,
 )
+from webhook.core.platform.target import KueueTarget
 
 _EFFECT = "the taint effect: NoSchedule, PreferNoSchedule or NoExecute"
 _ENFORCEMENT = (
@@ -371,6 +372,7 @@ class Platform(_Model):
         description="object names: default (the platform names) or hyperpod (SageMaker HyperPod's: "
         "hyperpod-ns-<team>, hyperpod-ns-<team>-localqueue, <priority>-priority)",
     )
+    kueue: KueueTarget = Field(default_factory=KueueTarget, description="the Kueue release the cluster runs")
     topologies: list[TopologySpec] = Field(default_factory=list, description="Kueue Topologies")
     flavors: list[FlavorSpec] = Field(default_factory=list, description="Kueue ResourceFlavors")
     cohorts: list[CohortSpec] = Field(default_factory=list, description="Kueue Cohorts")

@@ -13,8 +13,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, KueueRelease, known_version, kueue_release
 from webhook.core.objects.quantity import format_quantity, parse_quantity
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.naming import (
@@ -101,8 +110,28 @@ class TopologyPlacement(_Frozen):
         return out
 
 
+KueueVersion = Annotated[str, AfterValidator(known_version)]
+
+
+def _without_default_kueue(out: dict[str, Any]) -> dict[str, Any]:
+    # The default release is left out: a policy ConfigMap reads the same as before the field existed.
+    if out.get("kueueVersion") == DEFAULT_KUEUE_VERSION:
+        del out["kueueVersion"]
+    if out.get("kueueFeatureGates") == {}:
+        del out["kueueFeatureGates"]
+    return out
+
+
 class TeamPolicyCompiled(_Frozen):
     team: str
+    kueueVersion: KueueVersion = Field(
+        default=DEFAULT_KUEUE_VERSION,
+        description="the platform's kueue.version: the Kueue release whose rules apply to the team's workloads "
+        "(a policy compiled before this field existed: " + DEFAULT_KUEUE_VERSION + ")",
+    )
+    kueueFeatureGates: dict[str, bool] = Field(
+        default_factory=dict, description="the platform's kueue.featureGates: gates set otherwise than the release's"
+    )
     namespaces: list[str]
     namespaceSelector: LabelSelector | None = None
     queue: ValueRule
@@ -131,12 +160,32 @@ class TeamPolicyCompiled(_Frozen):
         "is generated for each, no PriorityClass",
     )
 
+    @property
+    def kueue(self) -> KueueRelease:
+        """The row of :data:`webhook.core.kueue.versions.VERSIONS` for :attr:`kueueVersion`."""
+        return kueue_release(self.kueueVersion, self.kueueFeatureGates)
+
+    @model_validator(mode="after")
+    def _known_gates(self) -> TeamPolicyCompiled:
+        kueue_release(self.kueueVersion, self.kueueFeatureGates)  # UnsupportedKueueVersion: a ValueError
+        return self
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_default_kueue(handler(self))
+
 
 class PolicySet(_Frozen):
     """Everything the webhook needs; serialised as JSON in the policy ConfigMap."""
 
     apiVersion: Literal["kueue-governor.io/v1alpha1"] = "kueue-governor.io/v1alpha1"
     kind: Literal["PolicySet"] = "PolicySet"
+    kueueVersion: KueueVersion = Field(
+        default=DEFAULT_KUEUE_VERSION, description="the platform's kueue.version (each team carries it too)"
+    )
+    kueueFeatureGates: dict[str, bool] = Field(
+        default_factory=dict, description="the platform's kueue.featureGates (each team carries them too)"
+    )
     teams: list[TeamPolicyCompiled] = Field(default_factory=list)
     excludedNamespaces: list[str] = Field(default_factory=lambda: list(ALWAYS_EXCLUDED_NAMESPACES))
     controllers: list[Annotated[str, AfterValidator(controller_name)]] = Field(
@@ -144,6 +193,10 @@ class PolicySet(_Frozen):
         description="the platform file's controllers: the users that may make an object a child of a "
         "workload Kueue manages (a policy compiled before this field existed: the default list)",
     )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_default_kueue(handler(self))
 
 
 def _value_rule(platform: Platform, rule: PriorityRule | None, pods: bool = False) -> ValueRule | None:
@@ -225,6 +278,8 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
         teams.append(
             TeamPolicyCompiled(
                 team=team.name,
+                kueueVersion=platform.kueue.version,
+                kueueFeatureGates=dict(platform.kueue.featureGates),
                 namespaces=team_namespaces(platform, team),
                 namespaceSelector=team.namespaceSelector,
                 queue=ValueRule(default=default_queue, allowed=allowed, enforcement=queue.enforcement),
@@ -239,4 +294,10 @@ def compile_policies(platform: Platform, extra_excluded: list[str] | None = None
             )
         )
     excluded = list(dict.fromkeys([*ALWAYS_EXCLUDED_NAMESPACES, *(extra_excluded or [])]))
-    return PolicySet(teams=teams, excludedNamespaces=excluded, controllers=list(platform.controllers))
+    return PolicySet(
+        kueueVersion=platform.kueue.version,
+        kueueFeatureGates=dict(platform.kueue.featureGates),
+        teams=teams,
+        excludedNamespaces=excluded,
+        controllers=list(platform.controllers),
+    )

@@ -6,7 +6,9 @@ checks, besides what :mod:`webhook.core.plan.rules.kueue_tas` reads of the annot
 - the levels of ``podset-required-topology``, ``podset-preferred-topology`` and
   ``podset-slice-required-topology`` are label keys (``metavalidation.ValidateLabelName``: one
   error per reason Kubernetes' ``IsQualifiedName`` gives, :func:`label_key_errors`);
-- ``podset-unconstrained-topology`` is what Go's ``strconv.ParseBool`` reads ("must be a boolean value");
+- ``podset-unconstrained-topology`` is what Go's ``strconv.ParseBool`` reads ("must be a boolean value"),
+  and, under a release that refuses it (``KueueRelease.unconstrained_false_refused``, Kueue v0.20's
+  ``TASRejectFalseUnconstrainedTopology``), not a false one;
 - ``podset-slice-required-topology-constraints`` (multi-layer slices, feature gate
   ``TASMultiLayerTopology``, on by default since v0.19; ``validateSliceRequiredTopologyConstraintsAnnotation``):
   never next to ``podset-slice-required-topology`` or ``podset-slice-size`` (nor next to
@@ -16,12 +18,14 @@ checks, besides what :mod:`webhook.core.plan.rules.kueue_tas` reads of the annot
   size dividing its parent layer's.
 
 ``ValidateSliceSizeAnnotationUpperBound`` also bounds the first layer's size by the podset's
-pods (:func:`first_layer_above`). Kueue's Job webhook (``pkg/controller/jobs/job/job_webhook.go``,
-``validateTopologyRequest``) refuses required and preferred topology on an elastic Job
-(:func:`elastic_errors`). The Workload CRD (``apis/kueue/v1beta2/workload_types.go``) holds a
-level of at most 63 characters (``required``, ``preferred``, ``podSetSliceRequiredTopology``, a
-layer's ``topology``: ``+kubebuilder:validation:MaxLength=63``), though a label key may be longer:
-Kueue then never creates the Workload (:func:`crd_errors`).
+pods (:func:`first_layer_above`) and, under a release with partial slices, makes it divide them
+when there is more than one layer (:func:`first_layer_remainder`). Kueue's Job webhook
+(``pkg/controller/jobs/job/job_webhook.go``, ``validateTopologyRequest``) refuses required and
+preferred topology on an elastic Job (:func:`elastic_errors`). The Workload CRD
+(``apis/kueue/v1beta2/workload_types.go``) holds a level of at most 63 characters (``required``,
+``preferred``, ``podSetSliceRequiredTopology``, a layer's ``topology``:
+``+kubebuilder:validation:MaxLength=63``), though a label key may be longer: Kueue then never
+creates the Workload (:func:`crd_errors`).
 
 Each finding is ``(subject, value, message)``: the subject is the annotation key (with
 ``[i].topology`` or ``[i].size`` for a layer), the value the one refused (None: not shown),
@@ -38,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, KueueRelease, kueue_release
 from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_CONSTRAINTS, SLICE_REQUIRED, SLICE_SIZE, UNCONSTRAINED
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "crd_errors",
     "elastic_errors",
     "first_layer_above",
+    "first_layer_remainder",
     "label_key_errors",
     "layer_errors",
     "order_problems",
@@ -230,9 +236,11 @@ def layer_errors(annotations: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def value_errors(annotations: Mapping[str, Any]) -> list[Finding]:
+def value_errors(annotations: Mapping[str, Any], release: KueueRelease | None = None) -> list[Finding]:
     """Kueue's findings on the levels' names and the unconstrained flag of one podset (see the
-    module), in Kueue's order."""
+    module), in Kueue's order, under ``release``'s rules (None: the default release,
+    :data:`webhook.core.kueue.versions.DEFAULT_KUEUE_VERSION`)."""
+    release = release or kueue_release(DEFAULT_KUEUE_VERSION)
     out: list[Finding] = []
     for key in (REQUIRED, PREFERRED, SLICE_REQUIRED):
         level = annotations.get(key)
@@ -241,6 +249,9 @@ def value_errors(annotations: Mapping[str, Any]) -> list[Finding]:
     flag = annotations.get(UNCONSTRAINED)
     if isinstance(flag, str) and parse_bool(flag) is None:
         out.append((UNCONSTRAINED, flag, "must be a boolean value"))
+    elif isinstance(flag, str) and parse_bool(flag) is False and release.unconstrained_false_refused:
+        message = "must not be false (leave the annotation out for no topology request)"
+        out.append((UNCONSTRAINED, flag, message))
     return out
 
 
@@ -252,6 +263,22 @@ def first_layer_above(annotations: Mapping[str, Any], count: int) -> list[Findin
     if isinstance(layers, str) or not layers or layers[0].size <= count:
         return []
     return [(SLICE_CONSTRAINTS, layers[0].size, f"must not be greater than pod set count {count}")]
+
+
+def first_layer_remainder(annotations: Mapping[str, Any], count: int, release: KueueRelease) -> list[Finding]:
+    """``ValidateSliceSizeAnnotationUpperBound`` under a release with partial slices
+    (``release.partial_slices``, Kueue v0.20's ``TASPartialSlices``): only a single layer may leave a
+    partial last slice, so with more than one layer the first (outermost) size, at most ``count``,
+    must divide the podset's ``count`` pods ("must evenly divide pod set count N when more than
+    one layer is specified"); [] otherwise, and when the layers do not parse."""
+    text = annotations.get(SLICE_CONSTRAINTS)
+    layers = parse_layers(text) if isinstance(text, str) and release.partial_slices else ()
+    if isinstance(layers, str) or len(layers) < 2 or not 1 <= layers[0].size <= count:
+        return []
+    if count % layers[0].size == 0:
+        return []
+    message = f"must evenly divide pod set count {count} when more than one layer is specified"
+    return [(SLICE_CONSTRAINTS, layers[0].size, message)]
 
 
 def elastic_errors(annotations: Mapping[str, Any], forbidden: Sequence[str]) -> list[Finding]:

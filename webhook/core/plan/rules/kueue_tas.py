@@ -38,9 +38,11 @@ so. A slice size that is no integer is a malformed count (:mod:`webhook.core.kue
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, KueueRelease, kueue_release
 from webhook.core.kueue.view import (
     GROUP_NAME,
     PREFERRED,
@@ -57,6 +59,7 @@ from webhook.core.plan.rules.kueue_slices import (
     crd_errors,
     elastic_errors,
     first_layer_above,
+    first_layer_remainder,
     layer_errors,
     value_errors,
 )
@@ -88,6 +91,8 @@ _CRD = "Workload CRD podSetGroupName maxLength"
 _LEVEL_CRD = "Workload CRD topology level maxLength"
 #: Kueue v0.19.2's longest ``podSetGroupName`` (the Workload's ``+kubebuilder:validation:MaxLength``).
 GROUP_NAME_MAX = 256
+#: The release whose rules apply when a caller names none (the platform file's default).
+DEFAULT_RELEASE = kueue_release(DEFAULT_KUEUE_VERSION)
 
 
 def _number(name: str) -> bool:
@@ -95,69 +100,77 @@ def _number(name: str) -> bool:
     return name.isascii() and name.isdigit() and int(name) < 2**64
 
 
-def _finding(podset: PodSet, key: str, value: Any, message: str, source: str) -> tuple[str, str]:
+def _finding(
+    podset: PodSet, key: str, value: Any, message: str, source: str, release: KueueRelease = DEFAULT_RELEASE
+) -> tuple[str, str]:
     shown = "" if value is None else f" {value!r}"
-    return f"podset {podset.name!r}: {key}{shown}: {message} (Kueue v0.19.2 {source})", source
+    return f"podset {podset.name!r}: {key}{shown}: {message} ({release.label} {source})", source
 
 
-def podset_problems(podset: PodSet) -> list[str]:
+def podset_problems(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) -> list[str]:
     """Kueue's findings on one podset's own TAS annotations (``ValidateTASPodSetRequest`` and
-    ``ValidateSliceSizeAnnotationUpperBound``), each one line naming the podset and the key."""
-    return [message for message, _ in _podset_findings(podset)]
+    ``ValidateSliceSizeAnnotationUpperBound``) under ``release``'s rules (:mod:`webhook.core.kueue.versions`),
+    each one line naming the podset and the key."""
+    return [message for message, _ in _podset_findings(podset, release)]
 
 
-def _podset_findings(podset: PodSet) -> list[tuple[str, str]]:
+def _podset_findings(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) -> list[tuple[str, str]]:
     """:func:`podset_problems`, each with the Kueue function that finds it."""
     a: Mapping[str, Any] = podset.annotations
     out: list[tuple[str, str]] = []
+    finding = functools.partial(_finding, release=release)
+
     modes = [key for key in (REQUIRED, PREFERRED, UNCONSTRAINED) if key in a]
     if len(modes) > 1:
         listed = ", ".join(f'"{key}"' for key in (REQUIRED, PREFERRED, UNCONSTRAINED))
         message = f"must not contain more than one topology annotation: [{listed}]"
-        out.append(_finding(podset, "annotations", None, message, _REQUEST))
-    out.extend(_finding(podset, key, value, message, _REQUEST) for key, value, message in value_errors(a))
+        out.append(finding(podset, "annotations", None, message, _REQUEST))
+    out.extend(finding(podset, key, value, message, _REQUEST) for key, value, message in value_errors(a, release))
     group = a.get(GROUP_NAME)
     if isinstance(group, str):
         if _number(group):
-            out.append(_finding(podset, GROUP_NAME, group, "must not be a number", _REQUEST))
-        for key in (SLICE_SIZE, SLICE_REQUIRED):
+            out.append(finding(podset, GROUP_NAME, group, "must not be a number", _REQUEST))
+        for key in (SLICE_SIZE, SLICE_REQUIRED) if not release.grouped_slicing else ():
             if key in a:
-                out.append(_finding(podset, GROUP_NAME, group, f"may not be set when '{key}' is specified", _REQUEST))
+                out.append(finding(podset, GROUP_NAME, group, f"may not be set when '{key}' is specified", _REQUEST))
         if REQUIRED not in a and PREFERRED not in a:
             message = f"may not be set when neither '{PREFERRED}' nor '{REQUIRED}' is specified"
-            out.append(_finding(podset, GROUP_NAME, group, message, _REQUEST))
-        if SLICE_CONSTRAINTS in a:
+            out.append(finding(podset, GROUP_NAME, group, message, _REQUEST))
+        if SLICE_CONSTRAINTS in a and not release.grouped_slicing:
             message = f"may not be set when '{SLICE_CONSTRAINTS}' is specified"
-            out.append(_finding(podset, GROUP_NAME, group, message, _REQUEST))
+            out.append(finding(podset, GROUP_NAME, group, message, _REQUEST))
         if len(group) > GROUP_NAME_MAX and (REQUIRED in a or PREFERRED in a):
             message = (
                 f"must be at most {GROUP_NAME_MAX} characters, got {len(group)}: Kueue copies it into its "
                 "Workload's podSetGroupName, which the API server refuses longer, so the Workload is never created"
             )
-            out.append(_finding(podset, GROUP_NAME, group, message, _CRD))
+            out.append(finding(podset, GROUP_NAME, group, message, _CRD))
     size = a.get(SLICE_SIZE)
     if isinstance(size, str) and size.isascii() and size.lstrip("+-").isdigit():
         if int(size) < 1:
-            out.append(_finding(podset, SLICE_SIZE, size, "must be greater than or equal to 1", _REQUEST))
+            out.append(finding(podset, SLICE_SIZE, size, "must be greater than or equal to 1", _REQUEST))
         elif int(size) > podset.count:
             message = f"must not be greater than pod set count {podset.count}"
-            out.append(_finding(podset, SLICE_SIZE, size, message, _BOUND))
+            out.append(finding(podset, SLICE_SIZE, size, message, _BOUND))
     if SLICE_REQUIRED in a and SLICE_SIZE not in a:
         message = f"must be set when '{SLICE_REQUIRED}' is specified"
-        out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
+        out.append(finding(podset, SLICE_SIZE, None, message, _REQUEST))
     if SLICE_SIZE in a and SLICE_REQUIRED not in a:
         message = f"may not be set when '{SLICE_REQUIRED}' is not specified"
-        out.append(_finding(podset, SLICE_SIZE, None, message, _REQUEST))
-    sourced = [(_REQUEST, layer_errors(a)), (_BOUND, first_layer_above(a, podset.count))]
+        out.append(finding(podset, SLICE_SIZE, None, message, _REQUEST))
+    sourced = [
+        (_REQUEST, layer_errors(a)),
+        (_BOUND, first_layer_above(a, podset.count) + first_layer_remainder(a, podset.count, release)),
+    ]
     if not out and not sourced[0][1]:  # Kueue copies only levels it accepts into its Workload
         sourced.append((_LEVEL_CRD, crd_errors(a)))
     out.extend(
-        _finding(podset, key, value, message, source) for source, found in sourced for key, value, message in found
+        finding(podset, key, value, message, source) for source, found in sourced for key, value, message in found
     )
     return out
 
 
-def slice_remainder(podset: PodSet) -> str | None:
+def slice_remainder(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) -> str | None:
     """The finding on a podset whose ``podset-slice-size`` (next to ``podset-slice-required-topology``,
     without which Kueue takes no slices: ``jobframework.NewPodSetTopologyRequest``) is at most its
     pods but does not divide them; None otherwise, and for one Pod of a pod group (its role's pods
@@ -169,10 +182,19 @@ def slice_remainder(podset: PodSet) -> str | None:
     assigned count, counting only pods not terminated) until pods of the podset end, so a workload
     whose pods must all run together never runs them all, e.g. ``podset 'main': …podset-slice-size '2':
     must divide pod set count 3: Kueue's TAS places 1 whole slice (2 pods) and leaves the other 1
-    pod gated until pods of this podset end (…)``."""
+    pod gated until pods of this podset end (…)``.
+
+    None under a release with partial slices (``release.partial_slices``, Kueue v0.20's
+    ``TASPartialSlices``): its TAS places the last slice with the remaining pods."""
     a: Mapping[str, Any] = podset.annotations
     size = a.get(SLICE_SIZE)
-    if podset.partial or SLICE_REQUIRED not in a or not isinstance(size, str) or not size.isascii():
+    if (
+        release.partial_slices
+        or podset.partial
+        or SLICE_REQUIRED not in a
+        or not isinstance(size, str)
+        or not size.isascii()
+    ):
         return None
     if not size.isdigit() or not 1 <= int(size) <= podset.count or podset.count % int(size) == 0:
         return None
@@ -182,7 +204,7 @@ def slice_remainder(podset: PodSet) -> str | None:
         f"{'slice' if slices == 1 else 'slices'} ({slices * int(size)} pods) and leaves the other "
         f"{rest} {'pod' if rest == 1 else 'pods'} gated until pods of this podset end"
     )
-    return _finding(podset, SLICE_SIZE, size, message, _WHOLE_SLICES)[0]
+    return _finding(podset, SLICE_SIZE, size, message, _WHOLE_SLICES, release)[0]
 
 
 def user_groups(podsets: Sequence[PodSet]) -> dict[str, list[PodSet]]:
@@ -194,20 +216,20 @@ def user_groups(podsets: Sequence[PodSet]) -> dict[str, list[PodSet]]:
     return groups
 
 
-def _shape_problems(name: str, members: Sequence[PodSet]) -> list[str]:
+def _shape_problems(name: str, members: Sequence[PodSet], release: KueueRelease = DEFAULT_RELEASE) -> list[str]:
     """The group's size, pod counts and name as Kueue checks them (not the members' levels)."""
     where = " + ".join(repr(p.name) for p in members)
     head = f"podset {where}: {GROUP_NAME} {name!r}"
     if len(members) != 2:
         return [
             f"{head}: can only define groups of exactly 2 pod sets, got: {len(members)} pod set(s) "
-            f"(Kueue v0.19.2 {_GROUPING})"
+            f"({release.label} {_GROUPING})"
         ]
     first, second = members
     if first.count != 1 and second.count != 1:
         return [
             f"{head}: can only define groups where at least one pod set has only 1 replica, got: "
-            f"{first.count} replica(s) and {second.count} replica(s) in the group (Kueue v0.19.2 {_GROUPING})"
+            f"{first.count} replica(s) and {second.count} replica(s) in the group ({release.label} {_GROUPING})"
         ]
     return []
 
@@ -225,19 +247,19 @@ def _request(podset: PodSet) -> tuple[str | None, str | None]:
     return (required, None) if required is not None else (None, a.get(PREFERRED))
 
 
-def group_problems(podsets: Sequence[PodSet]) -> list[str]:
+def group_problems(podsets: Sequence[PodSet], release: KueueRelease = DEFAULT_RELEASE) -> list[str]:
     """Kueue's ``ValidatePodSetGroupingTopology`` findings: groups are the podsets whose
     ``podset-group-name`` Kueue keeps (those with required or preferred topology)."""
     kept = [p for p in podsets if REQUIRED in p.annotations or PREFERRED in p.annotations]
     out: list[str] = []
     for name, members in user_groups(kept).items():
-        shape = _shape_problems(name, members)
+        shape = _shape_problems(name, members, release)
         out.extend(shape)
         if len(members) == 2 and _request(members[0]) != _request(members[1]):
             first, second = members
             out.append(
                 f"podset {first.name!r} + {second.name!r}: must specify '{REQUIRED}' or '{PREFERRED}' topology "
-                f"consistent with each other in group {name!r} (Kueue v0.19.2 {_GROUPING})"
+                f"consistent with each other in group {name!r} ({release.label} {_GROUPING})"
             )
     return out
 
@@ -270,38 +292,47 @@ def _refused(source: str, kind: str) -> bool:
     return kind in GROUPS_CHECKED if source == _GROUPING else kind not in _SKIPPED_BY[source]
 
 
-def _sourced_problems(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, str]]:
+def _sourced_problems(
+    view: WorkloadView, forbidden: Sequence[str] = (), release: KueueRelease = DEFAULT_RELEASE
+) -> list[tuple[str, str]]:
     """:func:`kueue_tas_problems`, each with the Kueue function (or rule) that finds it."""
     if view.row.opaque:
         return []
     podsets = [p for p in view.podsets if p.present]
     out: list[tuple[str, str]] = []
     for podset in podsets:
-        out.extend(_podset_findings(podset))
+        out.extend(_podset_findings(podset, release))
         elastic = elastic_errors(podset.annotations, forbidden)
-        out.extend(_finding(podset, key, value, message, _ELASTIC) for key, value, message in elastic)
-        remainder = slice_remainder(podset)
+        out.extend(_finding(podset, key, value, message, _ELASTIC, release) for key, value, message in elastic)
+        remainder = slice_remainder(podset, release)
         if remainder is not None:
             out.append((remainder, _WHOLE_SLICES))
     if not any(p.partial for p in podsets):
-        grouped = group_problems(podsets)
+        grouped = group_problems(podsets, release)
         for name, members in user_groups(podsets).items():
             if not any(REQUIRED in p.annotations or PREFERRED in p.annotations for p in members):
                 # no member asks for topology, and none is added: say what Kueue refuses once they do
-                grouped.extend(f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members))
+                grouped.extend(
+                    f"{problem}, so no topology is set on it" for problem in _shape_problems(name, members, release)
+                )
         out.extend((problem, _GROUPING) for problem in grouped)
     return out
 
 
-def kueue_tas_problems(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, bool]]:
+def kueue_tas_problems(
+    view: WorkloadView, forbidden: Sequence[str] = (), release: KueueRelease = DEFAULT_RELEASE
+) -> list[tuple[str, bool]]:
     """Every finding of Kueue's TAS annotation rules on ``view`` (see the module), each with
     whether Kueue's webhook for the kind refuses it (else only Kueue's TAS assumes the rule); none
     for a kind whose pods the object does not show, and no group rule when a member's size is
     unknown."""
-    return [(problem, _refused(source, view.row.kind)) for problem, source in _sourced_problems(view, forbidden)]
+    found = _sourced_problems(view, forbidden, release)
+    return [(problem, _refused(source, view.row.kind)) for problem, source in found]
 
 
-def kueue_tas_findings(view: WorkloadView, forbidden: Sequence[str] = ()) -> list[tuple[str, bool]]:
+def kueue_tas_findings(
+    view: WorkloadView, forbidden: Sequence[str] = (), release: KueueRelease = DEFAULT_RELEASE
+) -> list[tuple[str, bool]]:
     """Each finding of :func:`kueue_tas_problems` on ``view`` as a user reads it (Kueue's message,
     then what follows: ``Kueue refuses the workload``, or that Kueue's TAS assumes the rule of this
     kind without checking it, or, for a slice size that does not divide the pods, that no Kueue
@@ -309,7 +340,7 @@ def kueue_tas_findings(view: WorkloadView, forbidden: Sequence[str] = ()) -> lis
     (:func:`check_kueue_tas`) and the UPDATE recheck (:mod:`webhook.core.plan.recheck`) both report these."""
     out: list[tuple[str, bool]] = []
     kind = view.row.kind
-    for problem, source in _sourced_problems(view, forbidden):
+    for problem, source in _sourced_problems(view, forbidden, release):
         refused = _refused(source, kind)
         if refused:
             outcome = "Kueue refuses the workload"
@@ -334,7 +365,7 @@ def check_kueue_tas(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan, fo
     refuses is a denial under ``enforce`` of the topology rule (of the queue rule for a team
     without one, as the other never-admitted findings), else a warning; one it does not check for
     the kind is always a warning (Kueue admits the workload). Returns whether any was made."""
-    findings = kueue_tas_findings(view, forbidden)
+    findings = kueue_tas_findings(view, forbidden, team.kueue)
     rule = team.topology if team.topology is not None else team.queue
     level: Enforcement = "enforce" if rule.enforcement == "enforce" else "warn"
     for message, refused in findings:

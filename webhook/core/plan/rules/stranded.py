@@ -203,7 +203,7 @@ def check_topology_fits(
     for members in podset_groups([p for p in view.podsets if p.present]):
         if any(p.partial or p.requests is None or p.affinity_terms == [] for p in members):
             continue  # unknown size, or no node at all: check_podsets says so
-        if any(podset_problems(p) for p in members) or group_problems(members):
+        if any(podset_problems(p, team.kueue) for p in members) or group_problems(members, team.kueue):
             continue  # annotations Kueue refuses: kueue_tas says why, their capacity means nothing
         names = " + ".join(repr(p.name) for p in members)
         settled = inventory.settled()

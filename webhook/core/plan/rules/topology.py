@@ -135,7 +135,7 @@ def check_user_topology(
         return
     enforcement = placement.enforcement
     where = f"podset {podset.name!r}"
-    malformed = bool(value_errors(annotations) or layer_errors(annotations))
+    malformed = bool(value_errors(annotations, team.kueue) or layer_errors(annotations))
     for key, level in placed_levels(annotations):
         if label_key_errors(level):
             malformed = True  # Kueue's webhook refuses it: kueue_tas says so
