@@ -1,11 +1,11 @@
 """Build (once) and locate the binaries and manifests of the local e2e cluster.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, the Kueue
-manager, KWOK, the JobSet and the Kubeflow Trainer controller managers are compiled from their Go modules in small wrapper modules under
-``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin every dependency (``tool`` directives
-name the main packages). The
-binaries of one wrapper (the five Kubernetes components) are built by one ``go build``, so
-their common packages are compiled once. Binaries are cached outside the repository in
+manager, KWOK, the JobSet and the Kubeflow Trainer controller managers are compiled from their Go
+modules in small wrapper modules under ``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin
+every dependency (``tool`` directives name the main packages). The binaries of one wrapper (the
+five Kubernetes components) are built by one ``go build``, so their common packages are compiled
+once. Binaries are cached outside the repository in
 ``${KGOV_CACHE:-~/.cache/kueue-governor}/bin/<name>-<version>`` and rebuilt only when missing.
 
 The YAML that the control plane needs (Kueue's CRDs, webhook configurations and default

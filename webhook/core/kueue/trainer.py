@@ -72,7 +72,7 @@ RuntimeLookup = Callable[[str, str, str], Mapping[str, Any] | None]
 TRAINER = RuntimeSource(
     ref=("spec", "runtimeRef"),
     patches=("spec", "runtimePatches"),
-    manager="kueue-governor.x-k8s.io/manager",
+    manager="kueue-governor.io/governor",
     resolved=RESOLVED,
     writable=(
         ("metadata", "labels"),
