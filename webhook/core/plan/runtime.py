@@ -94,7 +94,7 @@ def plan_with_runtime(
         planned = apply_patch(doc, to_json_patch(plan.changes))
         writes, kept = _writes(plan, doc, planned, source, names, team, described)
         if writes and old is not None and not _suspended(old) and not _suspended(new):
-            for rule, reason in {(w[2], w[3]) for w in writes}:
+            for rule, reason in dict.fromkeys((w[3], w[4]) for w in writes):
                 plan.report(
                     "warn",
                     rule,
@@ -240,5 +240,7 @@ def _reword(plan: Plan, source: RuntimeSource, described: str, names: list[Any])
         job = names[index] if index < len(names) else index
         return f"<replicatedJob {job!r} of {described} with spec.runtimePatches>"
 
+    # Kueue's trainjob webhook adds the same advice to the TAS findings of its podsets.
+    advice = f"; adjust the annotations in spec.runtimePatches or in the template of {described}"
     for messages in (plan.denials, plan.warnings, plan.notes):
-        messages[:] = [pattern.sub(name, m) for m in messages]
+        messages[:] = [pattern.sub(name, m) + (advice if "(Kueue v0.19.2 Validate" in m else "") for m in messages]
