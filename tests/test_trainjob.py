@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from support import aws_nodes, platform_with, review_body, teams_from
 
+from webhook.cli import main
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.crd_defaults import with_crd_defaults
 from webhook.core.kueue.kinds import find_kind
@@ -333,3 +335,48 @@ def test_each_replicated_job_gets_its_own_item_in_one_entry(runtime: str) -> Non
     ]
     assert names == expected
     assert run(patched).patch == []
+
+
+# --- kgov mutate --runtime ------------------------------------------------------------------------
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLATFORM = Path(__file__).resolve().parent.parent / "kueue-config" / "platform.yaml"
+
+
+def test_kgov_mutate_plans_a_trainjob_on_its_runtime_file(tmp_path: Path) -> None:
+    """The example TrainJob in research's namespace, its runtime from --runtime (a second file of
+    other runtimes too: repeatable, multi-document), as the server would plan it."""
+    others = tmp_path / "others.yaml"
+    others.write_text(yaml.safe_dump_all([DEEPSPEED, TORCHTUNE]))
+    args = ["mutate", "--platform", str(PLATFORM), "-n", "hyperpod-ns-research", "-f", str(EXAMPLES / "trainjob.yaml")]
+    args += ["--runtime", str(others), "--runtime", str(EXAMPLES / "training-runtime.yaml")]
+    args += ["--nodes", str(EXAMPLES / "nodes.json")]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    mutated = yaml.safe_load(result.stdout)
+    assert mutated["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "training-priority"
+    (job,) = governor_jobs(mutated)
+    assert job["template"]["spec"]["template"]["metadata"]["annotations"] == {REQUIRED: RACK}
+    without = CliRunner().invoke(main, args[:7], catch_exceptions=False)  # no runtime: its pods are unknown
+    assert without.exit_code == 1
+    assert "ClusterTrainingRuntime 'torch-distributed' is not known to the governor" in without.stderr
+
+
+def test_kgov_mutate_refuses_a_runtime_file_of_another_kind(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n")
+    args = [
+        "mutate",
+        "--platform",
+        str(PLATFORM),
+        "-n",
+        "ml",
+        "-f",
+        str(EXAMPLES / "trainjob.yaml"),
+        "--runtime",
+        str(job),
+    ]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"kgov mutate: {job}: document 1: batch/v1 Job is no training runtime")
