@@ -380,3 +380,14 @@ def test_kgov_mutate_refuses_a_runtime_file_of_another_kind(tmp_path: Path) -> N
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"kgov mutate: {job}: document 1: batch/v1 Job is no training runtime")
+
+
+def test_admission_policies_read_no_pod_template_of_a_trainjob(tmp_path: Path) -> None:
+    """Defect: the generated admission policies' CEL looked for a TrainJob's priorityClassName under
+    the planner's working key (resolvedRuntime), which no stored TrainJob has."""
+    out = tmp_path / "values.yaml"
+    result = CliRunner().invoke(main, ["chart", "values", str(PLATFORM), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    text = out.read_text()
+    assert "trainer.kubeflow.org/v1alpha1/TrainJob" in text
+    assert "resolvedRuntime" not in text
