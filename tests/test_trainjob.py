@@ -391,3 +391,47 @@ def test_admission_policies_read_no_pod_template_of_a_trainjob(tmp_path: Path) -
     text = out.read_text()
     assert "trainer.kubeflow.org/v1alpha1/TrainJob" in text
     assert "resolvedRuntime" not in text
+
+
+def _contains(whole: Any, part: Any) -> bool:
+    """Every value of ``part`` is in ``whole`` at the same place (lists item by item)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _contains(whole[k], v) for k, v in part.items())
+    if isinstance(part, list):
+        return isinstance(whole, list) and len(whole) >= len(part) and all(map(_contains, whole, part))
+    return bool(whole == part)
+
+
+POLICIES = [
+    {**POLICY, "topology": {"mode": "required", "level": RACK, "enforcement": "warn"}},  # 3 × 8 GPUs: warned
+    {"queue": {}, "topology": {"mode": "auto"}, "nodeAffinity": AFFINITY},
+    {"queue": {}, "topology": {"mode": "preferred", "level": BLOCK}},
+    {"queue": {}, "podPriority": {"default": "low", "enforcement": "warn"}, "topology": {"mode": "unconstrained"}},
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["required", "auto", "preferred", "unconstrained"])
+@pytest.mark.parametrize("runtime", ["torch-distributed", "deepspeed-distributed", "torchtune-llama3.2-1b"])
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_invariants_on_trainers_runtimes(policy: dict[str, Any], runtime: str, nodes: int) -> None:
+    """Idempotent (planned on its own output: no patch), additive (every value the user set is
+    still there), and the governor's entry holds only fields a runtime patch may carry."""
+    obj = trainjob(runtime, trainer={"numNodes": nodes, **GPUS})
+    outcome = review(review_body(obj, "ml"), teams_from(platform_with(policy)), inventory=aws_nodes(), runtimes=lookup)
+    assert outcome.plan.allowed, outcome.plan.denials
+    patched = apply_patch(obj, outcome.patch)
+    user = copy.deepcopy(obj)
+    del user["spec"]["suspend"]  # the CRD's default false, set true with the queue label (SPEC §3)
+    assert _contains(patched, user)
+    again = review(
+        review_body(patched, "ml"), teams_from(platform_with(policy)), inventory=aws_nodes(), runtimes=lookup
+    )
+    assert again.patch == [], again.patch
+    for job in (
+        governor_jobs(patched)
+        if any(p["manager"] == GOVERNOR for p in patched["spec"].get("runtimePatches", []))
+        else []
+    ):
+        pod = job["template"]["spec"]["template"]
+        assert set(pod) <= {"metadata", "spec"} and set(pod.get("metadata", {})) <= {"labels", "annotations"}
+        assert set(pod.get("spec", {})) <= {"nodeSelector", "affinity", "tolerations", "schedulingGates"}
