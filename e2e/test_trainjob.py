@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
 from benchmarks.placement.run import COMPLETE_DELAY, COMPLETE_JITTER
@@ -176,4 +177,61 @@ async def test_a_governed_trainjob_is_admitted_and_placed_in_one_rack(dynamic: D
         for leftover in await list_objects(dynamic, KUEUE_API, "Workload", RESEARCH):
             if any(o.get("uid") == created["metadata"]["uid"] for o in leftover["metadata"].get("ownerReferences", [])):
                 await delete(dynamic, leftover)
+        await delete(dynamic, cluster_runtime)
+
+
+def _trainers_runtime(file: str, name: str) -> dict[str, Any]:
+    """One of Trainer v2.2.1's own runtimes (``tests/data/trainer``) under ``name``, each pod with
+    research's PriorityClass."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "data" / "trainer" / file
+    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    document["metadata"]["name"] = name
+    for job in document["spec"]["template"]["spec"]["replicatedJobs"]:
+        job["template"]["spec"]["template"]["spec"]["priorityClassName"] = TRAINING
+    return document
+
+
+@pytest.mark.usefixtures("trainer_controllers")
+@pytest.mark.parametrize(
+    ("file", "trainer"),
+    [
+        ("runtime-torch_distributed.yaml", {"numNodes": 3, "resourcesPerNode": {"requests": {GPU: "4"}}}),
+        ("runtime-deepspeed_distributed.yaml", {"numNodes": 4, "resourcesPerNode": {"limits": {GPU: "8"}}}),
+        ("runtime-llama3_2_1B.yaml", {}),
+    ],
+    ids=["torch", "deepspeed-mpi", "torchtune-initializers"],
+)
+async def test_kueue_builds_the_podsets_the_governor_planned(
+    dynamic: DynamicClient, file: str, trainer: dict[str, Any]
+) -> None:
+    """Kueue's Workload of a TrainJob on Trainer's own runtimes has the podsets (names, counts,
+    per-pod requests) and the TAS requests the governor planned with."""
+    suffix = secrets.token_hex(3)
+    cluster_runtime = await create(dynamic, _trainers_runtime(file, f"kgov-rt-{suffix}"))
+    body = {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {"name": f"view-{suffix}", "namespace": RESEARCH},
+        "spec": {"runtimeRef": {"name": cluster_runtime["metadata"]["name"]}, "trainer": trainer},
+    }
+    created = await create(dynamic, body)
+    try:
+
+        async def built() -> dict[str, Any] | None:
+            return await workload_for(dynamic, RESEARCH, created["metadata"]["uid"])
+
+        workload = await wait_for(built, "the TrainJob's Workload", timeout=60, interval=1)
+        row = find_kind(TRAINER_API, "TrainJob")
+        assert row is not None
+        view = kueue_view(expanded(created, cluster_runtime), row)
+        podsets = workload["spec"]["podSets"]
+        assert [(p["name"], p["count"]) for p in podsets] == [(p.name, p.count) for p in view.podsets]
+        assert [pod_requests(p["template"]["spec"]) for p in podsets] == [p.requests for p in view.podsets]
+        for podset, planned in zip(podsets, view.podsets, strict=True):
+            annotations = planned.annotations
+            request = podset.get("topologyRequest") or {}
+            assert request.get("required") == annotations.get(REQUIRED), podset["name"]
+            assert request.get("podSetGroupName") == annotations.get("kueue.x-k8s.io/podset-group-name")
+    finally:
+        await delete(dynamic, created)
         await delete(dynamic, cluster_runtime)
