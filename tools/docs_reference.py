@@ -217,7 +217,8 @@ def _kind_section(kind: WorkloadKind) -> str:
         rows.append(
             (
                 "pods",
-                f"from the runtime named by {_path(runtime.ref)}, with {_path(runtime.patches)} merged in; "
+                f"from the runtime named by {_path(runtime.ref)}, with {_path(runtime.patches)} merged in: "
+                f"`{runtime.resolved}` above is the JobSet Kueue builds of them ([TrainJob](../rules.md#trainjob)); "
                 f"the rules' values are written as the entry of manager `{runtime.manager}` there "
                 f"(fields: {', '.join(_path(w) for w in runtime.writable)})",
             )
