@@ -7,6 +7,7 @@ kubernetes-asyncio ``CustomObjectsApi.list_cluster_custom_object`` against an HT
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,12 +16,16 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from conftest import LOOPBACK, free_port
 from kubernetes_asyncio import client
 
 from webhook.kube.cache import ObjectCache, runtime_caches, runtime_lookup
 from webhook.kube.files import InputError
 from webhook.kube.runtimes import load_runtimes
+from webhook.serve.handlers import RUNTIME_WAIT_SECONDS, make_app
+from webhook.serve.metrics import Metrics
+from webhook.serve.state import GovernorState, ServerConfig
 
 DATA = Path(__file__).parent / "data" / "trainer"
 TORCH: dict[str, Any] = yaml.safe_load((DATA / "runtime-torch_distributed.yaml").read_text())
@@ -127,3 +132,73 @@ def test_runtime_files(tmp_path: Path) -> None:
     job.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n")
     with pytest.raises(InputError, match=r"job.yaml: document 1: batch/v1 Job is no training runtime"):
         load_runtimes([both, job])
+
+
+# -- the server: a TrainJob created a moment after its runtime ---------------------------------------
+
+
+PLATFORM = {
+    "apiVersion": "kueue-governor.io/v1alpha1",
+    "kind": "Platform",
+    "naming": "default",
+    "flavors": [{"name": "gpu", "nodeLabels": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}],
+    "teams": [
+        {
+            "name": "alpha",
+            "namespaces": ["alpha"],
+            "quotas": [{"flavor": "gpu", "resources": {"nvidia.com/gpu": {"nominalQuota": 64}}}],
+            "policy": {
+                "queue": {"enforcement": "enforce"},
+                "nodeAffinity": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}
+                ],
+            },
+        }
+    ],
+}
+
+
+def _trainjob_review() -> dict[str, Any]:
+    obj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "alpha"},
+        "spec": {"runtimeRef": {"name": "torch-distributed", "kind": "ClusterTrainingRuntime"}},
+    }
+    request = {
+        "uid": "u",
+        "kind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
+        "operation": "CREATE",
+        "namespace": "alpha",
+        "name": "t",
+        "object": obj,
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.mark.parametrize("arrives", [True, False])
+async def test_a_trainjob_waits_for_its_runtime_to_reach_the_cache(tmp_path: Path, arrives: bool) -> None:
+    platform = tmp_path / "platform.yaml"
+    platform.write_text(yaml.safe_dump(PLATFORM))
+    config = ServerConfig(cert_file=tmp_path / "c", key_file=tmp_path / "k", platform=platform, watch_cluster=True)
+    state = GovernorState(config, Metrics())
+    state.load_policies()
+    known: dict[tuple[str, str, str], dict[str, Any]] = {}
+    waited: list[tuple[str, str, str, float]] = []
+    state.runtimes = lambda kind, namespace, name: known.get((kind, namespace, name))
+
+    async def wait(kind: str, namespace: str, name: str, timeout: float) -> bool:
+        waited.append((kind, namespace, name, timeout))
+        if arrives:
+            known[(kind, namespace, name)] = TORCH
+        return arrives
+
+    state.runtime_wait = wait
+    async with TestClient(TestServer(make_app(state))) as test_client:
+        response = (await (await test_client.post("/mutate", json=_trainjob_review())).json())["response"]
+    assert waited == [("ClusterTrainingRuntime", "", "torch-distributed", RUNTIME_WAIT_SECONDS)]
+    patch = json.loads(base64.b64decode(response["patch"]))
+    entry = [op for op in patch if op["path"] == "/spec/runtimePatches"]
+    assert bool(entry) is arrives  # the team's node affinity reaches the pods once the runtime is known
+    warnings = response.get("warnings", [])
+    assert any("'torch-distributed' is not known" in w for w in warnings) is not arrives

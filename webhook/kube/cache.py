@@ -30,6 +30,7 @@ __all__ = [
     "node_cache",
     "runtime_caches",
     "runtime_lookup",
+    "runtime_wait",
 ]
 
 log = structlog.get_logger("kgov.cache")
@@ -363,3 +364,16 @@ def runtime_lookup(caches: Mapping[str, ObjectCache]) -> Callable[[str, str, str
         return cache.objects.get(f"{namespace}/{name}" if cache.namespaced else name)
 
     return lookup
+
+
+def runtime_wait(caches: Mapping[str, ObjectCache]) -> Callable[[str, str, str, float], Awaitable[bool]]:
+    """``await wait(kind, namespace, name, timeout)``: whether the runtime caches hold that
+    runtime within ``timeout`` seconds (:meth:`ObjectCache.wait_for_object`)."""
+
+    async def wait(kind: str, namespace: str, name: str, timeout: float) -> bool:
+        cache = caches.get(kind)
+        if cache is None:
+            return False
+        return await cache.wait_for_object(f"{namespace}/{name}" if cache.namespaced else name, timeout)
+
+    return wait

@@ -121,6 +121,7 @@ async def _start_caches(state: GovernorState) -> Any:
         node_cache,
         runtime_caches,
         runtime_lookup,
+        runtime_wait,
     )
     from webhook.kube.policy_watch import PolicyConfigMapWatch
 
@@ -149,6 +150,7 @@ async def _start_caches(state: GovernorState) -> Any:
     state.namespace_lookup = namespace_labels(namespaces)
     state.namespace_wait = namespaces.wait_for_object
     state.runtimes = runtime_lookup(runtimes)
+    state.runtime_wait = runtime_wait(runtimes)
     for cache in (namespaces, nodes, *runtimes.values()):
         _count_lists(state, cache)
     loop = asyncio.get_running_loop()
