@@ -435,3 +435,14 @@ def test_invariants_on_trainers_runtimes(policy: dict[str, Any], runtime: str, n
         pod = job["template"]["spec"]["template"]
         assert set(pod) <= {"metadata", "spec"} and set(pod.get("metadata", {})) <= {"labels", "annotations"}
         assert set(pod.get("spec", {})) <= {"nodeSelector", "affinity", "tolerations", "schedulingGates"}
+
+
+def test_a_runtime_file_with_a_step_label_that_is_no_string_is_no_crash() -> None:
+    """Defect: a --runtime file whose trainjob-ancestor-step label was a map crashed the review
+    (the API server would have refused such a runtime; a file has no API server)."""
+    odd = copy.deepcopy(TORCHTUNE)
+    odd["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]["labels"] = {
+        "trainer.kubeflow.org/trainjob-ancestor-step": {}
+    }
+    names = [(name, count) for name, count, _ in podsets(trainjob("torchtune-llama3.2-1b"), odd)]
+    assert names == [("dataset-initializer", 1), ("model-initializer", 1), ("node", 1)]

@@ -172,7 +172,7 @@ def find_runtime(
     return found, described
 
 
-def _count(job: Mapping[str, Any], ancestor: Any, ml_policy: Mapping[str, Any] | None) -> int:
+def _count(job: Mapping[str, Any], ancestor: str | None, ml_policy: Mapping[str, Any] | None) -> int:
     template = _map(job.get("template"))
     parallelism = _map(template.get("spec")).get("parallelism")
     count = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
@@ -182,8 +182,10 @@ def _count(job: Mapping[str, Any], ancestor: Any, ml_policy: Mapping[str, Any] |
     return max(count, 1)
 
 
-def _ancestor(job: Mapping[str, Any]) -> Any:
-    return _map(_map(_map(job.get("template")).get("metadata")).get("labels")).get(ANCESTOR_LABEL)
+def _ancestor(job: Mapping[str, Any]) -> str | None:
+    """The job's step label (a runtime read from a file may hold anything there: no step then)."""
+    value = _map(_map(_map(job.get("template")).get("metadata")).get("labels")).get(ANCESTOR_LABEL)
+    return value if isinstance(value, str) else None
 
 
 def child_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[dict[str, Any]]:
