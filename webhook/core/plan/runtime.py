@@ -27,7 +27,7 @@ from typing import Any
 from webhook.core.kueue.kind_model import RuntimeSource, WorkloadKind
 from webhook.core.kueue.trainer import RuntimeLookup, expanded, find_runtime
 from webhook.core.objects.paths import Key, dotted, lookup
-from webhook.core.plan.draft import Change, Draft, Plan, Rule, Shape, malformed
+from webhook.core.plan.draft import Change, Draft, Plan, Rule, Shape, json_value, malformed
 from webhook.core.plan.patch import apply_patch, to_json_patch
 from webhook.core.platform.policy import TeamPolicyCompiled
 
@@ -146,8 +146,8 @@ def _writes(
         rule = change.rule
         where = f"{dotted(below)} of replicatedJob {names[index]!r}"
         message = (
-            f"not applied: {where} is set by the runtime only ({described}): a TrainJob's spec.runtimePatches "
-            f"cannot set it; set {json_text(change.value)} there ({change.reason})"
+            f"not applied: {where} is set by the runtime only ({described}): {dotted(source.patches)} "
+            f"cannot set it; set {json_value(change.value)} there ({change.reason})"
         )
         enforcement = _enforcement(team, rule)
         plan.report("warn" if enforcement == "default" else enforcement, rule, message)
@@ -170,10 +170,6 @@ def _writes(
         elif after != before:
             writes.append((name, field, after, rule, reason))
     return writes, kept
-
-
-def json_text(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _written(new: Mapping[str, Any], source: RuntimeSource, kept: list[Change], writes: list[_Write]) -> list[Change]:
