@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from fuzzing import check_answer, examples, paths_of, replaced
+from hypothesis import given
+from hypothesis import strategies as st
 from support import aws_nodes, platform_with, review_body, teams_from
 
 from webhook.cli import main
@@ -446,3 +449,47 @@ def test_a_runtime_file_with_a_step_label_that_is_no_string_is_no_crash() -> Non
     }
     names = [(name, count) for name, count, _ in podsets(trainjob("torchtune-llama3.2-1b"), odd)]
     assert names == [("dataset-initializer", 1), ("model-initializer", 1), ("node", 1)]
+
+
+# --- fuzz: any value anywhere in the TrainJob or its runtime ---------------------------------------
+
+JSON_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 9),
+    st.text(max_size=4),
+    st.lists(st.integers(0, 2), max_size=2),
+    st.dictionaries(st.sampled_from(["a", "name", "spec", "template"]), st.integers(0, 2), max_size=2),
+)
+FUZZ_POLICY = {
+    "queue": {},
+    "podPriority": {"default": "low", "enforcement": "warn"},
+    "topology": {"mode": "auto"},
+    "nodeAffinity": AFFINITY,
+}
+FUZZ_TRAINJOB = trainjob(
+    trainer={"numNodes": 2, **GPUS},
+    runtimePatches=[_patch("me.example.com/user", {"a": "b"})],
+)
+
+
+@examples(60)
+@given(data=st.data(), runtime=st.sampled_from([TORCH, DEEPSPEED, TORCHTUNE]), mutate_runtime=st.booleans())
+def test_fuzz_any_value_of_the_trainjob_or_its_runtime(
+    data: st.DataObject, runtime: dict[str, Any], mutate_runtime: bool
+) -> None:
+    """Never a crash nor an input changed (:func:`fuzzing.check_answer`), and an admitted TrainJob
+    planned again on its own output gets no patch."""
+    target = runtime if mutate_runtime else FUZZ_TRAINJOB
+    path = data.draw(st.sampled_from(paths_of(target)[1:]))
+    changed = replaced(target, path, data.draw(JSON_VALUES))
+    obj, used = (FUZZ_TRAINJOB, changed) if mutate_runtime else (changed, runtime)
+    snapshot = copy.deepcopy(used)
+    teams = teams_from(platform_with(FUZZ_POLICY))
+    outcome = check_answer(review_body(obj, "ml"), teams, inventory=aws_nodes(), runtimes=lambda *_: used)
+    assert used == snapshot, "the review must not modify the runtime"
+    if isinstance(outcome, str) or not outcome.plan.allowed or not outcome.patch:
+        return
+    patched = apply_patch(obj, outcome.patch)
+    again = review(review_body(patched, "ml"), teams, inventory=aws_nodes(), runtimes=lambda *_: used)
+    assert again.patch == [] or not again.plan.allowed, again.patch
