@@ -320,11 +320,27 @@ def test_a_reapply_dropping_the_governors_entry_gets_it_back_while_suspended() -
     assert outcome.plan.allowed
     restored = apply_patch(reapplied, outcome.patch)
     assert governor_jobs(restored) == governor_jobs(stored)
-    running_old = {**stored, "spec": {**stored["spec"], "suspend": False}}
-    running_new = {**reapplied, "spec": {**reapplied["spec"], "suspend": False}}
+    # Running (suspended neither before nor after: Trainer lets no one change runtimePatches): the
+    # dropped entry is put back as it was, at its place, so the list is the stored one again.
+    kueue_entry = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
+    running_old = copy.deepcopy(stored)
+    running_old["spec"]["suspend"] = False
+    running_old["spec"]["runtimePatches"].append(kueue_entry)
+    running_new = copy.deepcopy(running_old)
+    del running_new["spec"]["runtimePatches"][0]
     frozen = run(running_new, operation="UPDATE", old=running_old)
-    assert frozen.plan.allowed and frozen.patch == []
-    assert any("only while the TrainJob is suspended" in w for w in frozen.plan.warnings)
+    assert frozen.plan.allowed
+    assert apply_patch(running_new, frozen.patch)["spec"]["runtimePatches"] == running_old["spec"]["runtimePatches"]
+    assert any("is put back as it was" in w for w in frozen.plan.warnings)
+    # A value of the entry the update drops while running cannot be written back: said, not made
+    # (Trainer refuses the update itself: its patch list changed while running).
+    edited = copy.deepcopy(running_old)
+    del edited["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["metadata"]
+    said = run(edited, operation="UPDATE", old=running_old)
+    assert said.plan.allowed and said.patch == []
+    assert any("can change only while the TrainJob is suspended" in w for w in said.plan.warnings)
 
 
 @pytest.mark.parametrize("runtime", ["deepspeed-distributed", "torchtune-llama3.2-1b"])

@@ -14,7 +14,9 @@ A change the patch cannot carry (``priorityClassName``: Trainer v2.2.1's ``PodSp
 such field) is reported under its rule instead ("not applied", a denial under ``enforce``), and so
 is every pod rule when the runtime is not known. On UPDATE the entry is written only while the
 TrainJob is suspended before or after the update (Trainer's webhook refuses other changes of
-``runtimePatches``, ``checkRuntimePatchesImmutability``).
+``runtimePatches``, ``checkRuntimePatchesImmutability``); of a running one, an entry the update
+drops is put back as it was, at its place (a re-apply of the original manifest), and any other
+value is only reported.
 """
 
 from __future__ import annotations
@@ -94,19 +96,57 @@ def plan_with_runtime(
         planned = apply_patch(doc, to_json_patch(plan.changes))
         writes, kept = _writes(plan, doc, planned, source, names, team, described)
         if writes and old is not None and not _suspended(old) and not _suspended(new):
-            for rule, reason in dict.fromkeys((w[3], w[4]) for w in writes):
-                plan.report(
-                    "warn",
-                    rule,
-                    f"not written ({reason}): spec.runtimePatches can change only while the {row.kind} is suspended",
-                )
-            writes = []
-        plan.changes = _written(new, source, kept, writes)
+            plan.changes = _frozen(plan, new, old, source, kept, writes, row.kind)
+        else:
+            plan.changes = _written(new, source, kept, writes)
     except Shape as shape:
         return malformed(shape)
     if not plan.changes and not plan.denials and not plan.warnings and old is not None:
         plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
     return plan
+
+
+def _entry_index(obj: Mapping[str, Any], source: RuntimeSource) -> int | None:
+    patches = lookup(obj, source.patches)
+    items = patches if isinstance(patches, list) else []
+    return next((i for i, e in enumerate(items) if isinstance(e, Mapping) and e.get("manager") == source.manager), None)
+
+
+def _frozen(
+    plan: Plan,
+    new: Mapping[str, Any],
+    old: Mapping[str, Any],
+    source: RuntimeSource,
+    kept: list[Change],
+    writes: list[_Write],
+    kind: str,
+) -> list[Change]:
+    """An UPDATE of a running workload (suspended neither before nor after), whose patch list
+    Trainer lets no one change: the governor's entry the update drops is put back as it was, at its
+    place (no change to Trainer, and a re-apply of the original manifest keeps working); any other
+    write is reported, not made."""
+    at_old, at_new = _entry_index(old, source), _entry_index(new, source)
+    if at_old is not None and at_new is None:
+        patches = lookup(new, source.patches)
+        entry = lookup(old, (*source.patches, at_old))
+        rule, reason = writes[0][3], writes[0][4]
+        draft = Draft(new)
+        where = dotted(source.patches)
+        if isinstance(patches, list):
+            draft.set(
+                (*source.patches, min(at_old, len(patches))), entry, rule, f"put back: the update drops it ({reason})"
+            )
+        elif patches is None:
+            draft.set(source.patches, [entry], rule, f"put back: the update drops it ({reason})")
+        plan.report("warn", rule, f"the governor's entry of {where} (manager {source.manager!r}) is put back as it was")
+        return [*kept, *draft.changes]
+    for rule, reason in dict.fromkeys((w[3], w[4]) for w in writes):
+        plan.report(
+            "warn",
+            rule,
+            f"not written ({reason}): {dotted(source.patches)} can change only while the {kind} is suspended",
+        )
+    return kept
 
 
 #: One field of one job's pod template to write: (job name, path below the pod template, value, rule, reason).
