@@ -1,11 +1,11 @@
 """Build (once) and locate the binaries and manifests of the local e2e cluster.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, the Kueue
-manager, KWOK and the JobSet controller manager are compiled from their Go modules in small wrapper modules under
-``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin every dependency (``tool`` directives
-name the main packages). The
-binaries of one wrapper (the five Kubernetes components) are built by one ``go build``, so
-their common packages are compiled once. Binaries are cached outside the repository in
+manager, KWOK, the JobSet and the Kubeflow Trainer controller managers are compiled from their Go
+modules in small wrapper modules under ``e2e/build/<wrapper>/`` whose ``go.mod``/``go.sum`` pin
+every dependency (``tool`` directives name the main packages). The binaries of one wrapper (the
+five Kubernetes components) are built by one ``go build``, so their common packages are compiled
+once. Binaries are cached outside the repository in
 ``${KGOV_CACHE:-~/.cache/kueue-governor}/bin/<name>-<version>`` and rebuilt only when missing.
 
 The YAML that the control plane needs (Kueue's CRDs, webhook configurations and default
@@ -42,6 +42,9 @@ KWOK_VERSION = "v0.8.0"
 # The JobSet release Kueue v0.19.2 is built against (its go.mod), so the controller runs the same
 # API types as the CRDs installed and Kueue's jobset integration.
 JOBSET_VERSION = "v0.12.0"
+# The Kubeflow Trainer release Kueue v0.19.2 is built against (its go.mod): Kueue's TrainJob
+# integration builds a TrainJob's podsets with this version's runtime code.
+TRAINER_VERSION = "v2.2.1"
 HELM_VERSION = "v3.22.0"
 
 
@@ -158,6 +161,12 @@ def binaries() -> list[Binary]:
             JOBSET_VERSION,
             "sigs.k8s.io/jobset",
             _jobset_version_ldflags(JOBSET_VERSION, module_origin_commit("sigs.k8s.io/jobset", JOBSET_VERSION)),
+        ),
+        Binary(  # the Kubeflow Trainer controller manager (TrainJob → JobSet), no version ldflags in its release
+            "trainer",
+            "github.com/kubeflow/trainer/v2",
+            TRAINER_VERSION,
+            "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
         ),
     ]
 
@@ -298,7 +307,7 @@ def ensure_binaries(force: set[str] | None = None) -> dict[str, Path]:
 
     Returns:
         name ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
-        "kwok", "helm", "jobset", "kubelet", "kube-proxy") -> path of the executable.
+        "kwok", "helm", "jobset", "trainer", "kubelet", "kube-proxy") -> path of the executable.
     """
     if shutil.which("go") is None and not all(binary_path(b).exists() for b in binaries()):
         raise RuntimeError("the Go toolchain is needed to build the e2e cluster binaries")

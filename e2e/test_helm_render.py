@@ -119,7 +119,13 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
 
     role = one(objects, "ClusterRole")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["namespaces", "nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["namespaces", "nodes"], "verbs": ["get", "list", "watch"]},
+        # the runtime a TrainJob references (webhook.kube.cache.runtime_caches)
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes", "trainingruntimes"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     config_map = one(objects, "ConfigMap")
     policy_name = config_map["metadata"]["name"]

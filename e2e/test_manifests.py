@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from e2e import build, devcluster, manifests
+from e2e.devcluster.trainer import trainer_webhooks
 from e2e.support import Domain, decode_topology_assignment
 
 pytestmark = pytest.mark.e2e
@@ -235,3 +236,20 @@ def test_kubernetes_components_are_built_together() -> None:
     assert len({tuple(binary.ldflags) for binary in components}) == 1
     assert f"-X 'k8s.io/component-base/version.gitVersion={build.KUBERNETES_VERSION}'" in components[0].ldflags
     assert by_name["kwok"].ldflags == [f"-X 'sigs.k8s.io/kwok/pkg/consts.Version={build.KWOK_VERSION}'"]
+
+
+def test_trainer_controller_is_the_release_kueue_pins() -> None:
+    """The Trainer controller's wrapper module pins the Kubeflow Trainer Kueue v0.19.2 is built
+    with (its TrainJob integration runs that version's runtime code), and its webhooks go by URL."""
+    module = "github.com/kubeflow/trainer/v2"
+    trainer = build.dependency_dir("trainer", module)
+    assert trainer == build.dependency_dir("kueue", module)
+    assert trainer.name.endswith(f"@{build.TRAINER_VERSION}")
+    configurations = trainer_webhooks(trainer, 9443, b"ca")
+    assert {c["kind"] for c in configurations} == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    hooks = [hook for c in configurations for hook in c["webhooks"]]
+    assert {hook["name"] for hook in hooks} >= {
+        "defaulter.trainjob.trainer.kubeflow.org",
+        "validator.trainjob.trainer.kubeflow.org",
+    }
+    assert all(hook["clientConfig"]["url"].startswith("https://127.0.0.1:9443/") for hook in hooks)

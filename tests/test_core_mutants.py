@@ -804,12 +804,12 @@ TRAINJOB = {
     "spec": {"runtimeRef": {"name": "torch"}},
 }
 OPAQUE = (
-    "not applied: a TrainJob has no pod template of its own: its pods come from its training runtime, so pod "
-    "priority, topology and node affinity are set in the (Cluster)TrainingRuntime"
+    "not applied: TrainJob's pods come from its runtime: ClusterTrainingRuntime 'torch' is not known to the "
+    "governor (Kueue and Trainer refuse a TrainJob whose runtime is missing)"
 )
 
 
-def test_a_kind_without_pod_templates_says_which_rules_it_cannot_apply() -> None:
+def test_a_trainjob_without_its_runtime_says_which_rules_it_cannot_apply() -> None:
     plain = _review(copy.deepcopy(TRAINJOB), {"queue": {}}).plan
     assert (plain.warnings, plain.denials) == ([], [])
     assert [c.path for c in plain.changes] == [("metadata", "labels"), ("spec", "suspend")]

@@ -328,11 +328,15 @@ def trainjob() -> dict[str, Any]:
 
 
 def test_trainjob_says_which_rules_it_cannot_take() -> None:
-    """Defect: TrainJob skipped topology, affinity and pod priority without a word, even under enforce."""
+    """Defect: TrainJob skipped topology, affinity and pod priority without a word, even under enforce
+    (without its runtime, its pods are unknown: tests/test_trainjob.py plans it with one)."""
     denied = run(trainjob(), POD_POLICY)
     assert not denied.plan.allowed
     assert denied.plan.denied_rules == ["podPriority", "topology"]
-    assert "not applied: a TrainJob has no pod template of its own" in denied.plan.denials[0]
+    assert (
+        "not applied: TrainJob's pods come from its runtime: ClusterTrainingRuntime 'torch-distributed' is not known"
+        in (denied.plan.denials[0])
+    )
     warned = run(trainjob(), {**POD_POLICY, "podPriority": {"enforcement": "warn"}, "topology": {"mode": "auto"}})
     assert warned.plan.allowed
     assert warned.plan.warned_rules == ["podPriority", "topology", "nodeAffinity"]

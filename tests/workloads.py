@@ -124,8 +124,9 @@ def _place(obj: dict[str, Any], rule: PodSetRule, pick: Pick) -> None:
 def build(row: WorkloadKind, pick: Pick = first, name: str | None = None) -> dict[str, Any]:
     """An object of ``row``'s kind (its first API version) holding every podset the row describes."""
     obj: dict[str, Any] = {"apiVersion": api_version(row), "kind": row.kind, "metadata": {"name": name or "w"}}
-    if row.opaque:
+    if row.runtime is not None:  # its podsets come from the runtime (tests/test_trainjob.py)
         put(obj, ("spec", "runtimeRef"), {"name": "torch-distributed"})
+        return obj
     leaders = {rule.leader.path for rule in row.podsets if rule.leader is not None}
     for rule in row.podsets:
         if rule.template in leaders and not pick([True, False]):

@@ -212,8 +212,17 @@ def _kind_section(kind: WorkloadKind) -> str:
         rows.append(("refused on an elastic workload", ", ".join(f"`{a}`" for a in kind.elastic_forbids)))
     for version, why in kind.unmanaged_versions:
         rows.append((f"`{kind.group}/{version}`", f"not managed by Kueue, its CREATE refused: {why}"))
-    if kind.opaque:
-        rows.append(("pod-template rules", kind.opaque))
+    if kind.runtime is not None:
+        runtime = kind.runtime
+        rows.append(
+            (
+                "pods",
+                f"from the runtime named by {_path(runtime.ref)}, with {_path(runtime.patches)} merged in: "
+                f"`{runtime.resolved}` above is the JobSet Kueue builds of them ([TrainJob](../rules.md#trainjob)); "
+                f"the rules' values are written as the entry of manager `{runtime.manager}` there "
+                f"(fields: {', '.join(_path(w) for w in runtime.writable)})",
+            )
+        )
     if kind.notes:
         rows.append(("notes", kind.notes))
     body = "".join(f"| {_cell(name)} | {_cell(value)} |\n" for name, value in rows)

@@ -21,6 +21,8 @@ from webhook.certs import generate_ca, issue_serving_certificate, write_private
 # lets only the platform's controllers (by default, this account among them) create a child of an
 # object Kueue manages, such as a JobSet's Jobs.
 JOBSET_USER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+# Kubeflow Trainer v2.2.1's (manifests/overlays/manager), which creates the JobSet of a TrainJob.
+TRAINER_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
 # The static tokens (``tokens.csv``, every user in ``system:masters``): the name a component's
 # token is returned under by :func:`write_pki` -> the user the API server authenticates it as.
 TOKEN_USERS = {
@@ -31,6 +33,7 @@ TOKEN_USERS = {
     "kube-scheduler": "system:kube-scheduler",
     "kwok": "kwok-controller",
     "jobset": JOBSET_USER,
+    "trainer": TRAINER_USER,
     "kubelet": "system:node:kgov-node",  # the real node (e2e/devcluster/node.py)
     "kube-proxy": "system:kube-proxy",
 }

@@ -26,11 +26,13 @@ from webhook.cli.common import (
     team_index,
 )
 from webhook.cli.errors import say, warn
+from webhook.cli.options import file_option
 from webhook.core.admission.envelope import MalformedReview, create_review, decode_body
 from webhook.core.admission.review import ReviewOutcome, review
 from webhook.core.kueue.crd_defaults import default_review, with_crd_defaults
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.trainer import RuntimeLookup, expanded, find_runtime
 from webhook.core.kueue.view import kueue_view
 from webhook.core.kueue.wellformed import describe
 from webhook.core.objects.paths import Key, dotted
@@ -39,6 +41,23 @@ from webhook.core.plan.rules.capacity import requests_text
 from webhook.core.platform.platform import dns1123_label_error
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.files import InputError, load_manifests
+from webhook.kube.runtimes import load_runtimes
+
+runtime_option = file_option(
+    "--runtime",
+    "runtime_files",
+    exists=True,
+    multiple=True,
+    help="Kubeflow Trainer ClusterTrainingRuntime / TrainingRuntime manifests (repeatable, multi-document): "
+    "a TrainJob's pods come from the runtime it references.",
+)
+
+
+def _runtimes(paths: tuple[Path, ...]) -> RuntimeLookup:
+    try:
+        return load_runtimes(paths)
+    except InputError as exc:
+        fail(str(exc))
 
 
 @click.command("review", epilog=REVIEW_EXIT_CODES)
@@ -55,12 +74,14 @@ from webhook.kube.files import InputError, load_manifests
 )
 @namespaces_option
 @nodes_option
+@runtime_option
 def review_command(
     platform: Path | None,
     policy: Path | None,
     review_file: Any,
     namespaces_file: Path | None,
     nodes_file: Path | None,
+    runtime_files: tuple[Path, ...],
 ) -> None:
     """Answer one AdmissionReview, exactly as the server would.
 
@@ -70,16 +91,19 @@ def review_command(
     """
     teams = team_index(platform, policy)
     labels, nodes = read_inputs(namespaces_file, nodes_file)
+    runtimes = _runtimes(runtime_files)
     raw = review_file.read()
     try:
-        outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes)
+        outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes, runtimes)
     except MalformedReview as exc:
         hint = [] if b'"AdmissionReview"' in raw else ["for a manifest, use kgov mutate -n NAMESPACE -f FILE"]
         fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED, hint)
     click.echo(json.dumps(outcome.response, indent=2))
 
 
-def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) -> None:
+def _explain(
+    where: str, document: Mapping[str, Any], outcome: ReviewOutcome, runtimes: RuntimeLookup | None = None
+) -> None:
     metadata = document.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     name = metadata.get("name") or metadata.get("generateName") or "?"
@@ -90,6 +114,9 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
         click.echo(f"#   unchanged: {outcome.plan.skipped}", err=True)
     row = find_kind(str(document.get("apiVersion", "")), str(document.get("kind", "")))
     if team is not None and row is not None:  # the sizes every rule reasons on, as Kueue builds them
+        if row.runtime is not None:  # a TrainJob: its podsets are its runtime's
+            runtime, _ = find_runtime(document, outcome.request.namespace, runtimes)
+            document = expanded(document, runtime) if runtime is not None else document
         for podset in kueue_view(document, row).podsets:
             pods = f"{podset.count} pod{'' if podset.count == 1 else 's'}"
             click.echo(
@@ -135,6 +162,7 @@ def _explain(where: str, document: Mapping[str, Any], outcome: ReviewOutcome) ->
 )
 @namespaces_option
 @nodes_option
+@runtime_option
 def mutate_command(
     platform: Path | None,
     policy: Path | None,
@@ -145,6 +173,7 @@ def mutate_command(
     explain: bool,
     namespaces_file: Path | None,
     nodes_file: Path | None,
+    runtime_files: tuple[Path, ...],
 ) -> None:
     """Show what admission would make of manifests created in NAMESPACE.
 
@@ -159,12 +188,14 @@ def mutate_command(
     `kubectl apply -n NAMESPACE -f -` to create those without a namespace there too. A document
     that is an AdmissionReview (admission.k8s.io, e.g. an UPDATE with its oldObject) is
     answered as `kgov review` answers it, in the namespace it names, and its request.object
-    is printed patched.
+    is printed patched. A TrainJob is planned on the training runtime it references, read from
+    --runtime files.
     """
     if dns1123_label_error(namespace):
         fail(f"-n {namespace!r}: {dns1123_label_error(namespace)}")
     teams = team_index(platform, policy)
     labels, nodes = read_inputs(namespaces_file, nodes_file)
+    runtimes = _runtimes(runtime_files)
     source = manifest.name
     try:
         documents = load_manifests(manifest.read().decode("utf-8"), source)
@@ -179,7 +210,7 @@ def mutate_command(
             f"some teams select namespaces by labels; without --namespaces the labels of "
             f"{namespace!r} are unknown, so only teams that list it by name apply"
         )
-    reviewer = _Reviewer(teams, labels, nodes, namespace, explain)
+    reviewer = _Reviewer(teams, labels, nodes, namespace, explain, runtimes)
     outputs: list[Any] = []
     for index, document in enumerate(documents, start=1):
         where = f"document {index}"
@@ -217,8 +248,9 @@ class _Reviewer:
         nodes: NodeInventory | None,
         namespace: str,
         explain: bool,
+        runtimes: RuntimeLookup | None = None,
     ) -> None:
-        self.teams, self.labels, self.nodes = teams, labels, nodes
+        self.teams, self.labels, self.nodes, self.runtimes = teams, labels, nodes, runtimes
         self.namespace, self.explain = namespace, explain
         self.denied = 0  # documents denied or refused
         self.reviewed = 0  # documents reviewed (the items of a List one by one)
@@ -253,7 +285,8 @@ class _Reviewer:
             say(f"{where} says namespace {own!r}: not a workload kind, printed as it is (in {own!r})")
         document = with_crd_defaults(document)  # what the API server stores and the webhook sees
         try:
-            outcome = review(create_review(document, self.namespace), self.teams, self.labels.get, self.nodes)
+            body = create_review(document, self.namespace)
+            outcome = review(body, self.teams, self.labels.get, self.nodes, self.runtimes)
         except MalformedReview as exc:  # the server would answer 400: refused, like a denial
             self.denied += 1
             say(f"{where} refused: {str(exc).replace('request.object.', '')}")
@@ -265,7 +298,7 @@ class _Reviewer:
 
     def _answer(self, where: str, document: Any, outcome: ReviewOutcome) -> tuple[Any, list[dict[str, Any]] | None]:
         if self.explain:
-            _explain(where, document, outcome)
+            _explain(where, document, outcome, self.runtimes)
         if not outcome.plan.allowed:
             self.denied += 1
             denials = outcome.plan.denials
@@ -284,7 +317,7 @@ class _Reviewer:
         ``request.object`` patched."""
         document = default_review(document)
         try:
-            outcome = review(document, self.teams, self.labels.get, self.nodes)
+            outcome = review(document, self.teams, self.labels.get, self.nodes, self.runtimes)
         except MalformedReview as exc:
             self.denied += 1
             say(f"{where} refused: malformed AdmissionReview: {exc}")
@@ -300,7 +333,7 @@ class _Reviewer:
         if not isinstance(obj, Mapping):  # a DELETE: no object to print
             old = request.get("oldObject")
             if self.explain:
-                _explain(where, old if isinstance(old, Mapping) else {}, outcome)
+                _explain(where, old if isinstance(old, Mapping) else {}, outcome, self.runtimes)
             return None, outcome.patch
         return self._answer(where, obj, outcome)
 

@@ -175,9 +175,11 @@ class _Row:
     def need_priority(self) -> str | None:
         if self.priority is None:
             return None
+        # A kind whose pods come from a runtime (a TrainJob) shows no pod template in the object.
+        templates = self.row.podsets if self.row.runtime is None else ()
         asked = [
             _any_set("object", (*rule.template, *rule.layout.priority), rule.keyed)
-            for rule in self.row.podsets
+            for rule in templates
             if rule.layout.priority
         ]
         return " && ".join([_empty(self.priority_path), *(f"!({a})" for a in asked)])

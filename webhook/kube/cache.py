@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +22,16 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.kube.client import open_client
 
-__all__ = ["LIST_REASONS", "ObjectCache", "connect", "namespace_cache", "node_cache"]
+__all__ = [
+    "LIST_REASONS",
+    "ObjectCache",
+    "connect",
+    "namespace_cache",
+    "node_cache",
+    "runtime_caches",
+    "runtime_lookup",
+    "runtime_wait",
+]
 
 log = structlog.get_logger("kgov.cache")
 
@@ -58,6 +68,10 @@ class ObjectCache:
     a list just made (then after the back-off: no list storm); any other refusal (``403``…) or an
     unreadable list lists again after the back-off. ``on_list(reason)`` is called before each full
     list (one of :data:`LIST_REASONS`), ``on_change()`` after each change of :attr:`objects`.
+
+    ``namespaced``: the objects of a namespaced kind, listed in every namespace, are kept by
+    ``NAMESPACE/NAME``. ``optional``: the kind may not be served (a CRD not installed): a ``404``
+    list is an empty, synced cache, listed again every ``retry_max`` seconds.
     """
 
     def __init__(
@@ -70,8 +84,12 @@ class ObjectCache:
         retry_delay: float = 1.0,
         retry_max: float = 10.0,
         read_timeout: float | None = None,
+        namespaced: bool = False,
+        optional: bool = False,
     ) -> None:
         self.name = name
+        self.namespaced = namespaced
+        self.optional = optional
         self._api = api
         self._list = list_fn
         self.objects: dict[str, dict[str, Any]] = {}
@@ -117,7 +135,7 @@ class ObjectCache:
         items = listing.get("items")
         objects: dict[str, dict[str, Any]] = {}
         for item in items if isinstance(items, list) else []:
-            name = _name(item)
+            name = self._key(item)
             if name is not None:
                 objects[name] = item
         self.objects = objects
@@ -141,13 +159,20 @@ class ObjectCache:
         version = _version(raw)
         if version is not None:
             self.resource_version = version
-        name = _name(raw)
+        name = self._key(raw)
         if kind not in ("ADDED", "MODIFIED", "DELETED") or name is None:
             return False
         if kind == "DELETED":
             return self.objects.pop(name, None) is not None
         self.objects[name] = raw
         return True
+
+    def _key(self, obj: Any) -> str | None:
+        name = _name(obj)
+        if not self.namespaced or name is None:
+            return name
+        namespace = obj["metadata"].get("namespace")
+        return f"{namespace}/{name}" if isinstance(namespace, str) else None
 
     def _plain(self, obj: Any) -> dict[str, Any]:
         if obj is None:
@@ -164,6 +189,11 @@ class ObjectCache:
         try:
             # Without preloading, kubernetes-asyncio hands back error answers too: a 403 or 500
             # Status read as a list would empty the cache and mark it synced.
+            if listing.status == 404 and self.optional:  # the kind is not served: nothing to cache
+                self.replace({"items": []})
+                self.synced.set()
+                self._changed()
+                raise _NotServed(self.name)
             if not 200 <= listing.status <= 299:
                 raise ApiException(status=listing.status, reason=_status_message(await listing.text()))
             data = await listing.json()
@@ -213,6 +243,10 @@ class ObjectCache:
                 delay = min(delay * 2, self.retry_max)
             except asyncio.CancelledError:
                 raise
+            except _NotServed:
+                log.debug("kind not served; listing again later", cache=self.name, retry_in_s=self.retry_max)
+                reason = "error"
+                await asyncio.sleep(self.retry_max)
             except ApiException as exc:
                 if exc.status == 410 and not fresh:
                     log.info("cache watch expired; re-listing", cache=self.name, error=str(exc).strip())
@@ -242,6 +276,10 @@ class ObjectCache:
         updated.set()
         if self.on_change is not None:
             self.on_change()
+
+
+class _NotServed(Exception):
+    """The API server does not serve an optional cache's kind (404 on its list)."""
 
 
 def _status_message(body: str) -> str:
@@ -289,3 +327,53 @@ def namespace_labels(cache: ObjectCache) -> Callable[[str], Mapping[str, str] | 
 
 def inventory_of(cache: ObjectCache) -> NodeInventory:
     return NodeInventory.from_objects(cache.objects.values())
+
+
+#: The training runtimes a TrainJob references (Kubeflow Trainer v2.2.1: group, version, plural, namespaced).
+_RUNTIMES = (
+    ("ClusterTrainingRuntime", "clustertrainingruntimes", False),
+    ("TrainingRuntime", "trainingruntimes", True),
+)
+
+
+def runtime_caches(api: client.ApiClient, retry_max: float = 60.0) -> dict[str, ObjectCache]:
+    """Caches of Kubeflow Trainer's ``ClusterTrainingRuntime`` and ``TrainingRuntime`` objects (all
+    namespaces), by kind; empty (and synced) where Trainer's CRDs are not installed."""
+    custom = client.CustomObjectsApi(api)
+    return {
+        kind: ObjectCache(
+            plural,
+            api,
+            functools.partial(custom.list_cluster_custom_object, "trainer.kubeflow.org", "v1alpha1", plural),
+            namespaced=namespaced,
+            optional=True,
+            retry_max=retry_max,
+        )
+        for kind, plural, namespaced in _RUNTIMES
+    }
+
+
+def runtime_lookup(caches: Mapping[str, ObjectCache]) -> Callable[[str, str, str], Mapping[str, Any] | None]:
+    """A lookup ``(kind, namespace, name)`` → runtime over :func:`runtime_caches` (namespace "" for
+    a cluster-scoped one); None when unknown."""
+
+    def lookup(kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        cache = caches.get(kind)
+        if cache is None:
+            return None
+        return cache.objects.get(f"{namespace}/{name}" if cache.namespaced else name)
+
+    return lookup
+
+
+def runtime_wait(caches: Mapping[str, ObjectCache]) -> Callable[[str, str, str, float], Awaitable[bool]]:
+    """``await wait(kind, namespace, name, timeout)``: whether the runtime caches hold that
+    runtime within ``timeout`` seconds (:meth:`ObjectCache.wait_for_object`)."""
+
+    async def wait(kind: str, namespace: str, name: str, timeout: float) -> bool:
+        cache = caches.get(kind)
+        if cache is None:
+            return False
+        return await cache.wait_for_object(f"{namespace}/{name}" if cache.namespaced else name, timeout)
+
+    return wait

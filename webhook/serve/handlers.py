@@ -21,6 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.core.admission.envelope import MalformedReview, build_response, clip, decode_body, json_bytes
 from webhook.core.admission.review import MESSAGE_PREFIX, ReviewOutcome, review
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.trainer import runtime_key
 from webhook.core.plan.draft import Plan
 from webhook.serve.connections import GuardedHandler
 from webhook.serve.logs import get_logger
@@ -39,6 +41,9 @@ LOG_ECHO_LIMIT = 256
 #: created together with its first workload), well inside the API server's webhook timeout
 #: (5 s in the chart); then it is refused with a message to retry.
 NAMESPACE_WAIT_SECONDS = 2.0
+#: How long a TrainJob's CREATE waits for the runtime cache to see the runtime it references (a
+#: runtime and its TrainJob applied from one file arrive a moment apart).
+RUNTIME_WAIT_SECONDS = 2.0
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -152,9 +157,11 @@ async def _admit(request: web.Request) -> web.Response:
             return _refused(state, *raw)
         try:
             body = decode_body(raw)
-            outcome = review(body, state.teams, state.namespace_lookup, state.inventory)
+            outcome = review(body, state.teams, state.namespace_lookup, state.inventory, state.runtimes)
             if outcome.resolution.labels_unknown and state.namespace_wait is not None:
                 outcome = await _after_namespace_wait(state, body, outcome)
+            if state.runtime_wait is not None:
+                outcome = await _after_runtime_wait(state, body, outcome)
         except MalformedReview as exc:
             outcome_label = "malformed"
             metrics.malformed.inc()
@@ -199,7 +206,7 @@ async def _after_namespace_wait(state: GovernorState, body: Any, outcome: Review
     namespace = outcome.request.namespace
     if await state.namespace_wait(namespace, NAMESPACE_WAIT_SECONDS):
         state.metrics.namespace_waits.labels("seen").inc()
-        return review(body, state.teams, state.namespace_lookup, state.inventory)
+        return review(body, state.teams, state.namespace_lookup, state.inventory, state.runtimes)
     state.metrics.namespace_waits.labels("unseen").inc()
     message = (
         f"{MESSAGE_PREFIX}: namespace {namespace!r} is not in the governor's namespace cache yet "
@@ -209,6 +216,26 @@ async def _after_namespace_wait(state: GovernorState, body: Any, outcome: Review
     outcome.plan = Plan(denials=[message], denied_rules=["namespace"])
     outcome.patch = []
     outcome.response = build_response(outcome.request, allowed=False, message=message, code=503)
+    return outcome
+
+
+async def _after_runtime_wait(state: GovernorState, body: Any, outcome: ReviewOutcome) -> ReviewOutcome:
+    """A workload created with a reference to a runtime the runtime cache has not seen (a
+    ClusterTrainingRuntime applied a moment before its TrainJob): wait up to
+    :data:`RUNTIME_WAIT_SECONDS` for the watch to deliver it and review again; still unknown, the
+    review's answer stands (it says the runtime is not known)."""
+    request = outcome.request
+    row = find_kind(request.api_version, request.kind)
+    if request.operation != "CREATE" or request.object is None or row is None or row.runtime is None:
+        return outcome
+    if outcome.resolution.team is None or state.runtimes is None or state.runtime_wait is None:
+        return outcome
+    key = runtime_key(request.object, request.namespace)
+    if isinstance(key, str) or state.runtimes(*key) is not None:
+        return outcome
+    if await state.runtime_wait(*key, RUNTIME_WAIT_SECONDS):
+        assert state.teams is not None
+        return review(body, state.teams, state.namespace_lookup, state.inventory, state.runtimes)
     return outcome
 
 

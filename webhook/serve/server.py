@@ -113,7 +113,16 @@ def _count_lists(state: GovernorState, cache: Any) -> None:
 async def _start_caches(state: GovernorState) -> Any:
     """Connect to the API server and start the policy ConfigMap's watch (--policy-configmap) and the
     namespace and node caches (--watch-cluster); returns the API client (None: neither is asked)."""
-    from webhook.kube.cache import connect, inventory_of, namespace_cache, namespace_labels, node_cache
+    from webhook.kube.cache import (
+        connect,
+        inventory_of,
+        namespace_cache,
+        namespace_labels,
+        node_cache,
+        runtime_caches,
+        runtime_lookup,
+        runtime_wait,
+    )
     from webhook.kube.policy_watch import PolicyConfigMapWatch
 
     config = state.config
@@ -136,10 +145,13 @@ async def _start_caches(state: GovernorState) -> Any:
     if not config.watch_cluster:
         return api
     namespaces, nodes = namespace_cache(api), node_cache(api)
-    state.caches.extend([namespaces, nodes])
+    runtimes = runtime_caches(api)  # a TrainJob's pods come from its runtime
+    state.caches.extend([namespaces, nodes, *runtimes.values()])
     state.namespace_lookup = namespace_labels(namespaces)
     state.namespace_wait = namespaces.wait_for_object
-    for cache in (namespaces, nodes):
+    state.runtimes = runtime_lookup(runtimes)
+    state.runtime_wait = runtime_wait(runtimes)
+    for cache in (namespaces, nodes, *runtimes.values()):
         _count_lists(state, cache)
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
@@ -159,6 +171,8 @@ async def _start_caches(state: GovernorState) -> Any:
     nodes.on_change = nodes_changed
     namespaces.start()
     nodes.start()
+    for cache in runtimes.values():
+        cache.start()
     return api
 
 

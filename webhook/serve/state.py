@@ -82,6 +82,11 @@ class GovernorState:
         self.static_namespaces: dict[str, dict[str, str]] = {}
         self.namespace_lookup: Callable[[str], Mapping[str, str] | None] = self.static_namespaces.get
         self.inventory: NodeInventory | None = None
+        #: ``(kind, namespace, name)`` → a training runtime (a TrainJob's pods; --watch-cluster).
+        self.runtimes: Callable[[str, str, str], Mapping[str, Any] | None] | None = None
+        #: ``await wait(kind, namespace, name, timeout)``: whether the runtime caches know that
+        #: runtime within ``timeout`` seconds (None without --watch-cluster).
+        self.runtime_wait: Callable[[str, str, str, float], Awaitable[bool]] | None = None
         self.certificate_loaded = False
         self.caches: list[Any] = []
         #: The policy ConfigMap's watch (a webhook.kube.policy_watch.PolicyConfigMapWatch), if any.

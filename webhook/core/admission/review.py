@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.core.admission.envelope import AdmissionRequest, build_response, parse_admission_review
 from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.kueue.trainer import RuntimeLookup
 from webhook.core.plan.patch import to_json_patch
 from webhook.core.plan.planner import Plan, plan_admission
 from webhook.core.platform.resolve import Resolution, TeamIndex
@@ -38,8 +39,10 @@ def review_request(
     teams: TeamIndex,
     namespace_labels: Callable[[str], Mapping[str, str] | None],
     inventory: NodeInventory | None = None,
+    runtimes: RuntimeLookup | None = None,
 ) -> ReviewOutcome:
-    """Decide on a parsed request. ``namespace_labels(name)`` reads the namespace cache."""
+    """Decide on a parsed request. ``namespace_labels(name)`` reads the namespace cache;
+    ``runtimes(kind, namespace, name)`` the training runtimes' (a TrainJob's pods)."""
     labels = namespace_labels(request.namespace) if teams.needs_namespace_labels else None
     resolution = teams.resolve(request.namespace, labels)
     if resolution.conflict:
@@ -48,7 +51,7 @@ def review_request(
     elif resolution.team is None:
         plan = Plan(skipped=resolution.reason)
     else:
-        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers)
+        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers, runtimes)
     patch = to_json_patch(plan.changes) if plan.allowed else []
     if plan.allowed:
         response = build_response(request, allowed=True, patch=patch, warnings=_prefixed(plan.warnings))
@@ -68,13 +71,14 @@ def review(
     teams: TeamIndex,
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _: None,
     inventory: NodeInventory | None = None,
+    runtimes: RuntimeLookup | None = None,
 ) -> ReviewOutcome:
     """Parse a decoded AdmissionReview and decide on it.
 
     Raises:
         MalformedReview: the body is not an answerable AdmissionReview (HTTP 400).
     """
-    return review_request(parse_admission_review(body), teams, namespace_labels, inventory)
+    return review_request(parse_admission_review(body), teams, namespace_labels, inventory, runtimes)
 
 
 def _prefixed(messages: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ __all__ = [
     "PodLayout",
     "PodSetRule",
     "Requirement",
+    "RuntimeSource",
     "WorkloadKind",
 ]
 
@@ -160,6 +161,26 @@ class CoPlacement:
 
 
 @dataclass(frozen=True)
+class RuntimeSource:
+    """Where a kind without pod templates of its own takes its pods from: a runtime object it
+    references (a TrainJob's ``(Cluster)TrainingRuntime``, :mod:`webhook.core.kueue.trainer`).
+
+    ``ref``: the reference in the object. ``patches``: the object's list of patches to the
+    runtime, one per ``manager``; the governor writes what the rules set into its own entry
+    (``manager``). ``resolved``: the key of the object's working copy under which the resolved
+    pod templates are planned (the row's podset paths start there). ``writable``: the pod template
+    fields (relative to a ``PodTemplateSpec``) such a patch can set; a rule's change anywhere else
+    cannot reach the pods, and the response says so.
+    """
+
+    ref: PathPattern
+    patches: PathPattern
+    manager: str
+    resolved: str
+    writable: tuple[PathPattern, ...]
+
+
+@dataclass(frozen=True)
 class WorkloadKind:
     """One workload kind (at one or more API versions) Kueue manages.
 
@@ -172,8 +193,7 @@ class WorkloadKind:
     :class:`Requirement`). ``owns_workloads``: objects this kind controls are Kueue children and
     get nothing. ``pod_labels``: Kueue admits this kind's pods as Pods and copies only the queue
     label into them (Kueue's Deployment webhook), so the queue and priority labels also go into
-    every pod template's labels. ``opaque``: the kind's pods come from somewhere the object does
-    not show (a TrainJob's runtime): the pod-template rules cannot be applied, and this says why.
+    every pod template's labels.
     ``declared``: the field next to each embedded object that may declare its podsets (AppWrapper
     ``podSets``: ``path`` and ``replicas``), used instead of the embedded row's; embedded podsets
     are then named ``<name>-<index>`` over the whole object (Kueue's AppWrapper adapter).
@@ -211,7 +231,6 @@ class WorkloadKind:
     requires: tuple[Requirement, ...] = ()
     owns_workloads: bool = True
     pod_labels: bool = False
-    opaque: str = ""
     frozen_unless: tuple[PathPattern, Any] | None = None
     declared: str = ""
     counts: tuple[Factor, ...] = ()
@@ -220,6 +239,7 @@ class WorkloadKind:
     coplace: tuple[CoPlacement, ...] = ()
     priority_classes: tuple[PathPattern, ...] = ()
     unmanaged_versions: tuple[tuple[str, str], ...] = ()
+    runtime: RuntimeSource | None = None
     notes: str = field(default="", compare=False)
 
     @property

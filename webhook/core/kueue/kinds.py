@@ -27,6 +27,7 @@ from webhook.core.kueue.kind_model import (
     Requirement,
     WorkloadKind,
 )
+from webhook.core.kueue.trainer import TRAINER
 from webhook.core.objects.paths import PathPattern
 
 __all__ = [
@@ -216,15 +217,27 @@ KINDS: tuple[WorkloadKind, ...] = (
             ),
         ),
     ),
+    # Its pods are those of the JobSet Trainer builds from the runtime it references: the podsets
+    # are read from the resolved replicated jobs (webhook.core.kueue.trainer), as JobSet's.
     WorkloadKind(
         group="trainer.kubeflow.org",
         kind="TrainJob",
         resource="trainjobs",
         versions=("v1alpha1",),
+        podsets=(
+            PodSetRule(
+                template=(TRAINER.resolved, "replicatedJobs", "*", "template", "spec", "template"),
+                count=(
+                    Factor((TRAINER.resolved, "replicatedJobs", "*", "replicas")),
+                    _job_pods((TRAINER.resolved, "replicatedJobs", "*", "template", "spec")),
+                ),
+                name="name",
+            ),
+        ),
         suspend=("spec", "suspend"),
         counts=(Factor(("spec", "trainer", "numNodes")),),
-        opaque="a TrainJob has no pod template of its own: its pods come from its training runtime, "
-        "so pod priority, topology and node affinity are set in the (Cluster)TrainingRuntime",
+        runtime=TRAINER,
+        coplace=(CoPlacement(None),),
     ),
     # A RayJob with clusterSelector runs on an existing RayCluster: Kueue does not manage it.
     _ray(

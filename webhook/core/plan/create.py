@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import WorkloadKind
-from webhook.core.kueue.view import PodSet, WorkloadView, kueue_view
+from webhook.core.kueue.view import PodSet, kueue_view
 from webhook.core.objects.paths import dotted, lookup
 from webhook.core.plan.draft import Draft, Plan, Shape, malformed
 from webhook.core.plan.owners import managed_child
@@ -53,20 +53,6 @@ def validate_podset(podset: PodSet, team: TeamPolicyCompiled, plan: Plan, forbid
         check_user_topology(podset, team.topology, team, plan, forbidden)
 
 
-def _say_opaque(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> None:
-    """A kind whose pods the object does not show: say which rules cannot be applied."""
-    if not view.row.opaque:
-        return
-    levels = [
-        ("podPriority", team.podPriority.enforcement if team.podPriority else None),
-        ("topology", team.topology.enforcement if team.topology else None),
-        ("nodeAffinity", "warn" if team.nodeAffinity else None),
-    ]
-    for rule, enforcement in levels:
-        if enforcement is not None:
-            plan.report("warn" if enforcement == "default" else enforcement, rule, f"not applied: {view.row.opaque}")
-
-
 def plan_object(
     obj: Mapping[str, Any],
     row: WorkloadKind,
@@ -100,7 +86,6 @@ def plan_object(
         plan_pod_labels(draft, view, team, plan)
         affinity = prepared(team).affinity
         kueue_priority = workload_labels(obj, row).get(PRIORITY_LABEL)
-        _say_opaque(view, team, plan)
         check_priority_fields(obj, row, team, plan, None)
         forbidden = elastic_forbidden(obj, row)
         asked = user_pod_priority(view)

@@ -26,10 +26,12 @@ but only a controller may make an object such a child (:func:`user_made_child`).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import find_kind, kind_of_group
+from webhook.core.kueue.trainer import RuntimeLookup
 from webhook.core.plan.create import plan_object, skip_reason, validate_podset
 from webhook.core.plan.draft import Change, Plan
 from webhook.core.plan.owners import made_by_a_controller, managed_child, managed_owner, user_made_child
@@ -37,6 +39,7 @@ from webhook.core.plan.policy_fill import plan_created
 from webhook.core.plan.request import AdmissionRequest
 from webhook.core.plan.rules.queue import PRIORITY_LABEL, QUEUE_LABEL
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
+from webhook.core.plan.runtime import plan_with_runtime
 from webhook.core.plan.update import plan_status_update, plan_update
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
 from webhook.core.platform.policy import TeamPolicyCompiled
@@ -63,6 +66,7 @@ def plan_admission(
     team: TeamPolicyCompiled,
     inventory: NodeInventory | None = None,
     controllers: Collection[str] = DEFAULT_CONTROLLERS,
+    runtimes: RuntimeLookup | None = None,
 ) -> Plan:
     """Plan the changes for one request of a team namespace; ``controllers``: the users that may make
     an object a child of a Kueue-managed owner (the policy's ``controllers``, :func:`user_made_child`).
@@ -71,7 +75,8 @@ def plan_admission(
     :func:`webhook.core.plan.policy_fill.plan_created`); UPDATE →
     :func:`webhook.core.plan.update.plan_update`; an UPDATE through the ``status`` subresource of a
     built-in kind → its labels only (:func:`webhook.core.plan.update.plan_status_update`); other
-    operations and subresources → nothing.
+    operations and subresources → nothing. A kind whose pods come from a runtime it references
+    (a TrainJob) is planned on the runtime ``runtimes`` finds (:mod:`webhook.core.plan.runtime`).
     """
     row = find_kind(request.api_version, request.kind)
     status = (
@@ -103,6 +108,17 @@ def plan_admission(
         return plan
     if status and request.object is not None and request.old_object is not None:
         return plan_status_update(request.object, request.old_object, row, team)
+    if row.runtime is not None and request.object is not None and request.operation in ("CREATE", "UPDATE"):
+        if request.operation == "UPDATE" and request.old_object is None:
+            return Plan(skipped="UPDATE without oldObject")
+
+        def planned(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Plan:
+            if old is None:
+                return plan_created(new, row, team, inventory)
+            return plan_update(new, old, row, team, inventory)
+
+        old = request.old_object if request.operation == "UPDATE" else None
+        return plan_with_runtime(request.object, old, request.namespace, row, team, runtimes, planned)
     if request.operation == "CREATE" and request.object is not None:
         return plan_created(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:

@@ -71,8 +71,8 @@ def marked(obj: Mapping[str, Any], row: WorkloadKind) -> frozenset[str]:
 def static_templates(row: WorkloadKind) -> list[PodSetRule]:
     """The podset rules of ``row`` whose pod template sits at a fixed path (no ``"*"``), as a
     ``PodTemplateSpec`` (not a Spark role), of a whole podset (no pod group), always there (no
-    ``only_if``); a row whose pods come from elsewhere (``opaque``, ``embedded``) has none."""
-    if row.opaque or row.embedded is not None:
+    ``only_if``); a row whose pods come from elsewhere (a ``runtime``, ``embedded``) has none."""
+    if row.runtime is not None or row.embedded is not None:
         return []
     return [
         rule

@@ -296,8 +296,6 @@ def _sourced_problems(
     view: WorkloadView, forbidden: Sequence[str] = (), release: KueueRelease = DEFAULT_RELEASE
 ) -> list[tuple[str, str]]:
     """:func:`kueue_tas_problems`, each with the Kueue function (or rule) that finds it."""
-    if view.row.opaque:
-        return []
     podsets = [p for p in view.podsets if p.present]
     out: list[tuple[str, str]] = []
     for podset in podsets:
