@@ -1,0 +1,76 @@
+"""Kueue's own ``PodSets()`` test tables as the oracle of our view (SPEC §4, §13).
+
+Every data file under ``tests/data/kueue/<version>/`` marked ``checks: podsets`` holds the rows
+of one Kueue test file's ``PodSets()`` tables, transcribed from Kueue's source at that version,
+each naming its Go test function and case: the object as the test builds it and the podsets
+Kueue returns. Our view (:func:`webhook.core.kueue.view.kueue_view`) of the object must give the
+same podset names and counts in the same order, and, where a row states a podset's per-pod
+``requests``, the same requests. A row we do not model carries a ``skip`` reason.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import REPO
+
+from webhook.core.kueue.kinds import find_kind
+from webhook.core.kueue.view import kueue_view
+from webhook.core.objects.quantity import parse_quantity
+
+DATA = REPO / "tests" / "data" / "kueue"
+
+
+def tables() -> list[Path]:
+    """The ``checks: podsets`` data files of every Kueue version, by version then name."""
+    return [
+        path
+        for path in sorted(DATA.glob("*/*.yaml"))
+        if (yaml.safe_load(path.read_text()) or {}).get("checks") == "podsets"
+    ]
+
+
+def rows() -> list[Any]:
+    params = []
+    for path in tables():
+        for row in yaml.safe_load(path.read_text())["rows"]:
+            name = f"{path.parent.name}/{path.stem}/{row['test']}/{row['case']}"
+            params.append(pytest.param(row, id=name))
+    return params
+
+
+def requests(amounts: dict[str, Any]) -> dict[str, Decimal]:
+    """A row's per-pod requests (resource → quantity) in base units, zero amounts left out."""
+    out = {name: parse_quantity(str(value)) for name, value in amounts.items()}
+    return {name: amount for name, amount in out.items() if amount}
+
+
+@pytest.mark.parametrize("row", rows())
+def test_our_view_gives_the_podsets_of_kueues_podsets_tests(row: dict[str, Any]) -> None:
+    if "skip" in row:
+        pytest.skip(f"not modelled: {row['skip']}")
+    obj = row["object"]
+    kind = find_kind(obj["apiVersion"], obj["kind"])
+    assert kind is not None, (obj["apiVersion"], obj["kind"])
+    view = kueue_view(obj, kind)
+    assert view.problems == ()
+    assert [(p.name, p.count) for p in view.podsets] == [(p["name"], p["count"]) for p in row["podsets"]]
+    for ours, theirs in zip(view.podsets, row["podsets"], strict=True):
+        if "requests" in theirs:
+            mine = {name: amount for name, amount in (ours.requests or {}).items() if amount}
+            assert mine == requests(theirs["requests"]), ours.name
+
+
+def test_the_tables_name_their_source_and_count_their_rows() -> None:
+    """Each file names the Kueue source it transcribes, at its version; each row is there once."""
+    assert tables(), "no PodSets() tables"
+    for path in tables():
+        table = yaml.safe_load(path.read_text())
+        assert table["source"].startswith(f"kubernetes-sigs/kueue {path.parent.name} pkg/"), path
+        ids = [(r["test"], r["case"]) for r in table["rows"]]
+        assert len(set(ids)) == len(ids), path
+        assert all(r["podsets"] or "skip" in r for r in table["rows"]), path
