@@ -63,6 +63,11 @@ def test_our_view_gives_the_podsets_of_kueues_podsets_tests(row: dict[str, Any])
         if "requests" in theirs:
             mine = {name: amount for name, amount in (ours.requests or {}).items() if amount}
             assert mine == requests(theirs["requests"]), ours.name
+        if "kueueRequests" in theirs:  # requests our view does not model (the row's `unmodelled`)
+            assert "unmodelled" in row, row["case"]
+            if ours.requests is not None:  # a view that learns them must learn Kueue's
+                mine = {name: amount for name, amount in ours.requests.items() if amount}
+                assert mine == requests(theirs["kueueRequests"]), ours.name
 
 
 def test_the_tables_name_their_source_and_count_their_rows() -> None:
