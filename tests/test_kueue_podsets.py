@@ -10,33 +10,38 @@ same podset names and counts in the same order, and, where a row states a podset
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support import REPO
+from support import REPO, platform_with, review_body, teams_from
 
+from webhook.core.admission.review import review
 from webhook.core.kueue.kinds import find_kind
 from webhook.core.kueue.view import kueue_view
 from webhook.core.objects.quantity import parse_quantity
 
 DATA = REPO / "tests" / "data" / "kueue"
+NO_TOPOLOGY_RULE = teams_from(platform_with({"queue": {"enforcement": "enforce"}}))
+#: What the governor says of each podset limit a Kueue webhook row checks (its field's last part).
+SAYS = {"workerGroupSpecs": "a Workload holds at most 18 podsets", "groupName": "of its podsets are named 'head'"}
 
 
-def tables() -> list[Path]:
-    """The ``checks: podsets`` data files of every Kueue version, by version then name."""
+def tables(checks: str = "podsets") -> list[Path]:
+    """The data files of every Kueue version marked ``checks: <checks>``, by version then name."""
     return [
         path
         for path in sorted(DATA.glob("*/*.yaml"))
-        if (yaml.safe_load(path.read_text()) or {}).get("checks") == "podsets"
+        if (yaml.safe_load(path.read_text()) or {}).get("checks") == checks
     ]
 
 
-def rows() -> list[Any]:
+def rows(checks: str = "podsets") -> list[Any]:
     params = []
-    for path in tables():
+    for path in tables(checks):
         for row in yaml.safe_load(path.read_text())["rows"]:
             name = f"{path.parent.name}/{path.stem}/{row['test']}/{row['case']}"
             params.append(pytest.param(row, id=name))
@@ -79,3 +84,24 @@ def test_the_tables_name_their_source_and_count_their_rows() -> None:
         ids = [(r["test"], r["case"]) for r in table["rows"]]
         assert len(set(ids)) == len(ids), path
         assert all(r["podsets"] or "skip" in r for r in table["rows"]), path
+
+
+@pytest.mark.parametrize("row", rows("podset-limits"))
+def test_kueues_podset_limits_get_kueues_verdict(row: dict[str, Any]) -> None:
+    """A CREATE Kueue's webhook refuses for its podsets is denied in a team without a topology
+    rule (queue rule ``enforce``), saying why for each of Kueue's fields; one it accepts is not."""
+    obj = row["object"]
+    kind = find_kind(obj["apiVersion"], obj["kind"])
+    assert kind is not None
+    assert len(kueue_view(obj, kind).podsets) == row["podsets"]
+    managed = copy.deepcopy(obj)  # Kueue's "queue" is any LocalQueue: here the team's
+    managed["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "ml-queue"
+    outcome = review(review_body(managed, "ml"), NO_TOPOLOGY_RULE)
+    limits = [d for d in outcome.plan.denials if any(said in d for said in SAYS.values())]
+    if row["verdict"] == "accepted":
+        assert outcome.plan.allowed, outcome.plan.denials
+        return
+    assert not outcome.plan.allowed
+    for field in row["fields"]:
+        said = SAYS[field.rsplit(".", 1)[-1]]
+        assert [d for d in limits if said in d], (field, outcome.plan.denials)
