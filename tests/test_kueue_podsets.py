@@ -83,6 +83,8 @@ def test_the_tables_name_their_source_and_count_their_rows() -> None:
         assert table["source"].startswith(f"kubernetes-sigs/kueue {path.parent.name} pkg/"), path
         ids = [(r["test"], r["case"]) for r in table["rows"]]
         assert len(set(ids)) == len(ids), path
+        if "cases" in table:  # each Go test's cases, counted in Kueue's source: all are here
+            assert {test: sum(t == test for t, _ in ids) for test in table["cases"]} == table["cases"], path
         assert all(r["podsets"] or "skip" in r for r in table["rows"]), path
 
 
