@@ -76,15 +76,16 @@ def test_our_view_gives_the_podsets_of_kueues_podsets_tests(row: dict[str, Any])
 
 
 def test_the_tables_name_their_source_and_count_their_rows() -> None:
-    """Each file names the Kueue source it transcribes, at its version; each row is there once."""
+    """Each file names the Kueue source it transcribes, at its version, and how many cases each of
+    its Go tests has there (``cases``); each case is there once."""
     assert tables(), "no PodSets() tables"
     for path in tables():
         table = yaml.safe_load(path.read_text())
         assert table["source"].startswith(f"kubernetes-sigs/kueue {path.parent.name} pkg/"), path
         ids = [(r["test"], r["case"]) for r in table["rows"]]
         assert len(set(ids)) == len(ids), path
-        if "cases" in table:  # each Go test's cases, counted in Kueue's source: all are here
-            assert {test: sum(t == test for t, _ in ids) for test in table["cases"]} == table["cases"], path
+        # each Go test's cases, counted in Kueue's source: all are here
+        assert {test: sum(t == test for t, _ in ids) for test in table["cases"]} == table["cases"], path
         assert all(r["podsets"] or "skip" in r for r in table["rows"]), path
 
 
