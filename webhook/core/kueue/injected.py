@@ -156,8 +156,8 @@ def unbuildable(obj: Mapping[str, Any], changes: tuple[PodChange, ...], spec: Ma
     """Why Kueue cannot build the podset whose pod spec is ``spec`` (a map) in ``obj``, or None: a
     change that raises the first container's requests holds and there is no first container
     (Kueue v0.19.2 ``raycluster.accountForRedisCleanupInHeadPodSet`` returns an error, so
-    ``BuildPodSets`` fails and Kueue never creates the Workload: a fault-tolerant Ray head without
-    its Ray container)."""
+    ``BuildPodSets`` fails, and Kueue's Ray webhooks refuse the object: a fault-tolerant Ray head
+    without its Ray container)."""
     for change in changes:
         if isinstance(change, RaiseRequests) and any(w.holds(obj) for w in change.when):
             containers = spec.get("containers")

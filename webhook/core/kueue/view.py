@@ -91,7 +91,7 @@ class PodSet:
     ``rule``: the row's rule it came from (where each pod field lives). ``annotations``: the
     pod template's annotations map in ``base`` ({} when absent or no map), read once. ``spec``:
     the pod spec as Kueue's Workload holds it (the template's, with :mod:`webhook.core.kueue.injected`).
-    ``unbuilt``: why Kueue cannot build this podset, so never creates the Workload
+    ``unbuilt``: why Kueue cannot build this podset, so refuses the workload
     (:func:`~webhook.core.kueue.injected.unbuildable`), else None.
     """
 
