@@ -14,8 +14,10 @@ label and annotation, TAS and pod-group ones included, kept. Then:
   ``status.admission.podSetAssignments[]`` count and ``resourceUsage`` ÷ count must equal the
   offline count and per-pod requests.
 
-A document whose Workload needs a controller or webhook this cluster lacks, or that Kueue never
-admits here, is skipped with the reason (``-rs``); a mismatch fails. Not modelled: the name of a
+A document whose kind this cluster does not serve, that it refuses, whose Workload needs a
+controller it lacks, or that Kueue does not admit here within a minute, is printed with what was
+not compared; a file where nothing was compared is skipped with the reasons (``-rs``); a mismatch
+fails. Not modelled: the name of a
 Kueue pod group's podset (the hash of its role's pod spec; ours is ``main``): for a group of one
 role, its count and requests are compared under our name.
 """
