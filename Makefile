@@ -122,8 +122,8 @@ PLACEMENT_ARGS ?=
 bench-placement: install
 	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 
-## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, Kueue, KWOK and the JobSet controller from their Go modules
-## (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
+## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, Kueue, KWOK and the JobSet controller from their Go modules,
+## and fetch Kueue's site/static/examples at its tag (git; KGOV_KUEUE_GIT: another clone) (cached in ${KGOV_CACHE:-~/.cache/kueue-governor}).
 e2e-build: install
 	$(PYTHON) -m e2e.build
 
@@ -159,8 +159,9 @@ record-reviews: install
 	$(PYTHON) -m e2e.record
 
 ## Run the e2e suite (brings up its own cluster unless KGOV_E2E_KUBECONFIG is set; as root, the real node's
-## packages are installed first and test_chart_real_node.py runs the chart on the real node).
-e2e-test: install $(if $(filter 0,$(shell id -u)),e2e-node-deps)
+## packages are installed first and test_chart_real_node.py runs the chart on the real node). The e2e build runs
+## first: it also fetches Kueue's example manifests, which e2e/test_kueue_examples.py reads.
+e2e-test: install e2e-build $(if $(filter 0,$(shell id -u)),e2e-node-deps)
 	$(PYTHON) -m pytest e2e -m e2e
 
 # Mutation testing (not part of `make test`; docs/testing.md, "Mutation testing"). MUTATE_MODULES are modules of

@@ -10,7 +10,8 @@ once. Binaries are cached outside the repository in
 
 The YAML that the control plane needs (Kueue's CRDs, webhook configurations and default
 Configuration; the CRDs of the workload kinds Kueue integrates with, at the versions Kueue pins)
-is read from the same modules, fetched with ``go mod download -json``.
+is read from the same modules, fetched with ``go mod download -json``; Kueue's example manifests,
+which its module leaves out, from its git repository at the tag (:mod:`e2e.kueue_examples`).
 
 Command line::
 
@@ -332,7 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     paths = ensure_binaries(set(args.force))
     # Fetch the module holding Kueue's manifests now too, so `up` needs nothing more.
     kueue = module_dir("sigs.k8s.io/kueue", KUEUE_VERSION)
-    print(json.dumps({"binaries": {name: str(path) for name, path in paths.items()}, "kueue": str(kueue)}, indent=2))
+    # And Kueue's example manifests, which its module leaves out (e2e/test_kueue_examples.py).
+    from e2e.kueue_examples import fetch_examples  # here: that module imports this one
+
+    try:
+        examples: str = str(fetch_examples(KUEUE_VERSION))
+    except RuntimeError as exc:
+        # Kueue's git repository is not always reachable (the Go module proxy may be the only
+        # way out): the examples module then skips, saying why, and the rest of the suite runs.
+        print(f"e2e.build: Kueue's examples not fetched: {exc}", file=sys.stderr)
+        examples = ""
+    found = {"binaries": {name: str(path) for name, path in paths.items()}, "kueue": str(kueue)}
+    print(json.dumps(found | {"kueue-examples": str(examples)}, indent=2))
     print(f"done in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
 

@@ -12,6 +12,9 @@ What :func:`webhook.core.plan.rules.podset_limits.check_podsets` says of them is
   ``Worker``'s count. The governor does not judge such keys (Kubeflow's webhook refuses them).
 - a Job whose required node affinity has an empty ``nodeSelectorTerms`` is refused by the API
   server (``ValidateNodeSelector``).
+- a RayCluster with GCS fault tolerance whose head template has no container is refused by Kueue's
+  webhook (``BuildPodSets``: "head pod template must include the Ray container"); the same head
+  with its container gets a Workload.
 """
 
 from __future__ import annotations
@@ -146,3 +149,25 @@ async def test_kubernetes_refuses_a_job_of_empty_node_selector_terms(dynamic: Dy
     with pytest.raises(Refused) as refused:
         await create_with_warnings(dynamic, body, dry_run=True)
     assert "must have at least one node selector term" in str(refused.value.status.get("message"))
+
+
+async def test_kueue_refuses_a_fault_tolerant_ray_head_without_its_container(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    """Kueue v0.19.2 raises a fault-tolerant head's first container to KubeRay's Redis cleanup
+    requests; without one it builds no podsets, and its webhook refuses the RayCluster (the row of
+    Kueue's TestBuildPodSets "spec with gcs fault tolerance and missing head container")."""
+    whole = raycluster(namespace, "workers")
+    whole["spec"]["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    bare = copy.deepcopy(whole)
+    bare["metadata"]["name"] = unique("rc-bare")
+    bare["spec"]["headGroupSpec"]["template"] = {"spec": {"containers": []}}
+    with pytest.raises(Refused) as refused:
+        await create_with_warnings(dynamic, bare, dry_run=True)
+    message = str(refused.value.status.get("message"))
+    assert "head pod template must include the Ray container" in message, message
+    built = (await create_with_warnings(dynamic, whole)).obj
+    workload = await wait_for(
+        lambda: workload_for(dynamic, namespace, built["metadata"]["uid"]), "the fault-tolerant head's Workload", 60
+    )
+    assert [p["name"] for p in workload["spec"]["podSets"]] == ["head", "workers"]

@@ -113,6 +113,36 @@ def test_podset_names_that_collide_once_lower_cased_are_refused() -> None:
     ]
 
 
+def test_a_fault_tolerant_ray_head_without_its_container_is_refused() -> None:
+    """Kueue v0.19.2 builds no podsets for it (``accountForRedisCleanupInHeadPodSet``: "head pod
+    template must include the Ray container"), and its webhook refuses it (the row of Kueue's
+    TestBuildPodSets "spec with gcs fault tolerance and missing head container",
+    tests/data/kueue/v0.19.2/raycluster_common_test.yaml; e2e/test_kueue_limits.py)."""
+    why = (
+        "queue: Kueue refuses the workload, as it cannot build podset 'head': its pod template has no "
+        "container, and with GCS fault tolerance Kueue raises the first one's requests (KubeRay's Redis "
+        "cleanup): 'head pod template must include the Ray container'"
+    )
+    for head in ({}, {"spec": {"containers": []}}):
+        for fault_tolerance in (
+            {"spec": {"gcsFaultToleranceOptions": {"redisAddress": "redis:6379"}}},
+            {"metadata": {"annotations": {"ray.io/ft-enabled": "True"}}},
+        ):
+            body = raycluster("workers")
+            body["spec"]["headGroupSpec"]["template"] = head
+            for key, value in fault_tolerance.items():
+                body[key] |= value
+            assert run(body, ENFORCE).plan.denials == [why], (head, fault_tolerance)
+            assert run(body, WARN).plan.warnings[-1:] == [why]
+    # Without fault tolerance, or with the head's container, Kueue builds the podsets.
+    bare = raycluster("workers")
+    bare["spec"]["headGroupSpec"]["template"] = {}
+    assert run(bare, ENFORCE).plan.allowed
+    whole = raycluster("workers")
+    whole["spec"]["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    assert run(whole, ENFORCE).plan.allowed
+
+
 def test_a_podset_name_kueue_does_not_take_is_refused() -> None:
     long = "g" * 64
     denials = run(raycluster("My_Group", "ok-1", long, "g" * 63), ENFORCE).plan.denials

@@ -32,7 +32,7 @@ from webhook.core.kueue.wellformed import Problems, a_map, quantity
 from webhook.core.objects.paths import Key, PathPattern, lookup
 from webhook.core.objects.quantity import format_quantity, parse_quantity
 
-__all__ = ["AddContainer", "PodChange", "RaiseRequests", "When", "kueue_pod_spec", "ray_head_changes"]
+__all__ = ["AddContainer", "PodChange", "RaiseRequests", "When", "kueue_pod_spec", "ray_head_changes", "unbuildable"]
 
 ResourceList = tuple[tuple[str, str], ...]
 
@@ -150,6 +150,24 @@ def kueue_pod_spec(
         else:
             out.append({"name": change.name, "resources": _resources(change, obj, problems, whole)})
     return {**spec, "containers": out}
+
+
+def unbuildable(obj: Mapping[str, Any], changes: tuple[PodChange, ...], spec: Mapping[str, Any]) -> str | None:
+    """Why Kueue cannot build the podset whose pod spec is ``spec`` (a map) in ``obj``, or None: a
+    change that raises the first container's requests holds and there is no first container
+    (Kueue v0.19.2 ``raycluster.accountForRedisCleanupInHeadPodSet`` returns an error, so
+    ``BuildPodSets`` fails, and Kueue's Ray webhooks refuse the object: a fault-tolerant Ray head
+    without its Ray container)."""
+    for change in changes:
+        if isinstance(change, RaiseRequests) and any(w.holds(obj) for w in change.when):
+            containers = spec.get("containers")
+            if not isinstance(containers, list) or not containers:
+                return (
+                    "its pod template has no container, and with GCS fault tolerance Kueue raises the "
+                    "first one's requests (KubeRay's Redis cleanup): 'head pod template must include "
+                    "the Ray container'"
+                )
+    return None
 
 
 _RAY_FT = "ray.io/ft-enabled"

@@ -18,7 +18,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from webhook.core.kueue.injected import kueue_pod_spec
+from webhook.core.kueue.injected import kueue_pod_spec, unbuildable
 from webhook.core.kueue.kinds import Factor, PodSetRule, WorkloadKind, find_kind
 from webhook.core.kueue.podgroup import group_member
 from webhook.core.kueue.resources import Requests, pod_requests
@@ -91,6 +91,8 @@ class PodSet:
     ``rule``: the row's rule it came from (where each pod field lives). ``annotations``: the
     pod template's annotations map in ``base`` ({} when absent or no map), read once. ``spec``:
     the pod spec as Kueue's Workload holds it (the template's, with :mod:`webhook.core.kueue.injected`).
+    ``unbuilt``: why Kueue cannot build this podset, so refuses the workload
+    (:func:`~webhook.core.kueue.injected.unbuildable`), else None.
     """
 
     name: str
@@ -105,6 +107,7 @@ class PodSet:
     group: str | None = None
     partial: bool = False
     present: bool = True
+    unbuilt: str | None = None
     annotations: Mapping[str, Any] = field(default_factory=dict)
     spec: Mapping[str, Any] = field(default_factory=dict)
 
@@ -240,10 +243,13 @@ def _podset(
             a_map(value, (*path, *suffix), problems)
     requests: Requests | None = None
     spec: Mapping[str, Any] = {}
+    unbuilt: str | None = None
     if layout.spec is not None:
         spec_path = (*path, *layout.spec)
-        spec = kueue_pod_spec(obj, rule.changes, a_map(lookup(base, layout.spec), spec_path, problems), problems, whole)
+        own = a_map(lookup(base, layout.spec), spec_path, problems)
+        spec = kueue_pod_spec(obj, rule.changes, own, problems, whole)
         requests = pod_requests(spec, problems, spec_path, whole)
+        unbuilt = unbuildable(obj, rule.changes, own)
     priority = lookup(base, layout.priority)  # a PriorityClass name (Go string): 12 is no name
     if priority is not None and type(priority) is not str:
         problems.append(Problem((*path, *layout.priority), priority, "a string"))
@@ -280,6 +286,7 @@ def _podset(
         group=group if isinstance(group, str) else None,
         partial=group_member(obj, rule, bindings, problems),
         present=True,
+        unbuilt=unbuilt,
         annotations=_map(annotations),
         spec=spec,
     )

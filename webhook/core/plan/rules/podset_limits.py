@@ -43,7 +43,10 @@ def check_podsets(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> N
     node affinity has an empty ``nodeSelectorTerms``, which matches no node (terms are ORed;
     Kubernetes refuses such a Pod, ``ValidateNodeSelector`` in ``pkg/apis/core/validation``: "must
     have at least one node selector term"). A team's node affinity fills such a list
-    (:mod:`webhook.core.plan.rules.node_affinity`), so that finding is for teams without one. An
+    (:mod:`webhook.core.plan.rules.node_affinity`), so that finding is for teams without one. A
+    podset Kueue cannot build (a fault-tolerant Ray head without its Ray container:
+    :func:`webhook.core.kueue.injected.unbuildable`), which Kueue's Ray webhooks refuse (their
+    ``validateTopologyRequest`` returns the error of ``PodSets``). An
     AppWrapper whose podset names (``<name>-<index>``) are no ``PodSetReference``. In a custom
     resource (the API server checks only built-in kinds' pod templates), a request above its limit
     in the pod Kueue builds (a container's, an init container's, the pod-level resources'; a Ray
@@ -55,6 +58,10 @@ def check_podsets(view: WorkloadView, team: TeamPolicyCompiled, plan: Plan) -> N
     loud: Enforcement = "enforce" if team.queue.enforcement == "enforce" else "warn"
     podsets = view.podsets
     never = "the workload can never be admitted: Kueue never creates its Workload, as"
+    for podset in podsets:
+        if podset.unbuilt is not None:
+            message = f"Kueue refuses the workload, as it cannot build podset {podset.name!r}: {podset.unbuilt}"
+            plan.report(loud, "queue", message)
     if len(podsets) > MAX_PODSETS:
         names = ", ".join(repr(p.name) for p in podsets)
         message = f"{never} a Workload holds at most {MAX_PODSETS} podsets and it has {len(podsets)} ({names})"
