@@ -162,6 +162,31 @@ async def _start_caches(state: GovernorState) -> Any:
     return api
 
 
+async def _start_keeper(config: ServerConfig) -> tuple[Any, Any]:
+    """In-cluster certificates (``config.certs``): the first round done, the serving pair on disk;
+    returns (API client, :class:`webhook.certs.keeper.CertificateKeeper`), or (None, None).
+
+    Raises:
+        ConfigurationError: no usable kubeconfig, or no round succeeded (the last error).
+    """
+    if config.certs is None:
+        return None, None
+    from webhook.certs.keeper import CertificateKeeper, KeeperError
+    from webhook.kube.cache import connect
+
+    try:
+        api = await connect(config.kubeconfig)
+    except (ClusterError, ConfigException) as exc:
+        raise ConfigurationError(f"cannot reach the API server for --certs-secret: {exc}") from None
+    keeper = CertificateKeeper(api, config.certs, config.cert_file, config.key_file)
+    try:
+        await keeper.start()
+    except KeeperError as exc:
+        await api.close()
+        raise ConfigurationError(f"--certs-secret {config.certs.secret}: {exc}") from None
+    return api, keeper
+
+
 async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asyncio.AbstractServer) -> None:
     """SIGTERM: not ready for ``shutdown_delay`` while still serving (every answer closes its
     connection), then stop accepting, close idle connections and drain for at most ``shutdown_timeout``."""
@@ -201,6 +226,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         state.load_policies()
         assert state.teams is not None
     state.load_static_inputs()
+    keeper_api, keeper = await _start_keeper(config)
     context = make_ssl_context(config.cert_file, config.key_file)
     state.certificate_loaded = True
     try:
@@ -243,6 +269,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
                 f"cannot serve metrics on {metrics_host}:{config.metrics_port} (--metrics-port): {exc}"
             ) from None
     watcher = asyncio.create_task(_watch_files(state, context))
+    rounds = asyncio.create_task(keeper.run()) if keeper is not None else None
     log.info(
         "serving",
         host=config.host,
@@ -259,13 +286,18 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     finally:
         listener.close()
         tracker.abort_all()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for task in (watcher, rounds):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
         await _stop_sources(state, api)
+        if keeper_api is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(keeper_api.close(), 2.0)
         log.info("stopped")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from webhook.certs.keeper import KeeperConfig
 from webhook.core.admission.envelope import clip
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.platform.platform import PlatformError
@@ -70,6 +71,9 @@ class ServerConfig:
     shutdown_timeout: float = 20.0
     reuse_port: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    #: In-cluster certificates (``--certs-secret``): the server makes or reads its serving pair in
+    #: this Secret, writes it to ``cert_file``/``key_file`` and publishes the caBundle.
+    certs: KeeperConfig | None = None
 
 
 class GovernorState:

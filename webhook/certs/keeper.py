@@ -1,0 +1,265 @@
+"""``kgov serve --certs-secret``: the server keeps its certificates in the cluster (``certs.mode:
+in-cluster``), so the chart's render carries no key material (SPEC §7, §8).
+
+Each replica, at start and then every ``interval`` seconds (:meth:`CertificateKeeper.sync`):
+
+1. reads the Secret; when there is none, makes a CA and a serving pair and creates it. Creation is
+   create-if-absent: of replicas starting together one wins, the others get ``409 AlreadyExists``
+   and read the winner's Secret, so every replica serves the same pair;
+2. writes the serving pair to ``cert_file``/``key_file`` (certificate first, each in one rename;
+   the server reloads them, keeping the previous pair until the two match);
+3. publishes the Secret's CA bundle in the ``caBundle`` of its webhook configurations, each patch
+   tested against the configuration it read. The configuration carries the bundle's serial
+   (annotation ``kueue-governor.io/ca-bundle-serial``, the time the bundle was made): a replica
+   that read the Secret before another one changed it never puts an older bundle back;
+4. takes the next step of :func:`webhook.certs.rotation.next_step` (a new CA, an expired CA out of
+   the bundle, a new serving pair once the published bundle trusts its CA) with an update of the
+   Secret at the version it read; on ``409 Conflict`` another replica took a step first, and the
+   next round reads it.
+
+RBAC it needs: ``get`` and ``update`` on that Secret (``resourceNames``), ``create`` on Secrets in
+its namespace, ``get`` and ``patch`` on its webhook configurations (``resourceNames``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from webhook.certs.pki import write_private
+from webhook.certs.rotation import Material, Settings, initial_material, next_step
+
+__all__ = ["SERIAL", "CertificateKeeper", "KeeperConfig"]
+
+log = structlog.get_logger("kgov.certs")
+
+#: Annotation of the Secret and of each webhook configuration: the serial of the CA bundle
+#: (nanoseconds since the epoch when it was made), so that an older bundle never replaces a newer one.
+SERIAL = "kueue-governor.io/ca-bundle-serial"
+_TRANSIENT = (TimeoutError, OSError, aiohttp.ClientError)
+
+
+@dataclass(frozen=True)
+class KeeperConfig:
+    """Where the certificates live: the Secret ``namespace``/``secret``, the webhook configurations
+    whose caBundle the server publishes (``mutating``, ``validating``: names), the certificate
+    ``settings`` and the seconds between two rounds (``interval``)."""
+
+    namespace: str
+    secret: str
+    settings: Settings
+    mutating: list[str] = field(default_factory=list)
+    validating: list[str] = field(default_factory=list)
+    interval: float = 30.0
+    #: Seconds a new bundle is published before a serving pair of its new CA is issued, so every
+    #: API server has seen the bundle (its informers) before any replica serves that pair.
+    settle: float = 30.0
+
+
+class KeeperError(RuntimeError):
+    """A round could not finish (the message names the object and the API server's answer)."""
+
+
+def _serial(metadata: Any) -> int:
+    annotations = (metadata.annotations if metadata is not None else None) or {}
+    try:
+        return int(annotations.get(SERIAL, "0"))
+    except ValueError:
+        return 0
+
+
+class CertificateKeeper:
+    """One replica's share of the in-cluster certificates (see the module docstring)."""
+
+    def __init__(self, api: client.ApiClient, config: KeeperConfig, cert_file: Path, key_file: Path) -> None:
+        self.config = config
+        self.core = client.CoreV1Api(api)
+        self.registration = client.AdmissionregistrationV1Api(api)
+        self.cert_file = cert_file
+        self._name = f"{config.namespace}/{config.secret}"
+        self.key_file = key_file
+
+    async def _read_secret(self) -> Any:
+        """The Secret, or None when it does not exist."""
+        try:
+            return await self.core.read_namespaced_secret(self.config.secret, self.config.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KeeperError(f"Secret {self._name}: cannot read it ({exc.status} {exc.reason})") from None
+
+    def _body(self, material: Material, serial: int, resource_version: str | None = None) -> Any:
+        """The Secret as a plain dict (the client sends it as it is)."""
+        metadata: dict[str, Any] = {
+            "name": self.config.secret,
+            "namespace": self.config.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "kueue-governor", "app.kubernetes.io/component": "webhook"},
+            "annotations": {SERIAL: str(serial)},
+        }
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "data": material.data()}
+
+    async def _current(self) -> tuple[Material, int, str]:
+        """(material, serial, resourceVersion) of the Secret, created first when absent."""
+        secret = await self._read_secret()
+        if secret is None:
+            material = initial_material(self.config.settings)
+            try:
+                await self.core.create_namespaced_secret(self.config.namespace, self._body(material, time.time_ns()))
+                log.info("created the certificate Secret", secret=self.config.secret)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise KeeperError(f"Secret {self._name}: cannot create it ({exc.status} {exc.reason})") from None
+                log.info("another replica created the certificate Secret first", secret=self.config.secret)
+            secret = await self._read_secret()
+            if secret is None:
+                raise KeeperError(f"Secret {self._name}: gone right after its creation")
+        try:
+            material = Material.from_data(secret.data)
+        except ValueError as exc:
+            # A broken Secret (edited by hand): a new CA and pair; the old bundle's valid CAs stay.
+            log.warning(
+                "the certificate Secret is unusable; making a new CA", secret=self.config.secret, error=str(exc)
+            )
+            old_bundle = base64.b64decode((secret.data or {}).get("ca-bundle.crt", ""))
+            material = initial_material(self.config.settings, keep=old_bundle)
+            await self._update(material, time.time_ns(), secret.metadata.resource_version)
+            raise KeeperError("the certificate Secret was replaced; reading it again") from None
+        return material, _serial(secret.metadata), secret.metadata.resource_version
+
+    async def _update(self, material: Material, serial: int, resource_version: str) -> bool:
+        """Replace the Secret at ``resource_version``; False when another replica changed it first."""
+        body = self._body(material, serial, resource_version)
+        try:
+            await self.core.replace_namespaced_secret(self.config.secret, self.config.namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise KeeperError(f"Secret {self._name}: cannot update it ({exc.status} {exc.reason})") from None
+        return True
+
+    def _write_files(self, material: Material) -> bool:
+        """Write the serving pair when it differs from the files; True when it did."""
+        current = [path.read_bytes() if path.is_file() else b"" for path in (self.cert_file, self.key_file)]
+        if current == [material.tls_crt, material.tls_key]:
+            return False
+        self.cert_file.parent.mkdir(parents=True, exist_ok=True)
+        write_private(self.cert_file, material.tls_crt)
+        write_private(self.key_file, material.tls_key)
+        return True
+
+    def _targets(self) -> list[tuple[str, str, Any, Any]]:
+        r = self.registration
+        mutating = [
+            (name, r.read_mutating_webhook_configuration, r.patch_mutating_webhook_configuration)
+            for name in self.config.mutating
+        ]
+        validating = [
+            (name, r.read_validating_webhook_configuration, r.patch_validating_webhook_configuration)
+            for name in self.config.validating
+        ]
+        return [("MutatingWebhookConfiguration", *m) for m in mutating] + [
+            ("ValidatingWebhookConfiguration", *v) for v in validating
+        ]
+
+    async def _publish(self, material: Material, serial: int) -> bytes:
+        """Put the bundle in every webhook configuration unless one holds a newer bundle; returns
+        the bundle they all hold afterwards (b"" when they differ or one holds none)."""
+        wanted = base64.b64encode(material.ca_bundle).decode()
+        held: set[str] = set()
+        for kind, name, read, patch in self._targets():
+            try:
+                current = await read(name)
+            except ApiException as exc:
+                raise KeeperError(f"{kind} {name}: cannot read it ({exc.status} {exc.reason})") from None
+            webhooks = current.webhooks or []
+            bundles = {(w.client_config.ca_bundle if w.client_config else None) or "" for w in webhooks}
+            if bundles == {wanted} or _serial(current.metadata) > serial:
+                held |= bundles
+                continue
+            operations: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resource_version},
+            ]
+            if current.metadata.annotations:
+                operations.append(
+                    {"op": "add", "path": "/metadata/annotations/" + SERIAL.replace("/", "~1"), "value": str(serial)}
+                )
+            else:
+                operations.append({"op": "add", "path": "/metadata/annotations", "value": {SERIAL: str(serial)}})
+            for index, webhook in enumerate(webhooks):
+                operations.append({"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.name})
+                operations.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": wanted})
+            try:
+                await patch(name, operations)
+            except ApiException as exc:
+                if exc.status in (409, 422):  # changed since it was read: the next round sees it
+                    return b""
+                raise KeeperError(f"{kind} {name}: cannot patch caBundle ({exc.status} {exc.reason})") from None
+            log.info("published the CA bundle", kind=kind, name=name, serial=serial)
+            held.add(wanted)
+        return base64.b64decode(held.pop()) if len(held) == 1 else b""
+
+    async def sync(self, steps: int = 4) -> Material:
+        """One round: read (or create) the Secret, write the pair, publish the bundle, take the
+        next step; again after a step, up to ``steps`` times. Returns the material served.
+
+        Raises:
+            KeeperError: the API server refused a read or a write (the message says which).
+        """
+        try:
+            for _ in range(steps):
+                material, serial, version = await self._current()
+                if self._write_files(material):
+                    log.info("serving pair written", cert=str(self.cert_file))
+                published = await self._publish(material, serial)
+                if time.time_ns() - serial < self.config.settle * 1e9:
+                    published = b""  # too fresh to serve a pair of its CA yet
+                step = next_step(material, self.config.settings, published)
+                if step is None:
+                    return material
+                changed, why = step
+                new_serial = time.time_ns() if changed.ca_bundle != material.ca_bundle else serial
+                if await self._update(changed, new_serial, version):
+                    log.info("certificate Secret updated", reason=why)
+            return material
+        except _TRANSIENT as exc:
+            raise KeeperError(f"the API server did not answer: {exc or type(exc).__name__}") from None
+
+    async def start(self, timeout: float = 300.0) -> None:
+        """The first round, retried (1 s, doubling to 10 s) until it succeeds; the serving pair
+        is on disk afterwards.
+
+        Raises:
+            KeeperError: no round succeeded within ``timeout`` seconds (the last error).
+        """
+        deadline = time.monotonic() + timeout
+        delay = 1.0
+        while True:
+            try:
+                await self.sync()
+                return
+            except KeeperError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("certificates not ready yet; retrying", error=str(exc), retry_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def run(self) -> None:
+        """Rounds every ``interval`` seconds until cancelled; a failed round is logged and retried."""
+        while True:
+            await asyncio.sleep(self.config.interval)
+            try:
+                await self.sync()
+            except KeeperError as exc:
+                log.warning("certificate round failed; retrying next interval", error=str(exc))
