@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,12 @@ import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException
 
 from webhook.certs.pki import write_private
 from webhook.certs.rotation import Material, Settings, initial_material, next_step
+from webhook.kube.cache import connect
+from webhook.kube.client import ClusterError
 
 __all__ = ["SERIAL", "CertificateKeeper", "KeeperConfig"]
 
@@ -80,13 +84,23 @@ def _serial(metadata: Any) -> int:
 class CertificateKeeper:
     """One replica's share of the in-cluster certificates (see the module docstring)."""
 
-    def __init__(self, api: client.ApiClient, config: KeeperConfig, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, config: KeeperConfig, cert_file: Path, key_file: Path, kubeconfig: str | None = None) -> None:
         self.config = config
-        self.core = client.CoreV1Api(api)
-        self.registration = client.AdmissionregistrationV1Api(api)
         self.cert_file = cert_file
-        self._name = f"{config.namespace}/{config.secret}"
         self.key_file = key_file
+        self.kubeconfig = kubeconfig
+        self._name = f"{config.namespace}/{config.secret}"
+        self.api: client.ApiClient | None = None
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        assert self.api is not None, "start() first"
+        return client.CoreV1Api(self.api)
+
+    @property
+    def registration(self) -> client.AdmissionregistrationV1Api:
+        assert self.api is not None, "start() first"
+        return client.AdmissionregistrationV1Api(self.api)
 
     async def _read_secret(self) -> Any:
         """The Secret, or None when it does not exist."""
@@ -236,12 +250,18 @@ class CertificateKeeper:
             raise KeeperError(f"the API server did not answer: {exc or type(exc).__name__}") from None
 
     async def start(self, timeout: float = 300.0) -> None:
-        """The first round, retried (1 s, doubling to 10 s) until it succeeds; the serving pair
-        is on disk afterwards.
+        """Connect (``kubeconfig``, or the in-cluster service account), then the first round,
+        retried (1 s, doubling to 10 s) until it succeeds; the serving pair is on disk afterwards.
 
         Raises:
-            KeeperError: no round succeeded within ``timeout`` seconds (the last error).
+            KeeperError: no usable kubeconfig, or no round succeeded within ``timeout`` seconds
+                (the last error).
         """
+        if self.api is None:
+            try:
+                self.api = await connect(self.kubeconfig)
+            except (ClusterError, ConfigException) as exc:
+                raise KeeperError(f"cannot reach the API server: {exc}") from None
         deadline = time.monotonic() + timeout
         delay = 1.0
         while True:
@@ -254,6 +274,13 @@ class CertificateKeeper:
                 log.warning("certificates not ready yet; retrying", error=str(exc), retry_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+    async def close(self) -> None:
+        """Close the API client (2 s at most)."""
+        if self.api is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.api.close(), 2.0)
+            self.api = None
 
     async def run(self) -> None:
         """Rounds every ``interval`` seconds until cancelled; a failed round is logged and retried."""

@@ -131,6 +131,7 @@ def serve_command(
 ) -> None:
     """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz), with /metrics
     on a separate plain-HTTP port."""
+    from webhook.certs.keeper import CertificateKeeper
     from webhook.serve.server import ConfigurationError, ConnectionLimits, ServerConfig, serve
     from webhook.serve.tlsconfig import describe_pair_error
 
@@ -166,7 +167,7 @@ def serve_command(
         shutdown_delay=shutdown_delay,
         shutdown_timeout=shutdown_timeout,
         reuse_port=reuse_port,
-        certs=keeper,
+        certs=None if keeper is None else CertificateKeeper(keeper, tls_cert_file, tls_private_key_file, kubeconfig),
         limits=ConnectionLimits(
             header_timeout=header_timeout,
             body_timeout=body_timeout,

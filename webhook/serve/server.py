@@ -162,29 +162,21 @@ async def _start_caches(state: GovernorState) -> Any:
     return api
 
 
-async def _start_keeper(config: ServerConfig) -> tuple[Any, Any]:
-    """In-cluster certificates (``config.certs``): the first round done, the serving pair on disk;
-    returns (API client, :class:`webhook.certs.keeper.CertificateKeeper`), or (None, None).
+async def _start_certificates(config: ServerConfig) -> Any:
+    """In-cluster certificates (``config.certs``): the serving pair on disk; returns the source
+    to keep running (None without one).
 
     Raises:
-        ConfigurationError: no usable kubeconfig, or no round succeeded (the last error).
+        ConfigurationError: the pair could not be made or read (the source's reason).
     """
     if config.certs is None:
-        return None, None
-    from webhook.certs.keeper import CertificateKeeper, KeeperError
-    from webhook.kube.cache import connect
-
+        return None
     try:
-        api = await connect(config.kubeconfig)
-    except (ClusterError, ConfigException) as exc:
-        raise ConfigurationError(f"cannot reach the API server for --certs-secret: {exc}") from None
-    keeper = CertificateKeeper(api, config.certs, config.cert_file, config.key_file)
-    try:
-        await keeper.start()
-    except KeeperError as exc:
-        await api.close()
-        raise ConfigurationError(f"--certs-secret {config.certs.secret}: {exc}") from None
-    return api, keeper
+        await config.certs.start()
+    except RuntimeError as exc:
+        await config.certs.close()
+        raise ConfigurationError(f"in-cluster certificates (--certs-secret): {exc}") from None
+    return config.certs
 
 
 async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asyncio.AbstractServer) -> None:
@@ -226,7 +218,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         state.load_policies()
         assert state.teams is not None
     state.load_static_inputs()
-    keeper_api, keeper = await _start_keeper(config)
+    keeper = await _start_certificates(config)
     context = make_ssl_context(config.cert_file, config.key_file)
     state.certificate_loaded = True
     try:
@@ -295,9 +287,8 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         if metrics_runner is not None:
             await metrics_runner.cleanup()
         await _stop_sources(state, api)
-        if keeper_api is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(keeper_api.close(), 2.0)
+        if keeper is not None:
+            await keeper.close()
         log.info("stopped")
 
 
