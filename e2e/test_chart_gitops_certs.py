@@ -207,6 +207,32 @@ async def test_ca_rotation_keeps_every_served_pair_verifiable(
         await leading.close()
 
 
+async def test_a_deleted_secret_is_made_again_keeping_the_published_ca(
+    e2e_cluster: E2ECluster, keeper_target: tuple[str, str], api: k8s.ApiClient, tmp_path: Path
+) -> None:
+    namespace, webhook = keeper_target
+    first = keeper(e2e_cluster, keeper_target, tmp_path / "first")
+    second = keeper(e2e_cluster, keeper_target, tmp_path / "second")
+    try:
+        await first.start(timeout=30)
+        old, _ = await secret_material(api, namespace, "serving-certs")
+        await k8s.CoreV1Api(api).delete_namespaced_secret("serving-certs", namespace)
+        await second.start(timeout=30)
+        new, _ = await secret_material(api, namespace, "serving-certs")
+        assert new.ca_crt != old.ca_crt
+        assert split_bundle(new.ca_bundle) == [new.ca_crt, old.ca_crt]
+        bundles, _ = await published(api, webhook)
+        trusted = base64.b64decode(bundles[0])
+        assert trusted == new.ca_bundle
+        # The first replica still serves the old pair, the second the new one: both verify.
+        assert first.cert_file.read_bytes() == old.tls_crt
+        assert second.cert_file.read_bytes() == new.tls_crt
+        assert _verifies(old.tls_crt, trusted) and _verifies(new.tls_crt, trusted)
+    finally:
+        await first.close()
+        await second.close()
+
+
 def _verifies(tls_crt: bytes, bundle: bytes) -> bool:
     leaf = load_certificate(tls_crt)
     for ca in split_bundle(bundle):
@@ -332,6 +358,7 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
     counts = {"attempted": 0, "failed": 0, "unlabelled": 0}
     applied: list[dict[str, Any]] = []
     rollout = float("nan")
+    first_pods: set[str] = set()
     try:
         await support._apply(dynamic, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         started = time.monotonic()
@@ -341,6 +368,7 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
         await support.wait_for(lambda: _published_now(api), "the caBundle", 60, 0.5)
         print(f"\nfirst render Ready and its caBundle published in {time.monotonic() - started:.1f}s")
         before = await state(api)
+        first_pods = {p.metadata.name for p in (await core.list_namespaced_pod(NAMESPACE)).items}
         async with bundled_governor_unregistered(api, dynamic):
             done = asyncio.Event()
             stream = asyncio.create_task(stream_creates(dynamic, done, counts))
@@ -364,6 +392,7 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
     assert counts["attempted"] > 20
     assert counts["failed"] == 0 and counts["unlabelled"] == 0, counts
     assert after == before  # the same caBundle, CA and serving certificate
+    assert len(pods.items) == 2 and not first_pods & {p.metadata.name for p in pods.items}, "not rolled"
     created = sum("created the certificate Secret" in log for log in logs)
     assert created == 0, "a pod of the second render made a new Secret"
 

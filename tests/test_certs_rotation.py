@@ -57,8 +57,14 @@ def test_secret_data_round_trip_and_errors_name_the_key() -> None:
     assert sorted(data) == sorted(KEYS)
     assert base64.b64decode(data["tls.key"]).startswith(b"-----BEGIN PRIVATE KEY-----")
     assert Material.from_data(data) == material
-    with pytest.raises(ValueError, match=r"^no ca-bundle.crt$"):
-        Material.from_data({k: v for k, v in data.items() if k != "ca-bundle.crt"})
+    # Without a bundle: the CA alone; without a pair: none, and the next step issues one.
+    partial = Material.from_data({k: v for k, v in data.items() if k in ("ca.crt", "ca.key")})
+    assert (partial.ca_bundle, partial.tls_crt, partial.tls_key) == (material.ca_crt, b"", b"")
+    step = next_step(partial, SETTINGS, material.ca_bundle)
+    assert step is not None and step[1] == "a new serving pair: there is no serving pair"
+    assert verifies(step[0].tls_crt, material.ca_bundle)
+    with pytest.raises(ValueError, match=r"^no ca.key$"):
+        Material.from_data({k: v for k, v in data.items() if k != "ca.key"})
     with pytest.raises(ValueError, match=r"^tls.crt is not base64$"):
         Material.from_data({**data, "tls.crt": "%%%"})
     with pytest.raises(ValueError, match=r"^ca.key is not a PEM private key"):
@@ -180,3 +186,14 @@ def test_a_replaced_secret_keeps_the_valid_cas_of_the_old_bundle() -> None:
     assert split_bundle(fresh.ca_bundle) == [fresh.ca_crt, old.ca_crt]
     assert verifies(old.tls_crt, fresh.ca_bundle) and verifies(fresh.tls_crt, fresh.ca_bundle)
     assert not trusted_by(fresh.ca_bundle, expired)
+
+
+def test_a_secret_made_while_a_bundle_is_published_keeps_it_and_waits_for_its_pair() -> None:
+    published = initial_material(SETTINGS)
+    # Two webhooks of a configuration hold the same bundle: each CA once in the new bundle.
+    fresh = initial_material(SETTINGS, keep=published.ca_bundle * 2, with_pair=False)
+    assert (fresh.tls_crt, fresh.tls_key) == (b"", b"")
+    assert split_bundle(fresh.ca_bundle) == [fresh.ca_crt, published.ca_crt]
+    assert next_step(fresh, SETTINGS, published.ca_bundle) is None  # the new CA is not out yet
+    step = next_step(fresh, SETTINGS, fresh.ca_bundle)
+    assert step is not None and verifies(step[0].tls_crt, fresh.ca_bundle)

@@ -6,12 +6,13 @@ Each replica, at start and then every ``interval`` seconds (:meth:`CertificateKe
 1. reads the Secret; when there is none, makes a CA and a serving pair and creates it. Creation is
    create-if-absent: of replicas starting together one wins, the others get ``409 AlreadyExists``
    and read the winner's Secret, so every replica serves the same pair;
-2. writes the serving pair to ``cert_file``/``key_file`` (certificate first, each in one rename;
-   the server reloads them, keeping the previous pair until the two match);
-3. publishes the Secret's CA bundle in the ``caBundle`` of its webhook configurations, each patch
+2. publishes the Secret's CA bundle in the ``caBundle`` of its webhook configurations, each patch
    tested against the configuration it read. The configuration carries the bundle's serial
    (annotation ``kueue-governor.io/ca-bundle-serial``, the time the bundle was made): a replica
    that read the Secret before another one changed it never puts an older bundle back;
+3. writes the serving pair to ``cert_file``/``key_file`` once the published bundle trusts its CA
+   (certificate first, each in one rename; the server reloads them, keeping the previous pair
+   until the two match);
 4. takes the next step of :func:`webhook.certs.rotation.next_step` (a new CA, an expired CA out of
    the bundle, a new serving pair once the published bundle trusts its CA) with an update of the
    Secret at the version it read; on ``409 Conflict`` another replica took a step first, and the
@@ -37,8 +38,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
-from webhook.certs.pki import write_private
-from webhook.certs.rotation import Material, Settings, initial_material, next_step
+from webhook.certs.pki import load_certificate, write_private
+from webhook.certs.rotation import Material, Settings, initial_material, next_step, trusted_by
+from webhook.certs.store import split_bundle
 from webhook.kube.cache import connect
 from webhook.kube.client import ClusterError
 
@@ -79,6 +81,16 @@ def _serial(metadata: Any) -> int:
         return int(annotations.get(SERIAL, "0"))
     except ValueError:
         return 0
+
+
+def _issuer(material: Material) -> bytes:
+    """The CA of the bundle that signed the serving pair (PEM), or the current CA when none did."""
+    leaf = load_certificate(material.tls_crt)
+    for ca in split_bundle(material.ca_bundle):
+        with contextlib.suppress(Exception):  # InvalidSignature, ValueError: another CA
+            leaf.verify_directly_issued_by(load_certificate(ca))
+            return ca
+    return material.ca_crt
 
 
 class CertificateKeeper:
@@ -124,10 +136,16 @@ class CertificateKeeper:
         return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "data": material.data()}
 
     async def _current(self) -> tuple[Material, int, str]:
-        """(material, serial, resourceVersion) of the Secret, created first when absent."""
+        """(material, serial, resourceVersion) of the Secret, created first when absent.
+
+        A Secret created while a bundle is published already (the Secret was deleted) keeps that
+        bundle's CAs and starts without a pair, as does a Secret whose CA no longer parses: the
+        pair of the new CA comes once the new bundle is out (:func:`next_step`).
+        """
         secret = await self._read_secret()
         if secret is None:
-            material = initial_material(self.config.settings)
+            held = await self._held()
+            material = initial_material(self.config.settings, keep=held, with_pair=not held)
             try:
                 await self.core.create_namespaced_secret(self.config.namespace, self._body(material, time.time_ns()))
                 log.info("created the certificate Secret", secret=self.config.secret)
@@ -141,15 +159,27 @@ class CertificateKeeper:
         try:
             material = Material.from_data(secret.data)
         except ValueError as exc:
-            # A broken Secret (edited by hand): a new CA and pair; the old bundle's valid CAs stay.
             log.warning(
-                "the certificate Secret is unusable; making a new CA", secret=self.config.secret, error=str(exc)
+                "the certificate Secret has no usable CA; making one", secret=self.config.secret, error=str(exc)
             )
-            old_bundle = base64.b64decode((secret.data or {}).get("ca-bundle.crt", ""))
-            material = initial_material(self.config.settings, keep=old_bundle)
+            material = initial_material(self.config.settings, keep=await self._held(), with_pair=False)
             await self._update(material, time.time_ns(), secret.metadata.resource_version)
-            raise KeeperError("the certificate Secret was replaced; reading it again") from None
+            raise KeeperError("the certificate Secret got a new CA; reading it again") from None
         return material, _serial(secret.metadata), secret.metadata.resource_version
+
+    async def _held(self) -> bytes:
+        """The PEM bundles the webhook configurations hold now, joined (b"" when none)."""
+        held: list[bytes] = []
+        for kind, name, read, _ in self._targets():
+            try:
+                current = await read(name)
+            except ApiException as exc:
+                raise KeeperError(f"{kind} {name}: cannot read it ({exc.status} {exc.reason})") from None
+            for webhook in current.webhooks or []:
+                bundle = webhook.client_config.ca_bundle if webhook.client_config else None
+                if bundle:
+                    held.append(base64.b64decode(bundle))
+        return b"".join(held)
 
     async def _update(self, material: Material, serial: int, resource_version: str) -> bool:
         """Replace the Secret at ``resource_version``; False when another replica changed it first."""
@@ -163,6 +193,7 @@ class CertificateKeeper:
         return True
 
     def _write_files(self, material: Material) -> bool:
+        # The pair's own CA is checked by the caller (trusted_by the published bundle).
         """Write the serving pair when it differs from the files; True when it did."""
         current = [path.read_bytes() if path.is_file() else b"" for path in (self.cert_file, self.key_file)]
         if current == [material.tls_crt, material.tls_key]:
@@ -224,7 +255,7 @@ class CertificateKeeper:
         return base64.b64decode(held.pop()) if len(held) == 1 else b""
 
     async def sync(self, steps: int = 4) -> Material:
-        """One round: read (or create) the Secret, write the pair, publish the bundle, take the
+        """One round: read (or create) the Secret, publish the bundle, write the pair, take the
         next step; again after a step, up to ``steps`` times. Returns the material served.
 
         Raises:
@@ -233,9 +264,10 @@ class CertificateKeeper:
         try:
             for _ in range(steps):
                 material, serial, version = await self._current()
-                if self._write_files(material):
-                    log.info("serving pair written", cert=str(self.cert_file))
                 published = await self._publish(material, serial)
+                # Only a pair the published bundle trusts is served.
+                if material.tls_crt and trusted_by(published, _issuer(material)) and self._write_files(material):
+                    log.info("serving pair written", cert=str(self.cert_file))
                 if time.time_ns() - serial < self.config.settle * 1e9:
                     published = b""  # too fresh to serve a pair of its CA yet
                 step = next_step(material, self.config.settings, published)
@@ -267,7 +299,9 @@ class CertificateKeeper:
         while True:
             try:
                 await self.sync()
-                return
+                if self.cert_file.is_file() and self.key_file.is_file():
+                    return
+                raise KeeperError("no serving pair the published caBundle trusts yet")
             except KeeperError as exc:
                 if time.monotonic() + delay > deadline:
                     raise

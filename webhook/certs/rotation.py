@@ -89,46 +89,65 @@ class Material:
 
     @classmethod
     def from_data(cls, data: dict[str, str] | None) -> Material:
-        """Read a Secret's ``data``.
+        """Read a Secret's ``data``. A missing ``ca-bundle.crt`` is the CA alone; a missing
+        serving pair is empty (:func:`next_step` issues one).
 
         Raises:
-            ValueError: a key is missing, not base64, or the CA pair does not parse (the
-                message names the key).
+            ValueError: no CA pair, a value that is not base64, or a CA pair that does not parse
+                (the message names the key).
         """
-        values: list[bytes] = []
+        values: dict[str, bytes] = {}
         for key in KEYS:
             if not data or key not in data:
-                raise ValueError(f"no {key}")
+                if key in ("ca.crt", "ca.key"):
+                    raise ValueError(f"no {key}")
+                continue
             try:
-                values.append(base64.b64decode(data[key], validate=True))
+                values[key] = base64.b64decode(data[key], validate=True)
             except ValueError:
                 raise ValueError(f"{key} is not base64") from None
-        material = cls(*values)
         try:
-            load_certificate(material.ca_crt)
+            load_certificate(values["ca.crt"])
         except ValueError as exc:
             raise ValueError(f"ca.crt is not a PEM certificate ({exc})") from None
         try:
-            load_private_key(material.ca_key)
+            load_private_key(values["ca.key"])
         except ValueError as exc:
             raise ValueError(f"ca.key is not a PEM private key ({exc})") from None
-        return material
+        return cls(
+            values["ca.crt"],
+            values["ca.key"],
+            values.get("ca-bundle.crt", values["ca.crt"]),
+            values.get("tls.crt", b""),
+            values.get("tls.key", b""),
+        )
 
 
-def initial_material(settings: Settings, keep: bytes = b"") -> Material:
-    """A new CA and a serving pair it signs; ``keep``: PEM certificates (a previous bundle) that
-    stay in the new bundle while they are valid.
+def initial_material(settings: Settings, keep: bytes = b"", with_pair: bool = True) -> Material:
+    """A new CA and (``with_pair``) a serving pair it signs; ``keep``: PEM certificates (the
+    bundle published so far) that stay in the new bundle while they are valid, after the new CA.
+    Without a pair, :func:`next_step` issues one once the new bundle is published.
 
     Raises:
         ValueError: no name at all, an unparsable IP address, days < 1.
     """
     ca_crt, ca_key = generate_ca(settings.ca_name, settings.ca_days)
-    tls_crt, tls_key = issue_serving_certificate(
-        ca_crt, ca_key, settings.dns_names, settings.ip_addresses, settings.days
-    )
-    now = datetime.datetime.now(datetime.UTC)
-    bundle = b"".join([ca_crt, *(c for c in split_bundle(keep) if _valid_at(c, now) and c != ca_crt)])
+    tls_crt, tls_key = b"", b""
+    if with_pair:
+        tls_crt, tls_key = issue_serving_certificate(
+            ca_crt, ca_key, settings.dns_names, settings.ip_addresses, settings.days
+        )
+    bundle = _bundle(ca_crt, keep, datetime.datetime.now(datetime.UTC))
     return Material(ca_crt, ca_key, bundle, tls_crt, tls_key)
+
+
+def _bundle(first: bytes, rest: bytes, now: datetime.datetime) -> bytes:
+    """``first``, then each certificate of ``rest`` valid at ``now``, once (order kept)."""
+    kept = [first]
+    for cert in split_bundle(rest):
+        if cert not in kept and _valid_at(cert, now):
+            kept.append(cert)
+    return b"".join(kept)
 
 
 def _valid_at(cert_pem: bytes, now: datetime.datetime) -> bool:
@@ -160,6 +179,8 @@ def _sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
 
 def _why_new_pair(material: Material, settings: Settings, now: datetime.datetime) -> str:
     """Why the serving pair must be issued again ("" when it is fine)."""
+    if not material.tls_crt or not material.tls_key:
+        return "there is no serving pair"
     try:
         cert = load_certificate(material.tls_crt)
         key = load_private_key(material.tls_key)
@@ -196,7 +217,7 @@ def next_step(
     ca_left = ca.not_valid_after_utc - now
     if ca_left <= settings.ca_renew_before:
         ca_crt, ca_key = generate_ca(settings.ca_name, settings.ca_days)
-        bundle = b"".join([ca_crt, *(c for c in split_bundle(material.ca_bundle) if _valid_at(c, now))])
+        bundle = _bundle(ca_crt, material.ca_bundle, now)
         changed = Material(ca_crt, ca_key, bundle, material.tls_crt, material.tls_key)
         return changed, f"a new CA: the current one expires in {max(ca_left.days, 0)} days"
     kept = [c for c in split_bundle(material.ca_bundle) if _valid_at(c, now)]
