@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
 
@@ -388,6 +390,7 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
         listed = await core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}")
         running = {p.metadata.name for p in listed.items if p.metadata.deletion_timestamp is None}
         logs = [await core.read_namespaced_pod_log(name, NAMESPACE) for name in sorted(running)]
+        rotation = await ca_rotation_under_creates(api, dynamic)
     finally:
         await teardown(api, dynamic, applied)
     print(f"second render rolled out in {rollout:.1f}s under creates: {counts}")
@@ -397,6 +400,68 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
     assert len(running) == 2 and not first_pods & running, f"not rolled: {first_pods} then {running}"
     created = sum("created the certificate Secret" in log for log in logs)
     assert created == 0, "a pod of the second render made a new Secret"
+    print(f"CA rotation in the cluster under creates: {rotation}")
+    assert rotation["attempted"] > 20
+    assert rotation["failed"] == 0 and rotation["unlabelled"] == 0, rotation
+
+
+async def served_certificates(api: k8s.ApiClient) -> set[bytes]:
+    """The serving certificate (PEM) each running chart pod presents, read over TLS at its IP."""
+    pods = await k8s.CoreV1Api(api).list_namespaced_pod(
+        NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+    )
+    served: set[bytes] = set()
+    for pod in pods.items:
+        if pod.metadata.deletion_timestamp is None and pod.status.pod_ip:
+            pem = await asyncio.to_thread(ssl.get_server_certificate, (pod.status.pod_ip, 8443), timeout=5)
+            served.add(load_certificate(pem.encode()).public_bytes(serialization.Encoding.PEM))
+    return served
+
+
+async def ca_rotation_under_creates(api: k8s.ApiClient, dynamic: DynamicClient) -> dict[str, int]:
+    """The Secret as a server of long ago left it: a CA with 10 days left (the servers renew a CA
+    1217 days before expiry) and its pair, beside the CA published now. Under a stream of Job
+    creations the servers publish the bundle, serve that pair, make a new CA, publish it, and
+    after one sync interval issue and serve a pair of it; returns the stream's counts."""
+    core = k8s.CoreV1Api(api)
+    current, secret = await secret_material(api, NAMESPACE, SECRET)
+    aged = initial_material(
+        Settings(
+            dns_names=NAMES,
+            days=5,
+            ca_days=10,
+            renew_before=datetime.timedelta(days=1),
+            ca_renew_before=datetime.timedelta(days=1),
+        ),
+        keep=current.ca_bundle,
+    )
+    counts = {"attempted": 0, "failed": 0, "unlabelled": 0}
+    async with bundled_governor_unregistered(api, dynamic):
+        done = asyncio.Event()
+        stream = asyncio.create_task(stream_creates(dynamic, done, counts))
+        await asyncio.sleep(3)
+        started = time.monotonic()
+        secret.data = aged.data()
+        secret.metadata.annotations[SERIAL] = str(time.time_ns())
+        await core.replace_namespaced_secret(SECRET, NAMESPACE, secret)
+
+        async def rotated() -> bool:
+            material, _ = await secret_material(api, NAMESPACE, SECRET)
+            if material.ca_crt in (aged.ca_crt, current.ca_crt):
+                return False
+            bundles, _ = await published(api, WEBHOOK)
+            if set(bundles) != {base64.b64encode(material.ca_bundle).decode()}:
+                return False
+            return await served_certificates(api) == {material.tls_crt}
+
+        await support.wait_for(rotated, "every server on a pair of the new CA", 120, 1)
+        print(f"\nCA rotated and every server on the new pair {time.monotonic() - started:.1f}s after the aged Secret")
+        await asyncio.sleep(3)
+        done.set()
+        await stream
+    material, _ = await secret_material(api, NAMESPACE, SECRET)
+    assert split_bundle(material.ca_bundle) == [material.ca_crt, aged.ca_crt, current.ca_crt]
+    return counts
 
 
 async def _published_now(api: k8s.ApiClient) -> bool:
