@@ -144,6 +144,20 @@ async def test_replicas_starting_together_share_one_secret(
             await replica.close()
 
 
+async def test_without_a_webhook_configuration_the_pair_is_served_at_once(
+    e2e_cluster: E2ECluster, namespace: str, api: k8s.ApiClient, tmp_path: Path
+) -> None:
+    """No configuration to publish to (the caBundle is set by hand): nothing to wait for."""
+    config = KeeperConfig(namespace=namespace, secret="serving-certs", settings=Settings(dns_names=NAMES))
+    alone = CertificateKeeper(config, tmp_path / "tls.crt", tmp_path / "tls.key", str(e2e_cluster.kubeconfig))
+    try:
+        await alone.start(timeout=30)
+        material, _ = await secret_material(api, namespace, "serving-certs")
+        assert alone.cert_file.read_bytes() == material.tls_crt
+    finally:
+        await alone.close()
+
+
 async def test_an_older_bundle_is_never_put_back(
     e2e_cluster: E2ECluster, keeper_target: tuple[str, str], api: k8s.ApiClient, tmp_path: Path
 ) -> None:

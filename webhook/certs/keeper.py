@@ -220,6 +220,8 @@ class CertificateKeeper:
     async def _publish(self, material: Material, serial: int) -> bytes:
         """Put the bundle in every webhook configuration unless one holds a newer bundle; returns
         the bundle they all hold afterwards (b"" when they differ or one holds none)."""
+        if not self._targets():
+            return material.ca_bundle  # no configuration to wait for (a caBundle set by hand)
         wanted = base64.b64encode(material.ca_bundle).decode()
         held: set[str] = set()
         for kind, name, read, patch in self._targets():
