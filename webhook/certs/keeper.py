@@ -193,8 +193,8 @@ class CertificateKeeper:
         return True
 
     def _write_files(self, material: Material) -> bool:
-        # The pair's own CA is checked by the caller (trusted_by the published bundle).
-        """Write the serving pair when it differs from the files; True when it did."""
+        """Write the serving pair when it differs from the files; True when it did. (The caller
+        checks first that the published bundle trusts the pair's CA.)"""
         current = [path.read_bytes() if path.is_file() else b"" for path in (self.cert_file, self.key_file)]
         if current == [material.tls_crt, material.tls_key]:
             return False
