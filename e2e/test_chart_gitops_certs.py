@@ -303,14 +303,19 @@ def real_node(e2e_cluster: E2ECluster) -> Iterator[devcluster.ClusterInfo]:
         pytest.skip("the real node needs root")
     root = Path(e2e_cluster.local.state_dir)
     deadline = time.monotonic() + float(os.environ.get("KGOV_E2E_REAL_NODE_WAIT", "1200"))
+    free_since: float | None = None
     while True:
         owner = nodehost.claim_owner()
         busy = owner is not None and owner != root and devcluster.process_alive(devcluster.Paths(owner), "containerd")
-        if not busy:
+        if busy:
+            free_since = None
+        elif free_since is None:
+            free_since = time.monotonic()
+        elif time.monotonic() - free_since > 15:  # free for a while: not a run between claim and start
             break
         if time.monotonic() > deadline:
             pytest.skip(f"the machine's one real node stayed in use (state {owner})")
-        time.sleep(10)
+        time.sleep(2 + secrets.randbelow(4))
     was_running = devcluster.process_alive(devcluster.Paths(root), "kubelet") is not None
     info = devcluster.start_real_node(root)
     try:
