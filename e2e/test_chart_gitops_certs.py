@@ -291,6 +291,23 @@ async def apply(dynamic: DynamicClient, text: str) -> list[dict[str, Any]]:
     return objects
 
 
+def other_containerd(root: Path) -> bool:
+    """Whether a containerd of another state directory runs on this machine (a real node)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and argv[0].endswith(b"containerd")
+            and b"--config" in argv
+            and str(root).encode() not in b" ".join(argv)
+        ):
+            return True
+    return False
+
+
 @pytest.fixture(scope="module")
 def real_node(e2e_cluster: E2ECluster) -> Iterator[devcluster.ClusterInfo]:
     """The real node in the session's local cluster, once the machine's one real node is free
@@ -307,6 +324,7 @@ def real_node(e2e_cluster: E2ECluster) -> Iterator[devcluster.ClusterInfo]:
     while True:
         owner = nodehost.claim_owner()
         busy = owner is not None and owner != root and devcluster.process_alive(devcluster.Paths(owner), "containerd")
+        busy = busy or other_containerd(root)
         if busy:
             free_since = None
         elif free_since is None:
