@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import ssl
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +19,7 @@ from webhook.cli.common import (
     seconds_option,
 )
 from webhook.cli.options import file_option
+from webhook.cli.serve_certs import certs_options, keeper_config
 from webhook.core.platform.platform import PlatformError
 from webhook.kube.files import InputError
 from webhook.serve.logs import configure_logging
@@ -33,8 +35,11 @@ from webhook.serve.logs import configure_logging
     "policy instead of a file; NAMESPACE defaults to $POD_NAMESPACE. A change is served within seconds; an "
     "invalid one is rejected with a Warning Event on the ConfigMap, and the last good policy stays.",
 )
-@file_option("--tls-cert-file", required=True)
-@file_option("--tls-private-key-file", required=True)
+@file_option(
+    "--tls-cert-file", required=True, help="The serving certificate (PEM); written by the server with --certs-secret."
+)
+@file_option("--tls-private-key-file", required=True, help="Its key (PEM); written by the server with --certs-secret.")
+@certs_options
 @click.option("--host", default="0.0.0.0", show_default=True)
 @click.option("--port", default=8443, show_default=True, type=click.IntRange(1, 65535))
 @namespaces_option
@@ -122,9 +127,11 @@ def serve_command(
     idle_timeout: float,
     max_connections: int,
     reuse_port: bool,
+    **certs: Any,
 ) -> None:
     """Run the mutating admission webhook over TLS (POST /mutate, /healthz, /readyz), with /metrics
     on a separate plain-HTTP port."""
+    from webhook.certs.keeper import CertificateKeeper
     from webhook.serve.server import ConfigurationError, ConnectionLimits, ServerConfig, serve
     from webhook.serve.tlsconfig import describe_pair_error
 
@@ -132,13 +139,14 @@ def serve_command(
         fail("give exactly one of --platform, --policy or --policy-configmap")
     own_namespace = os.environ.get("POD_NAMESPACE")
     configmap = configmap_reference(policy_configmap, own_namespace) if policy_configmap is not None else None
+    keeper = keeper_config(own_namespace, **certs)
     for option, path in (("--tls-cert-file", tls_cert_file), ("--tls-private-key-file", tls_private_key_file)):
-        if not path.is_file():
+        if keeper is None and not path.is_file():
             fail(f"{option} {path}: no such file")
     if kubeconfig is not None and not Path(kubeconfig).is_file():
         fail(f"--kubeconfig {kubeconfig}: no such file")
-    if kubeconfig is not None and not (watch_cluster or configmap):
-        fail("--kubeconfig is used by --watch-cluster and --policy-configmap only; add one of them")
+    if kubeconfig is not None and not (watch_cluster or configmap or keeper):
+        fail("--kubeconfig is used by --watch-cluster, --policy-configmap and --certs-secret only; add one of them")
     excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
     config = ServerConfig(
@@ -159,6 +167,7 @@ def serve_command(
         shutdown_delay=shutdown_delay,
         shutdown_timeout=shutdown_timeout,
         reuse_port=reuse_port,
+        certs=None if keeper is None else CertificateKeeper(keeper, tls_cert_file, tls_private_key_file, kubeconfig),
         limits=ConnectionLimits(
             header_timeout=header_timeout,
             body_timeout=body_timeout,

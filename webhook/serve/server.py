@@ -176,6 +176,23 @@ async def _start_caches(state: GovernorState) -> Any:
     return api
 
 
+async def _start_certificates(config: ServerConfig) -> Any:
+    """In-cluster certificates (``config.certs``): the serving pair on disk; returns the source
+    to keep running (None without one).
+
+    Raises:
+        ConfigurationError: the pair could not be made or read (the source's reason).
+    """
+    if config.certs is None:
+        return None
+    try:
+        await config.certs.start()
+    except RuntimeError as exc:
+        await config.certs.close()
+        raise ConfigurationError(f"in-cluster certificates (--certs-secret): {exc}") from None
+    return config.certs
+
+
 async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asyncio.AbstractServer) -> None:
     """SIGTERM: not ready for ``shutdown_delay`` while still serving (every answer closes its
     connection), then stop accepting, close idle connections and drain for at most ``shutdown_timeout``."""
@@ -215,6 +232,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
         state.load_policies()
         assert state.teams is not None
     state.load_static_inputs()
+    keeper = await _start_certificates(config)
     context = make_ssl_context(config.cert_file, config.key_file)
     state.certificate_loaded = True
     try:
@@ -257,6 +275,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
                 f"cannot serve metrics on {metrics_host}:{config.metrics_port} (--metrics-port): {exc}"
             ) from None
     watcher = asyncio.create_task(_watch_files(state, context))
+    rounds = asyncio.create_task(keeper.run()) if keeper is not None else None
     log.info(
         "serving",
         host=config.host,
@@ -273,13 +292,17 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     finally:
         listener.close()
         tracker.abort_all()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for task in (watcher, rounds):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
         await _stop_sources(state, api)
+        if keeper is not None:
+            await keeper.close()
         log.info("stopped")
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -29,9 +29,24 @@ from webhook.kube.files import InputError, load_namespace_labels, load_nodes, lo
 from webhook.serve.connections import ConnectionLimits
 from webhook.serve.metrics import Metrics
 
-__all__ = ["ConfigurationError", "GovernorState", "ServerConfig"]
+__all__ = ["CertificateSource", "ConfigurationError", "GovernorState", "ServerConfig"]
 
 log = structlog.get_logger("kgov.server")
+
+
+class CertificateSource(Protocol):
+    """Something that puts the serving pair on disk and keeps it current
+    (:class:`webhook.certs.keeper.CertificateKeeper`)."""
+
+    async def start(self) -> None:
+        """Return once ``cert_file``/``key_file`` hold a pair; RuntimeError (its message says
+        why) when they cannot."""
+
+    async def run(self) -> None:
+        """Keep the pair current until cancelled."""
+
+    async def close(self) -> None:
+        """Release what ``start`` opened."""
 
 
 class ConfigurationError(ValueError):
@@ -70,6 +85,9 @@ class ServerConfig:
     shutdown_timeout: float = 20.0
     reuse_port: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    #: In-cluster certificates (``--certs-secret``): what writes the serving pair to
+    #: ``cert_file``/``key_file`` before the server starts and keeps it current.
+    certs: CertificateSource | None = None
 
 
 class GovernorState:
