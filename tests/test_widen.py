@@ -9,9 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from support import AWS_LEVELS, aws_nodes, job, platform_with, teams_from
+from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
-from webhook.core.kueue.kinds import find_kind
+from webhook.core.admission.review import review
+from webhook.core.kueue.kinds import WorkloadKind, find_kind
 from webhook.core.plan.create import plan_object
 from webhook.core.plan.patch import apply_patch, to_json_patch
 from webhook.core.plan.widen import admitted, decide, topology_pending
@@ -29,9 +30,10 @@ from webhook.core.platform.platform import PlatformError, parse_platform
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-JOB = find_kind("batch/v1", "Job")
-T0 = seconds_of("2026-12-05T03:00:00Z")
-assert JOB is not None and T0 is not None
+_JOB, _T0 = find_kind("batch/v1", "Job"), seconds_of("2026-12-05T03:00:00Z")
+assert _JOB is not None and _T0 is not None
+JOB: WorkloadKind = _JOB
+T0: float = _T0
 NOT_FIT = "couldn't assign flavors to pod set main: topology \"aws\" doesn't allow to fit any of 2 pod(s)"
 
 
@@ -224,3 +226,26 @@ def test_the_update_rule_knows_exactly_one_governor_step() -> None:
     del unrecorded["metadata"]["annotations"][WIDENED]
     assert governor_step(unrecorded, obj, JOB, AWS_LEVELS) == ()
     assert governor_step(obj, obj, JOB, AWS_LEVELS) == ()
+
+
+GOVERNOR = "system:serviceaccount:kueue-governor:kueue-governor"
+STRICT = {"mode": "required", "level": RACK, "enforcement": "enforce"}
+
+
+def _update(new: dict[str, Any], old: dict[str, Any], user: str) -> Any:
+    body = review_body(new, "ml", operation="UPDATE", old=old)
+    body["request"]["userInfo"] = {"username": user}
+    return review(body, teams_from(platform_with({"topology": STRICT})), governor=GOVERNOR)
+
+
+def test_the_webhook_accepts_the_governors_own_step_and_nothing_else_of_the_kind() -> None:
+    obj = created(STRICT)
+    step = decide(workload(), obj, JOB, team(STRICT), aws_nodes(), T0 + 61)
+    assert step.action == "widen", step.why
+    new = apply_patch(obj, step.object_patch)
+    assert _update(new, obj, GOVERNOR).response["response"]["allowed"] is True
+    refused = _update(new, obj, "alice").response["response"]  # the same change from a user: less locality, enforced
+    assert refused["allowed"] is False and "asks for less locality" in refused["status"]["message"]
+    jump = copy.deepcopy(new)
+    jump["spec"]["template"]["metadata"]["annotations"][REQUIRED] = SPINE  # not the recorded step
+    assert _update(jump, obj, GOVERNOR).response["response"]["allowed"] is False
