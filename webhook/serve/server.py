@@ -163,7 +163,11 @@ async def _start_caches(state: GovernorState) -> Any:
     if config.widening_lease is not None:
         from webhook.kube.widener import TopologyWidener, whoami
 
-        state.governor_user = await whoami(api)
+        try:
+            state.governor_user = await whoami(api)
+        except ApiException as exc:  # widening is an extra: the webhook serves without it
+            log.warning("topology widening off: the API server did not say who this server is", status=exc.status)
+            return api
         state.widener = TopologyWidener(
             api, lambda: state.teams, state.namespace_lookup, lambda: state.inventory, config.widening_lease
         )
