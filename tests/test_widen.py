@@ -163,6 +163,13 @@ def test_the_ladder_runs_to_preferred_at_the_first_level_and_stops() -> None:
     assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now).why.endswith("is the end of the ladder")
 
 
+def test_an_evicted_workload_waits_its_patience_again_from_its_requeue() -> None:
+    wl = workload()
+    wl["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-05T04:00:00Z"  # evicted, pending again
+    assert decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3630).action == "wait"
+    assert decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3660).action == "widen"
+
+
 def test_a_team_may_turn_patience_off_and_set_its_own() -> None:
     obj, wl = created(), workload()
     assert decide(wl, obj, JOB, team({"mode": "auto", "patience": "never"}), aws_nodes(), T0 + 10**6).action == "leave"

@@ -4,6 +4,7 @@ e2e/test_patience.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from support import PLATFORM
 
 from webhook.cli import main
+from webhook.core.plan.widen_history import WIDENED
 from webhook.kube.cache import namespaced_key
 from webhook.kube.policy_watch import NOTE_LIMIT
 from webhook.kube.widener import REASON, widening_event
@@ -56,3 +58,45 @@ def test_the_event_names_the_object_and_keeps_within_the_note_limit() -> None:
     assert (event["type"], event["reason"], event["metadata"]["namespace"]) == ("Normal", REASON, "ml")
     assert len(event["note"].encode()) <= NOTE_LIMIT and event["note"].endswith("...")
     assert event["eventTime"] == "2027-01-15T08:00:00.500000Z"
+
+
+STEP = {
+    "podsets": ["main"],
+    "from": "required:topology.k8s.aws/network-node-layer-3",
+    "to": "required:topology.k8s.aws/network-node-layer-2",
+    "at": "2026-12-05T03:01:01Z",
+    "reason": 'main: topology "aws" doesn\'t allow to fit any of 2 pod(s)',
+}
+
+
+def test_kgov_why_shows_the_governors_widenings(tmp_path: Path) -> None:
+    snapshot = json.loads((Path(__file__).parent / "data" / "why" / "bundled.json").read_text())
+    (finetune,) = [job for job in snapshot["jobs"] if job["metadata"]["name"] == "finetune"]
+    finetune["metadata"].setdefault("annotations", {})[WIDENED] = json.dumps([STEP])
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot))
+    where = ["-n", "hyperpod-ns-research", "--snapshot", str(path)]
+    runner = CliRunner()
+    answer = runner.invoke(main, ["why", "job/finetune", *where, "-o", "json"], catch_exceptions=False)
+    assert json.loads(answer.output)["widened"] == [STEP]
+    text = runner.invoke(main, ["why", "workload/job-finetune-872a0", *where], catch_exceptions=False).output
+    assert (
+        "Widened by the governor (topology patience):\n  2026-12-05T03:01:01Z podset main: "
+        "required:topology.k8s.aws/network-node-layer-3 -> required:topology.k8s.aws/network-node-layer-2 "
+        '(main: topology "aws" doesn\'t allow to fit any of 2 pod(s))\n'
+    ) in text
+    plain = runner.invoke(
+        main,
+        [
+            "why",
+            "job/finetune",
+            "-n",
+            "hyperpod-ns-research",
+            "--snapshot",
+            str(Path(__file__).parent / "data" / "why" / "bundled.json"),
+            "-o",
+            "json",
+        ],
+        catch_exceptions=False,
+    )
+    assert json.loads(plain.output)["widened"] == []

@@ -107,9 +107,14 @@ def topology_pending(workload: Mapping[str, Any], topology: str) -> dict[str, st
 
 
 def pending_since(workload: Mapping[str, Any], history: Sequence[Step]) -> float | None:
-    """Since when the workload waits at its current placement (seconds since the epoch): its
-    Workload's ``creationTimestamp`` or the last recorded step, whichever is later."""
+    """Since when the workload waits at its current placement (seconds since the epoch): the
+    latest of its Workload's ``creationTimestamp``, the ``lastTransitionTime`` of its
+    ``QuotaReserved=False`` condition (a workload evicted and queued again waits from then) and
+    the last recorded step."""
+    reserved = _conditions(workload).get("QuotaReserved", {})
     times = [seconds_of(lookup(workload, ("metadata", "creationTimestamp")))]
+    if reserved.get("status") == "False":
+        times.append(seconds_of(reserved.get("lastTransitionTime")))
     times += [seconds_of(step.at) for step in history[-1:]]
     known = [t for t in times if t is not None]
     return max(known) if known else None
