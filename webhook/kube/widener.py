@@ -120,16 +120,19 @@ class TopologyWidener:
         #: Workload uid → (its resourceVersion, no look before this time): skips what was decided.
         self.quiet: dict[str, tuple[str, float]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._leading: asyncio.Task[Any] | None = None
 
     def start(self) -> None:
         self.workloads.start()
         self._task = asyncio.create_task(self._elect(), name="topology-widening")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        # The election runs the leading loop as a task of its own: both are cancelled.
+        for task in (self._task, self._leading):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.workloads.stop()
 
     async def _elect(self) -> None:
@@ -150,6 +153,7 @@ class TopologyWidener:
         log.info("topology widening: not leading", lease=f"{self.lease_namespace}/{self.lease_name}")
 
     async def _lead(self) -> None:
+        self._leading = asyncio.current_task()
         self.leading = True
         log.info("topology widening: leading", lease=f"{self.lease_namespace}/{self.lease_name}")
         await self.workloads.synced.wait()
@@ -181,10 +185,13 @@ class TopologyWidener:
             if not topology_pending(workload, placement.topologyName):
                 continue
             decision = await self._decide(workload, team, now)
-            if decision is None:
+            if decision is None:  # the owner could not be read: again in 30 s
+                self.quiet[uid] = (version, now + 30.0)
                 continue
+            # Not again while this version stands: until its patience ends (wait), or for 30 s (leave;
+            # widen and sync, whose own patch makes a new version the watch brings).
             until = decision.at if decision.action == "wait" and decision.at is not None else now + 30.0
-            self.quiet[uid] = (version, until if decision.action in ("wait", "leave") else now)
+            self.quiet[uid] = (version, until)
         known = {str((w.get("metadata") or {}).get("uid")) for w in self.workloads.objects.values()}
         for uid in [u for u in self.quiet if u not in known]:
             del self.quiet[uid]
