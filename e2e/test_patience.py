@@ -165,6 +165,9 @@ async def test_a_job_waiting_for_a_rack_is_widened_to_the_block_after_its_patien
     placed = {domain.values[-1] for domain in domains}
     assert len(placed) == 2 and not placed & {racks[r][0] for r in racks}  # the two free hosts of two racks
 
+    lease = await support.get(dynamic, "coordination.k8s.io/v1", "Lease", "kgov-topology-widening", "default")
+    assert lease is not None and lease["spec"]["holderIdentity"]  # the one replica that widens
+
     answer = kgov_why(e2e_cluster, waiting["metadata"]["name"])
     (widened,) = answer["widened"]
     assert (widened["from"], widened["to"]) == (f"required:{RACK}", f"required:{BLOCK}")
