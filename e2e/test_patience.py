@@ -1,8 +1,8 @@
 """Topology patience against the real Kueue v0.19.2: widened after the patience, never otherwise.
 
 A governor is started for the bundled platform with team research's ``topology`` set to ``auto``
-(no level cap, ``enforce``) and a patience of a few seconds, with ``--topology-widening``, on the
-default fake cluster (1 spine × 2 blocks × 2 racks × 2 hosts of 8 GPUs):
+(no level cap, ``enforce``) and a patience of a few seconds, with ``--topology-widening`` on two
+replicas (one Lease, one acts), on the default fake cluster (1 spine × 2 blocks × 2 racks × 2 hosts of 8 GPUs):
 
 * two holder Jobs of one pod of 8 GPUs, each pinned to a host of a different rack of one block,
   leave that block one free host per rack; a Job of 2 such pods restricted to that block is
@@ -19,7 +19,7 @@ import asyncio
 import json
 import secrets
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import support
 from e2e.conftest import E2ECluster
+from e2e.devcluster.governor import start_replica, stop_replica
 from e2e.support import (
     BUNDLED_PLATFORM,
     Cleanup,
@@ -52,6 +53,7 @@ BLOCK = "topology.k8s.aws/network-node-layer-2"
 RACK = "topology.k8s.aws/network-node-layer-3"
 HOSTNAME = "kubernetes.io/hostname"
 PATIENCE = 5  # seconds
+WIDENING = ["--topology-widening", "default/kgov-topology-widening"]
 RUN_LONG = {"pod-complete.stage.kwok.x-k8s.io/delay": "10m", "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "10m"}
 
 
@@ -60,15 +62,25 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def patient(bundled_config: Generated, governor: Callable[..., str], tmp_path: Path) -> str:
+def patient(
+    bundled_config: Generated, governor: Callable[..., str], tmp_path: Path, e2e_cluster: E2ECluster
+) -> Iterator[str]:
     """The bundled platform, research's topology ``auto`` with a patience of :data:`PATIENCE`
-    seconds, served with topology widening on: the governor's URL."""
+    seconds, served with topology widening on by two replicas contending for its Lease (one
+    registered as the webhook): the registered one's URL."""
     platform = yaml.safe_load(BUNDLED_PLATFORM.read_text())
     (research,) = [team for team in platform["teams"] if team["name"] == "research"]
     research["policy"]["topology"] = {"mode": "auto", "enforcement": "enforce", "patience": f"{PATIENCE}s"}
     path = tmp_path / "platform.yaml"
     path.write_text(yaml.safe_dump(platform))
-    return governor(path, extra=["--topology-widening", "default/kgov-topology-widening"])
+    url = governor(path, extra=WIDENING)
+    assert e2e_cluster.local is not None
+    state = Path(e2e_cluster.local.state_dir)
+    start_replica(state, path, WIDENING)
+    try:
+        yield url
+    finally:
+        stop_replica(state)
 
 
 def gpu_job(name: str, pods: int, selector: dict[str, str]) -> dict[str, Any]:
@@ -158,7 +170,7 @@ async def test_a_job_waiting_for_a_rack_is_widened_to_the_block_after_its_patien
         for e in events
         if e.get("reason") == "TopologyWidened" and e["regarding"].get("uid") == waiting["metadata"]["uid"]
     ]
-    assert len(notes) == 1 and f"→ required at {BLOCK}" in notes[0]
+    assert len(notes) == 1 and f"→ required at {BLOCK}" in notes[0]  # once, by one of the two replicas
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
     levels, domains = support.decode_topology_assignment(assignment["topologyAssignment"])
     assert levels[-1] == HOSTNAME

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -115,7 +116,8 @@ class TopologyWidener:
         lister = functools.partial(self.objects.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads")
         self.workloads = ObjectCache("workloads", api, lister, key=namespaced_key)
         self.instance = reporting_instance()
-        self.identity = clip(f"{self.instance}-{id(self):x}", 128)
+        # The pod's name, made unique per process (a restarted container is another candidate).
+        self.identity = clip(f"{self.instance}-{secrets.token_hex(4)}", 128)
         self.leading = False
         #: Workload uid → (its resourceVersion, no look before this time): skips what was decided.
         self.quiet: dict[str, tuple[str, float]] = {}
