@@ -93,6 +93,12 @@ def test_only_a_single_required_or_preferred_level_is_on_the_ladder(
     assert placement_of(annotations) == expected
 
 
+def test_kueues_exclusion_counts_stay_with_their_podset() -> None:
+    # notFitMessage appends ". Total nodes: N; excluded: <reasons>" (tas_flavor_snapshot.go)
+    stats = f"{NOT_FIT}. Total nodes: 8; excluded: taint: 2, resources: 4"
+    assert topology_pending(workload(stats), "aws") == {"main": stats.split("main: ", 1)[1]}
+
+
 def test_kueues_tas_message_names_the_podsets_topology_cannot_place() -> None:
     two = f'{NOT_FIT}; couldn\'t assign flavors to pod set w: topology "aws" allows to fit only 1 out of 4 pod(s)'
     assert topology_pending(workload(two), "aws") == {

@@ -43,8 +43,9 @@ __all__ = [
 
 #: The history annotation (on the workload object, next to its queue label).
 WIDENED = "kueue-governor.io/widened"
-#: The most steps a history holds: a Topology has at most 16 levels (SPEC §2), plus preferred.
-MOST_STEPS = 17
+#: The most steps a history may hold: a podset takes at most 16 (a Topology has at most 16 levels,
+#: SPEC §2: 15 broader ones and preferred); a longer list is none the governor wrote.
+MOST_STEPS = 64
 
 
 @dataclass(frozen=True)
