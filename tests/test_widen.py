@@ -262,3 +262,19 @@ def test_the_webhook_accepts_the_governors_own_step_and_nothing_else_of_the_kind
     jump = copy.deepcopy(new)
     jump["spec"]["template"]["metadata"]["annotations"][REQUIRED] = SPINE  # not the recorded step
     assert _update(jump, obj, GOVERNOR).response["response"]["allowed"] is False
+
+
+def test_every_step_of_the_ladder_passes_the_webhook_unchanged() -> None:
+    obj, wl, now = created(STRICT), workload(), T0 + 61
+    for expected in ({REQUIRED: BLOCK}, {REQUIRED: SPINE}, {PREFERRED: RACK}):
+        step = decide(wl, obj, JOB, team(STRICT), aws_nodes(), now)
+        new = apply_patch(obj, step.object_patch)
+        answer = _update(new, obj, GOVERNOR).response["response"]
+        assert answer["allowed"] is True and "patch" not in answer  # nothing put back
+        tas = {
+            k: v
+            for k, v in new["spec"]["template"]["metadata"]["annotations"].items()
+            if k.startswith("kueue.x-k8s.io/")
+        }
+        assert tas == expected
+        obj, wl, now = new, apply_patch(wl, step.workload_patch), now + 61
