@@ -10,7 +10,9 @@ replicas (one Lease, one acts), on the default fake cluster (1 spine × 2 blocks
   patience the governor widens it to the block (its pod template and its Workload), records the
   step in its history annotation and an Event, the webhook accepts the governor's UPDATE under
   ``enforce``, and Kueue admits it across the two racks; ``kgov why`` shows the step;
-* a Job of 2 pods restricted to the other, free block fits its rack at once and is never touched.
+* a Job of 2 pods restricted to the other, free block fits its rack at once and is never touched;
+* under ``required`` at the rack with ``enforce``, a user's own widening of a waiting Job is refused
+  (less locality than the policy) while the governor's step passes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import DynamicApiError
 
 from e2e import support
 from e2e.conftest import E2ECluster
@@ -198,3 +201,47 @@ async def test_a_job_that_fits_its_rack_is_never_touched(
     assert job is not None
     assert WIDENED not in job["metadata"].get("annotations", {})
     assert job["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
+
+
+@pytest.fixture
+def strict(bundled_config: Generated, governor: Callable[..., str], tmp_path: Path) -> str:
+    """research ``required`` at the rack under ``enforce``, a patience of 20 s, widening on."""
+    platform = yaml.safe_load(BUNDLED_PLATFORM.read_text())
+    (research,) = [team for team in platform["teams"] if team["name"] == "research"]
+    research["policy"]["topology"] = {"mode": "required", "level": RACK, "enforcement": "enforce", "patience": "20s"}
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(platform))
+    return governor(path, extra=WIDENING)
+
+
+async def test_under_enforce_the_webhook_takes_the_governors_step_and_refuses_a_users(
+    strict: str, dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    """research ``required`` at the rack, ``enforce``: a user's own widening of the waiting Job (the
+    same change the governor makes) asks for less locality than the policy and is refused; the
+    governor's step, recorded in its history, passes and Kueue admits the Job at the block."""
+    layout = await blocks(dynamic)
+    block, racks = sorted(layout.items())[0]
+    holders = [
+        await submit(dynamic, cleanup, gpu_job(unique("holder"), 1, {HOSTNAME: racks[rack][0]}))
+        for rack in sorted(racks)[:2]
+    ]
+    for holder in holders:
+        await admitted(dynamic, holder)
+    waiting = await submit(dynamic, cleanup, gpu_job(unique("strict"), 2, {BLOCK: block}))
+    assert waiting["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
+    resource = await dynamic.resources.get(api_version="batch/v1", kind="Job")
+    mine = {"spec": {"template": {"metadata": {"annotations": {REQUIRED: BLOCK}}}}}  # the same change, by a user
+    with pytest.raises(DynamicApiError) as refused:
+        await dynamic.patch(
+            resource,
+            mine,
+            name=waiting["metadata"]["name"],
+            namespace=RESEARCH,
+            content_type="application/merge-patch+json",
+        )
+    assert refused.value.status == 403 and "asks for less locality" in refused.value.summary()
+    workload = await admitted(dynamic, waiting, timeout=150)
+    assert workload["spec"]["podSets"][0]["topologyRequest"]["required"] == BLOCK
+    job = await support.get(dynamic, "batch/v1", "Job", waiting["metadata"]["name"], RESEARCH)
+    assert job is not None and len(json.loads(job["metadata"]["annotations"][WIDENED])) == 1
