@@ -48,6 +48,45 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             into[key] = value
 
 
+def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [obj for obj in by_kind(objects, kind) if obj["metadata"]["name"] == name]
+    return found
+
+
+WIDENING = "kgov-kueue-governor-topology-widening"
+
+
+def _check_widening(objects: list[dict[str, Any]], values: dict[str, Any], args: list[str], account: str) -> None:
+    """Topology widening (server.topologyWidening with watchCluster): its argument, a ClusterRole for
+    Workloads, the suspendable workload kinds and Events, a Role for its one Lease, both bound to
+    the server's account; none of it when it is off."""
+    names = {obj["metadata"]["name"] for obj in objects if obj["kind"] in ("ClusterRole", "Role")}
+    if not (values["server"]["watchCluster"] and values["server"]["topologyWidening"]):
+        assert WIDENING not in names and not any(a.startswith("--topology-widening") for a in args)
+        return
+    assert f"--topology-widening={NAMESPACE}/{WIDENING}" in args
+    cluster_role = named(objects, "ClusterRole", WIDENING)
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
+        *[{**rule, "verbs": ["get", "patch"]} for rule in kinds_document()["widenable"]],
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
+    lease = named(objects, "Role", WIDENING)
+    assert lease["metadata"]["namespace"] == NAMESPACE
+    assert lease["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [WIDENING],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        binding = named(objects, kind, WIDENING)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+
 def test_ci_values_files_exist() -> None:
     names = sorted(path.name for path in CI_VALUES)
     assert names == [
@@ -117,7 +156,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == "https"
 
-    role = one(objects, "ClusterRole")
+    role = named(objects, "ClusterRole", "kgov-kueue-governor")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces", "nodes"], "verbs": ["get", "list", "watch"]},
         # the runtime a TrainJob references (webhook.kube.cache.runtime_caches)
@@ -127,6 +166,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
             "verbs": ["get", "list", "watch"],
         },
     ]
+    _check_widening(objects, values, container["args"], spec["serviceAccountName"])
     config_map = one(objects, "ConfigMap")
     policy_name = config_map["metadata"]["name"]
     assert policy_name == "kgov-kueue-governor-policy"
@@ -139,7 +179,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         assert f"--policy-configmap={NAMESPACE}/{policy_name}" in container["args"]
         assert not any(arg.startswith("--policy=") for arg in container["args"])
         assert "policy" not in volumes and "policy" not in mounts
-        namespaced = one(objects, "Role")
+        namespaced = named(objects, "Role", "kgov-kueue-governor")
         assert namespaced["metadata"]["namespace"] == NAMESPACE
         assert namespaced["rules"] == [
             {
@@ -150,7 +190,7 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
             },
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ]
-        binding = one(objects, "RoleBinding")
+        binding = named(objects, "RoleBinding", "kgov-kueue-governor")
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
@@ -164,7 +204,10 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
         assert "--policy=/etc/kueue-governor/policy/policy.json" in container["args"]
         assert not any(arg.startswith("--policy-configmap") for arg in container["args"])
         assert volumes["policy"]["configMap"] == {"name": policy_name} and "policy" in mounts
-        assert by_kind(objects, "Role") == [] and by_kind(objects, "RoleBinding") == []
+        # No Role of the policy ConfigMap (only topology widening's Lease, if that is on).
+        assert {r["metadata"]["name"] for r in [*by_kind(objects, "Role"), *by_kind(objects, "RoleBinding")]} <= {
+            WIDENING
+        }
 
     expected = platform_values(load_platform(str(PLATFORM_VALUES.parents[3] / "kueue-config" / "platform.yaml")))
     assert json.loads(config_map["data"]["policy.json"]) == json.loads(expected["platform"]["policy"])

@@ -42,31 +42,17 @@ def governor_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 
-def start_governor(
-    root: Path | None,
+def _serve(
+    paths: Paths,
+    info: ClusterInfo,
     platform: Path | None,
-    timeout: float = 60.0,
-    *,
-    policy: Sequence[str] = (),
-    kubeconfig: Path | None = None,
-) -> ClusterInfo:
-    """Start ``kgov serve`` on a free loopback port and register ``kgov-governor`` for it.
-
-    The server gets ``KUBECONFIG`` (its own static token, or ``kubeconfig``) in its environment; it
-    must answer ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
-    Its policy is ``--platform platform``, or the options ``policy`` when ``platform`` is None (e.g.
-    ``["--policy-configmap", "ns/name"]``).
-
-    Raises:
-        DevClusterError: no running cluster in the state directory, or the server did not
-            become ready (its log tail is included).
-    """
-    paths = Paths(root or state_dir())
-    info = load_info(paths.root)
-    if info is None or process_alive(paths, "kube-apiserver") is None:
-        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
-    stop_process(paths, "governor")
-    port, metrics_port = free_ports(2)
+    policy: Sequence[str],
+    kubeconfig: Path | None,
+    port: int,
+    metrics_port: int,
+    extra: Sequence[str],
+) -> tuple[list[str], dict[str, str]]:
+    """The ``kgov serve`` command line and environment of a governor (see :func:`start_governor`)."""
     token = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-governor," in line)
     governor_kubeconfig = kubeconfig or paths.root / "governor.kubeconfig"
     if kubeconfig is None:
@@ -90,7 +76,60 @@ def start_governor(
         "--watch-cluster",
         "--kubeconfig",
         str(governor_kubeconfig),
+        *extra,
     ]
+    return command, env
+
+
+def start_replica(root: Path | None, platform: Path, extra: Sequence[str] = (), timeout: float = 60.0) -> None:
+    """Start a second ``kgov serve`` (process ``governor-replica``) as the governor's user, ready but
+    not registered: a replica beside the one the API server calls, as the chart runs them (e.g.
+    both contending for the Lease of ``--topology-widening``). :func:`stop_replica` stops it."""
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    if info is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    stop_process(paths, "governor-replica")
+    port, metrics_port = free_ports(2)
+    command, env = _serve(paths, info, platform, (), None, port, metrics_port, extra)
+    start_process(paths, "governor-replica", command, env=env)
+    context = tls_context(paths.ca_crt)
+    ready = f"https://127.0.0.1:{port}/readyz"
+    wait_until("replica /readyz", lambda: http_ok(ready, context), timeout, paths, "governor-replica")
+
+
+def stop_replica(root: Path | None = None) -> None:
+    stop_process(Paths(root or state_dir()), "governor-replica")
+
+
+def start_governor(
+    root: Path | None,
+    platform: Path | None,
+    timeout: float = 60.0,
+    *,
+    policy: Sequence[str] = (),
+    kubeconfig: Path | None = None,
+    extra: Sequence[str] = (),
+) -> ClusterInfo:
+    """Start ``kgov serve`` on a free loopback port and register ``kgov-governor`` for it.
+
+    The server gets ``KUBECONFIG`` (its own static token, or ``kubeconfig``) in its environment; it
+    must answer ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
+    Its policy is ``--platform platform``, or the options ``policy`` when ``platform`` is None (e.g.
+    ``["--policy-configmap", "ns/name"]``); ``extra``: further options of ``kgov serve`` (e.g.
+    ``["--topology-widening", "default/kgov-topology-widening"]``).
+
+    Raises:
+        DevClusterError: no running cluster in the state directory, or the server did not
+            become ready (its log tail is included).
+    """
+    paths = Paths(root or state_dir())
+    info = load_info(paths.root)
+    if info is None or process_alive(paths, "kube-apiserver") is None:
+        raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
+    stop_process(paths, "governor")
+    port, metrics_port = free_ports(2)
+    command, env = _serve(paths, info, platform, policy, kubeconfig, port, metrics_port, extra)
     start_process(paths, "governor", command, env=env)
     context = tls_context(paths.ca_crt)
     wait_until(

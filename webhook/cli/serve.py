@@ -50,6 +50,14 @@ from webhook.serve.logs import configure_logging
     help="Keep namespaces and nodes cached from the API server (list + watch).",
 )
 @click.option(
+    "--topology-widening",
+    metavar="[NAMESPACE/]LEASE",
+    help="With --watch-cluster: widen the required topology of workloads pending on topology past their "
+    "team's patience, one level at a time, then to preferred; the replica holding this Lease (NAMESPACE "
+    "defaults to $POD_NAMESPACE) acts. Needs get/list/watch/patch on Workloads, get/patch on the workload "
+    "kinds, Events and the Lease.",
+)
+@click.option(
     "--kubeconfig",
     help="Kubeconfig for --watch-cluster and --policy-configmap (default: in-cluster service account).",
 )
@@ -115,6 +123,7 @@ def serve_command(
     namespaces_file: Path | None,
     nodes_file: Path | None,
     watch_cluster: bool,
+    topology_widening: str | None,
     kubeconfig: str | None,
     exclude_namespace: tuple[str, ...],
     log_level: str,
@@ -147,6 +156,13 @@ def serve_command(
         fail(f"--kubeconfig {kubeconfig}: no such file")
     if kubeconfig is not None and not (watch_cluster or configmap or keeper):
         fail("--kubeconfig is used by --watch-cluster, --policy-configmap and --certs-secret only; add one of them")
+    if topology_widening is not None and not watch_cluster:
+        fail("--topology-widening needs --watch-cluster (it reads the node and namespace caches)")
+    lease = (
+        configmap_reference(topology_widening, own_namespace, "--topology-widening")
+        if topology_widening is not None
+        else None
+    )
     excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
     config = ServerConfig(
@@ -168,6 +184,7 @@ def serve_command(
         shutdown_timeout=shutdown_timeout,
         reuse_port=reuse_port,
         certs=None if keeper is None else CertificateKeeper(keeper, tls_cert_file, tls_private_key_file, kubeconfig),
+        widening_lease=lease,
         limits=ConnectionLimits(
             header_timeout=header_timeout,
             body_timeout=body_timeout,

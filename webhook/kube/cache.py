@@ -27,6 +27,7 @@ __all__ = [
     "ObjectCache",
     "connect",
     "namespace_cache",
+    "namespaced_key",
     "node_cache",
     "runtime_caches",
     "runtime_lookup",
@@ -55,7 +56,8 @@ LIST_REASONS = ("initial", "expired", "error")
 
 
 class ObjectCache:
-    """Objects of one cluster-scoped kind by name, as plain dicts (``metadata``, ``spec``, ``status``).
+    """Objects of one kind by name (``key``: by another key, such as ``namespace/name``), as plain
+    dicts (``metadata``, ``spec``, ``status``).
 
     ``list_fn`` is a kubernetes-asyncio list call (e.g. ``CoreV1Api.list_namespace``); it is used
     for the list and the watch. As client-go's reflector does: one full list, then a watch from its
@@ -168,11 +170,7 @@ class ObjectCache:
         return True
 
     def _key(self, obj: Any) -> str | None:
-        name = _name(obj)
-        if not self.namespaced or name is None:
-            return name
-        namespace = obj["metadata"].get("namespace")
-        return f"{namespace}/{name}" if isinstance(namespace, str) else None
+        return namespaced_key(obj) if self.namespaced else _name(obj)
 
     def _plain(self, obj: Any) -> dict[str, Any]:
         if obj is None:
@@ -296,6 +294,14 @@ def _name(obj: Any) -> str | None:
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     return name if isinstance(name, str) else None
+
+
+def namespaced_key(obj: Any) -> str | None:
+    """``namespace/name`` of a namespaced object (None without a name)."""
+    name = _name(obj)
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return f"{namespace}/{name}" if name is not None and isinstance(namespace, str) else None
 
 
 def _version(obj: Any) -> str | None:

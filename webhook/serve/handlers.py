@@ -157,7 +157,14 @@ async def _admit(request: web.Request) -> web.Response:
             return _refused(state, *raw)
         try:
             body = decode_body(raw)
-            outcome = review(body, state.teams, state.namespace_lookup, state.inventory, state.runtimes)
+            outcome = review(
+                body,
+                state.teams,
+                state.namespace_lookup,
+                state.inventory,
+                runtimes=state.runtimes,
+                governor=state.governor_user,
+            )
             if outcome.resolution.labels_unknown and state.namespace_wait is not None:
                 outcome = await _after_namespace_wait(state, body, outcome)
             if state.runtime_wait is not None:
@@ -206,7 +213,14 @@ async def _after_namespace_wait(state: GovernorState, body: Any, outcome: Review
     namespace = outcome.request.namespace
     if await state.namespace_wait(namespace, NAMESPACE_WAIT_SECONDS):
         state.metrics.namespace_waits.labels("seen").inc()
-        return review(body, state.teams, state.namespace_lookup, state.inventory, state.runtimes)
+        return review(
+            body,
+            state.teams,
+            state.namespace_lookup,
+            state.inventory,
+            runtimes=state.runtimes,
+            governor=state.governor_user,
+        )
     state.metrics.namespace_waits.labels("unseen").inc()
     message = (
         f"{MESSAGE_PREFIX}: namespace {namespace!r} is not in the governor's namespace cache yet "

@@ -88,6 +88,8 @@ class ServerConfig:
     #: In-cluster certificates (``--certs-secret``): what writes the serving pair to
     #: ``cert_file``/``key_file`` before the server starts and keeps it current.
     certs: CertificateSource | None = None
+    #: (namespace, name) of the Lease of topology widening (None: no widening; needs watch_cluster).
+    widening_lease: tuple[str, str] | None = None
 
 
 class GovernorState:
@@ -107,6 +109,10 @@ class GovernorState:
         self.runtime_wait: Callable[[str, str, str, float], Awaitable[bool]] | None = None
         self.certificate_loaded = False
         self.caches: list[Any] = []
+        #: The user the governor's topology widening runs as (the webhook trusts its one step), and the
+        #: widener (a webhook.kube.widener.TopologyWidener) when widening is on.
+        self.governor_user: str | None = None
+        self.widener: Any = None
         #: The policy ConfigMap's watch (a webhook.kube.policy_watch.PolicyConfigMapWatch), if any.
         self.policy_watch: Any = None
         #: ``await wait(name, timeout)``: whether the namespace cache knows ``name`` within ``timeout``

@@ -40,9 +40,11 @@ def review_request(
     namespace_labels: Callable[[str], Mapping[str, str] | None],
     inventory: NodeInventory | None = None,
     runtimes: RuntimeLookup | None = None,
+    governor: str | None = None,
 ) -> ReviewOutcome:
     """Decide on a parsed request. ``namespace_labels(name)`` reads the namespace cache;
-    ``runtimes(kind, namespace, name)`` the training runtimes' (a TrainJob's pods)."""
+    ``runtimes(kind, namespace, name)`` the training runtimes' (a TrainJob's pods); ``governor``:
+    the user the governor's topology widening runs as (None: none)."""
     labels = namespace_labels(request.namespace) if teams.needs_namespace_labels else None
     resolution = teams.resolve(request.namespace, labels)
     if resolution.conflict:
@@ -51,7 +53,9 @@ def review_request(
     elif resolution.team is None:
         plan = Plan(skipped=resolution.reason)
     else:
-        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers, runtimes)
+        plan = plan_admission(
+            request, resolution.team, inventory, teams.policies.controllers, runtimes=runtimes, governor=governor
+        )
     patch = to_json_patch(plan.changes) if plan.allowed else []
     if plan.allowed:
         response = build_response(request, allowed=True, patch=patch, warnings=_prefixed(plan.warnings))
@@ -72,13 +76,16 @@ def review(
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _: None,
     inventory: NodeInventory | None = None,
     runtimes: RuntimeLookup | None = None,
+    governor: str | None = None,
 ) -> ReviewOutcome:
-    """Parse a decoded AdmissionReview and decide on it.
+    """Parse a decoded AdmissionReview and decide on it (``governor``: :func:`review_request`).
 
     Raises:
         MalformedReview: the body is not an answerable AdmissionReview (HTTP 400).
     """
-    return review_request(parse_admission_review(body), teams, namespace_labels, inventory, runtimes)
+    return review_request(
+        parse_admission_review(body), teams, namespace_labels, inventory, runtimes=runtimes, governor=governor
+    )
 
 
 def _prefixed(messages: list[str]) -> list[str]:

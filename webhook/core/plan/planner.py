@@ -67,6 +67,7 @@ def plan_admission(
     inventory: NodeInventory | None = None,
     controllers: Collection[str] = DEFAULT_CONTROLLERS,
     runtimes: RuntimeLookup | None = None,
+    governor: str | None = None,
 ) -> Plan:
     """Plan the changes for one request of a team namespace; ``controllers``: the users that may make
     an object a child of a Kueue-managed owner (the policy's ``controllers``, :func:`user_made_child`).
@@ -77,6 +78,8 @@ def plan_admission(
     built-in kind → its labels only (:func:`webhook.core.plan.update.plan_status_update`); other
     operations and subresources → nothing. A kind whose pods come from a runtime it references
     (a TrainJob) is planned on the runtime ``runtimes`` finds (:mod:`webhook.core.plan.runtime`).
+    ``governor``: the user the governor's widening runs as (an UPDATE it sends may widen TAS
+    annotations by one recorded step, :mod:`webhook.core.plan.widen`; None: no one).
     """
     row = find_kind(request.api_version, request.kind)
     status = (
@@ -122,5 +125,6 @@ def plan_admission(
     if request.operation == "CREATE" and request.object is not None:
         return plan_created(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
-        return plan_update(request.object, request.old_object, row, team, inventory)
+        own = governor is not None and request.user == governor
+        return plan_update(request.object, request.old_object, row, team, inventory, own)
     return Plan(skipped=f"operation {request.operation} is not mutated")

@@ -1,0 +1,102 @@
+"""The server side of topology widening: the CLI's options, the Workload cache's keys and the Event
+(webhook.kube.widener; the loop itself runs against the real API server and Kueue in
+e2e/test_patience.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from support import PLATFORM
+
+from webhook.cli import main
+from webhook.core.plan.widen_history import WIDENED
+from webhook.kube.cache import namespaced_key
+from webhook.kube.policy_watch import NOTE_LIMIT
+from webhook.kube.widener import REASON, widening_event
+
+
+def _serve(tmp_path: Path, *extra: str) -> object:
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_text("unused: the check comes first")
+    args = ["serve", "--platform", str(PLATFORM), "--tls-cert-file", str(tmp_path / "tls.crt")]
+    args += ["--tls-private-key-file", str(tmp_path / "tls.key"), *extra]
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_widening_needs_the_cluster_caches(tmp_path: Path) -> None:
+    result = _serve(tmp_path, "--topology-widening", "kgov/lease")
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    assert "--topology-widening needs --watch-cluster" in result.stderr  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("lease", "give NAMESPACE/NAME, or set $POD_NAMESPACE"), ("Bad_NS/lease", "namespace"), ("ns/-x", "name")],
+)
+def test_a_lease_that_is_no_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    result = _serve(tmp_path, "--watch-cluster", "--topology-widening", value)
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    assert f"--topology-widening {value}: {message}" in result.stderr  # type: ignore[attr-defined]
+
+
+def test_workloads_are_cached_by_namespace_and_name() -> None:
+    assert namespaced_key({"metadata": {"namespace": "ml", "name": "job-a"}}) == "ml/job-a"
+    assert namespaced_key({"metadata": {"name": "cluster-scoped"}}) is None
+    assert namespaced_key({"metadata": {"namespace": "ml"}}) is None
+
+
+def test_the_event_names_the_object_and_keeps_within_the_note_limit() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "ml", "name": "j", "uid": "u"}}
+    event = widening_event(job, "é" * 2000, "pod-1", 1_800_000_000.5)
+    assert event["regarding"] == {"apiVersion": "batch/v1", "kind": "Job", "namespace": "ml", "name": "j", "uid": "u"}
+    assert (event["type"], event["reason"], event["metadata"]["namespace"]) == ("Normal", REASON, "ml")
+    assert len(event["note"].encode()) <= NOTE_LIMIT and event["note"].endswith("...")
+    assert event["eventTime"] == "2027-01-15T08:00:00.500000Z"
+
+
+STEP = {
+    "podsets": ["main"],
+    "from": "required:topology.k8s.aws/network-node-layer-3",
+    "to": "required:topology.k8s.aws/network-node-layer-2",
+    "at": "2026-12-05T03:01:01Z",
+    "reason": 'main: topology "aws" doesn\'t allow to fit any of 2 pod(s)',
+}
+
+
+def test_kgov_why_shows_the_governors_widenings(tmp_path: Path) -> None:
+    snapshot = json.loads((Path(__file__).parent / "data" / "why" / "bundled.json").read_text())
+    (finetune,) = [job for job in snapshot["jobs"] if job["metadata"]["name"] == "finetune"]
+    finetune["metadata"].setdefault("annotations", {})[WIDENED] = json.dumps([STEP])
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot))
+    where = ["-n", "hyperpod-ns-research", "--snapshot", str(path)]
+    runner = CliRunner()
+    answer = runner.invoke(main, ["why", "job/finetune", *where, "-o", "json"], catch_exceptions=False)
+    assert json.loads(answer.output)["widened"] == [STEP]
+    text = runner.invoke(main, ["why", "workload/job-finetune-872a0", *where], catch_exceptions=False).output
+    assert (
+        "Widened by the governor (topology patience):\n  2026-12-05T03:01:01Z podset main: "
+        "required:topology.k8s.aws/network-node-layer-3 -> required:topology.k8s.aws/network-node-layer-2 "
+        '(main: topology "aws" doesn\'t allow to fit any of 2 pod(s))\n'
+    ) in text
+    plain = runner.invoke(
+        main,
+        [
+            "why",
+            "job/finetune",
+            "-n",
+            "hyperpod-ns-research",
+            "--snapshot",
+            str(Path(__file__).parent / "data" / "why" / "bundled.json"),
+            "-o",
+            "json",
+        ],
+        catch_exceptions=False,
+    )
+    assert json.loads(plain.output)["widened"] == []
