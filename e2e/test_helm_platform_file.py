@@ -178,6 +178,8 @@ def test_both_forms_at_once_and_mutate_mode_are_refused(helm: Helm) -> None:
         helm.template([PLATFORM, PLATFORM_VALUES], namespace=NAMESPACE)
     with pytest.raises(HelmError, match=r"failSafe\.mode mutate needs"):
         helm.template([PLATFORM], {"failSafe.mode": '"mutate"'}, namespace=NAMESPACE)
+    with pytest.raises(HelmError, match=r"with the platform file itself the hook Job applies them"):
+        helm.template([PLATFORM], {"kueueObjects.enabled": "true"}, namespace=NAMESPACE)
 
 
 def test_no_platform_at_all_says_both_ways(helm: Helm) -> None:

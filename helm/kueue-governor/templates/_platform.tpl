@@ -109,6 +109,9 @@ apiVersion kind naming topologies flavors cohorts priorities teams controllers
 {{- if .Values.platform.policy }}
 {{- fail "give the platform once: the platform file itself (-f platform.yaml) or the values `kgov chart values` writes (platform:), not both" }}
 {{- end }}
+{{- if .Values.kueueObjects.enabled }}
+{{- fail "kueueObjects.enabled renders the Kueue objects of the values `kgov chart values` writes; with the platform file itself the hook Job applies them (kueueApply.enabled)" }}
+{{- end }}
 {{- if eq .Values.failSafe.mode "mutate" }}
 {{- fail "failSafe.mode mutate needs the MutatingAdmissionPolicies that only `kgov chart values` compiles: use failSafe.mode validate with the platform file itself, or pass the values `kgov chart values PLATFORM` writes" }}
 {{- end }}
