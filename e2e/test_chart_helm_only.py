@@ -171,7 +171,11 @@ async def test_the_hook_applied_the_teams_kueue_objects(chart: Helm, api: k8s.Ap
     queue = await kueue_object(api, "clusterqueues", TEAM, None)
     assert queue["spec"]["cohortName"] == "ho-cohort"
     (group,) = queue["spec"]["resourceGroups"]
-    assert {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]} == {"cpu": 4, "memory": "8Gi"}
+    # A quantity is an int-or-string: 4 through Helm's values may come back as "4", the same amount.
+    assert {r["name"]: str(r["nominalQuota"]) for r in group["flavors"][0]["resources"]} == {
+        "cpu": "4",
+        "memory": "8Gi",
+    }
     local = await kueue_object(api, "localqueues", QUEUE, TEAM)
     assert local["spec"]["clusterQueue"] == TEAM
     high = await kueue_object(api, "workloadpriorityclasses", "ho-high", None)
@@ -228,7 +232,7 @@ async def test_an_upgrade_with_a_changed_platform_file(
     print(f"\nhelm upgrade with a changed platform file Ready in {seconds:.1f}s")
     queue = await kueue_object(api, "clusterqueues", TEAM, None)
     (group,) = queue["spec"]["resourceGroups"]
-    assert {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}["cpu"] == 6
+    assert {r["name"]: str(r["nominalQuota"]) for r in group["flavors"][0]["resources"]}["cpu"] == "6"
     async with bundled_governor_unregistered(api, dynamic):
         deadline = time.monotonic() + 60
         labels = await job_labels(dynamic)
