@@ -83,6 +83,7 @@ $(ACTIONLINT):
 generate-check: install
 	$(KGOV) generate kueue-config/platform.yaml --namespaces --check
 	$(KGOV) chart kinds --check
+	$(KGOV) chart schema --check
 	$(KGOV) chart values kueue-config/platform.yaml --out helm/kueue-governor/ci/platform-values.yaml --check
 
 ## Rewrite webhook/core/kueue/crd_defaults.json from the workload CRDs Kueue pins (needs Go: their modules are downloaded).
@@ -95,7 +96,7 @@ crd-defaults-check: install
 
 ## helm lint and renders of helm/kueue-governor with each values file of its ci/ (helm is built from its Go module).
 helm-check: install
-	$(PYTHON) -m pytest e2e/test_helm_render.py
+	$(PYTHON) -m pytest e2e/test_helm_render.py e2e/test_helm_platform_file.py
 
 ## Benchmarks (figures printed next to a baseline measured in the same run).
 bench: install

@@ -38,6 +38,7 @@ COMMANDS = {
     "import-hyperpod",
     "chart values",
     "chart kinds",
+    "chart schema",
     "topology",
     "topology label",
     "certs create",
@@ -72,6 +73,13 @@ def test_the_tables_name_every_command() -> None:
     assert _paths(main) == COMMANDS
 
 
+def _schema_copy(tmp_path: Path) -> Path:
+    """A copy of the chart's values.schema.json for ``kgov chart schema`` to rewrite."""
+    copy = tmp_path / "values.schema.json"
+    copy.write_text((REPO / "helm" / "kueue-governor" / "values.schema.json").read_text(encoding="utf-8"))
+    return copy
+
+
 def _good(tmp_path: Path) -> dict[str, list[str]]:
     certs = tmp_path / "certs"
     return {
@@ -85,6 +93,7 @@ def _good(tmp_path: Path) -> dict[str, list[str]]:
         "import-hyperpod": ["import-hyperpod", "--quota", str(QUOTA), "--instance-resources", P5],
         "chart values": ["chart", "values", str(PLATFORM), "-n", "kgov", "--out", str(tmp_path / "values.yaml")],
         "chart kinds": ["chart", "kinds", "--out", str(tmp_path / "kinds.yaml")],
+        "chart schema": ["chart", "schema", "--out", str(_schema_copy(tmp_path))],
         "topology": ["topology", "--nodes", str(NODES), "-o", "json"],
         "topology label": ["topology", "label", "--help"],
         "certs create": ["certs", "create", str(certs), "--dns", "kgov.example"],
@@ -101,7 +110,7 @@ def test_every_command_succeeds_with_a_good_input(command: str, tmp_path: Path) 
     result = kgov(*_good(tmp_path)[command])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
-    assert result.stdout or command in ("generate", "chart values", "chart kinds", "certs create")
+    assert result.stdout or command in ("generate", "chart values", "chart kinds", "chart schema", "certs create")
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

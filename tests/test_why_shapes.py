@@ -124,6 +124,22 @@ def test_a_policy_configmap_without_the_policy_key_is_noted(tmp_path: Path) -> N
     assert "the kgov-policy ConfigMap has no data key policy.json: the policy is not known" in done.output
 
 
+def test_the_charts_configmap_with_the_platform_file_itself_is_compiled(tmp_path: Path) -> None:
+    platform = (Path(__file__).resolve().parents[1] / "kueue-config" / "platform.yaml").read_text(encoding="utf-8")
+    _, compiled = _why(tmp_path, _damaged(lambda d: None))
+    _, done = _why(tmp_path, _damaged(lambda d: d["policy"][0].update(data={"platform.yaml": platform})))
+    assert done.exit_code == 0, done.output
+    assert "Policy: not known" not in done.output
+    assert done.output == compiled.output
+
+
+def test_a_platform_file_in_the_configmap_that_does_not_compile_is_noted(tmp_path: Path) -> None:
+    _, done = _why(tmp_path, _damaged(lambda d: d["policy"][0].update(data={"platform.yaml": "teams: 3\n"})))
+    assert done.exit_code == 0, done.output
+    assert "the kgov-policy ConfigMap: data['platform.yaml']: invalid platform file" in done.output
+    assert ": the policy is not known" in done.output
+
+
 def test_null_counts_as_absent_as_for_kubernetes() -> None:
     check_objects("workloads", [{"metadata": {"name": "w"}, "spec": None, "status": {"admission": None}}],
                   WorkloadShape, "Workload")  # fmt: skip

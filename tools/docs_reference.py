@@ -25,6 +25,7 @@ import yaml
 from webhook.core.kueue.kind_model import CoPlacement, Factor, PodSetRule, WorkloadKind
 from webhook.core.kueue.kinds import KINDS
 from webhook.core.platform.platform import platform_json_schema
+from webhook.generate.chart_schema import PLATFORM_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "kueue-governor"
@@ -276,14 +277,18 @@ def helm_values_page() -> str:
     """Every value of the chart with its type, default (values.yaml) and description (values.schema.json)."""
     schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    own = {**schema, "properties": {k: v for k, v in schema["properties"].items() if k not in PLATFORM_KEYS}}
     rows = "".join(
         f"| `{name}` | {_cell(kind)} | {_cell(default)} | {_cell(text)} |\n"
-        for name, kind, default, text in _values_rows(schema, values, "")
+        for name, kind, default, text in _values_rows(own, values, "")
     )
     return (
         HEADER.format(source="helm/kueue-governor/values.schema.json and values.yaml") + "# Helm values reference\n\n"
         "Every value of the `helm/kueue-governor` chart. The chart's `values.schema.json` checks them "
-        "(an unknown key is refused); `platform.*` is written by `kgov chart values`, never by hand.\n\n"
+        "(an unknown key is refused); `platform.*` is written by `kgov chart values`, never by hand. The "
+        "platform file itself is a values file too (`helm upgrade --install kgov helm/kueue-governor -f "
+        "platform.yaml`): its keys (" + ", ".join(f"`{key}`" for key in PLATFORM_KEYS) + ") are checked "
+        "with the platform file's own schema ([platform file reference](platform.md)).\n\n"
         "| value | type | default | description |\n|---|---|---|---|\n" + rows
     )
 

@@ -1,4 +1,4 @@
-"""``kgov chart values`` and ``kgov chart kinds``: the generated inputs of the Helm chart.
+"""``kgov chart values``, ``kgov chart kinds`` and ``kgov chart schema``: the generated inputs of the Helm chart.
 
 Exit codes: 0 written or up to date; 1 with --check, the file differs (the unified diff is printed);
 2 usage error or an invalid platform file.
@@ -17,11 +17,13 @@ from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, OutputError, write_output
 from webhook.core.platform.platform import PlatformError, load_platform
 from webhook.generate.chart import kinds_document, platform_values
+from webhook.generate.chart_schema import render_values_schema
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE
 
 __all__ = ["chart_group"]
 
 DEFAULT_KINDS_FILE = Path("helm/kueue-governor/files/kinds.yaml")
+DEFAULT_SCHEMA_FILE = Path("helm/kueue-governor/values.schema.json")
 
 
 class _LiteralDumper(yaml.SafeDumper):
@@ -139,3 +141,30 @@ def kinds_command(output: Path, check: bool, legacy: Path | None) -> None:
         "# Do not edit by hand.\n"
     )
     _write(_render(header, kinds_document()), output, check, f"kgov chart kinds --out {output}")
+
+
+@chart_group.command("schema")
+@click.option(
+    "--out",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=str(DEFAULT_SCHEMA_FILE),
+    show_default=True,
+    help="The chart's values.schema.json: its platform part is rewritten, the rest kept.",
+)
+@click.option("--check", is_flag=True, help="Write nothing; fail with a diff if --out differs.")
+def schema_command(output: Path, check: bool) -> None:
+    """The platform file's schema in the chart's values.schema.json (so `-f platform.yaml` is checked).
+
+    \b
+    helm upgrade --install kgov helm/kueue-governor -n kueue-governor-system -f kueue-config/platform.yaml
+    """
+    try:
+        current = output.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--out {output}: cannot read: {exc}")
+    try:
+        text = render_values_schema(current)
+    except ValueError as exc:
+        fail(f"--out {output}: {exc}")
+    _write(text, output, check, f"kgov chart schema --out {output}")

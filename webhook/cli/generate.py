@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from webhook.cli.apply import apply_options, run_apply
 from webhook.cli.errors import EXIT_NO, fail, warn
 from webhook.cli.options import NAMESPACE, file_option
 from webhook.core.platform.fields import label_value_error
@@ -167,6 +168,7 @@ _strict_option = click.option(
     help="Also generate MutatingAdmissionPolicies (admission-policies.yaml, Kubernetes >= 1.36) that fill in the "
     "team's queue label, Kueue priority and fixed topology level when the webhook is away.",
 )
+@apply_options
 def generate_command(
     platform_file: str,
     output_dir: str,
@@ -179,6 +181,10 @@ def generate_command(
     policy_namespace: str,
     instance: str | None,
     admission_policies: bool,
+    apply: bool,
+    kubeconfig: str | None,
+    context: str | None,
+    apply_field_manager: str,
 ) -> None:
     """Generate Kueue objects (kueue.x-k8s.io/v1beta2) and the webhook policy from PLATFORM.
 
@@ -189,6 +195,7 @@ def generate_command(
     them: apply with `kubectl apply -k DIR`.
     Warns when a change to the files already there would need an object to be re-created.
     Refuses to overwrite a file of --out that it did not write, unless --force.
+    With --apply, server-side applies the Kueue objects to the cluster instead (no files).
     """
     if legacy_output is not None:
         warn(f"-o {legacy_output} is deprecated: give --out {legacy_output} (-o names a format in every other command)")
@@ -199,8 +206,14 @@ def generate_command(
     if admission_policies:
         manifests.update(admission_policy_files(platform, policy_namespace, instance))
     desired = [obj for objects in manifests.values() for obj in objects]
-    problems += recreate_warnings(desired, load_generated(output_dir), platform)
+    if apply and check:
+        fail("--apply and --check exclude each other (`kgov diff` compares with the cluster)")
+    if not apply:  # the files on disk are what --apply does not touch
+        problems += recreate_warnings(desired, load_generated(output_dir), platform)
     _report(problems, platform_file, by_strict)
+    if apply:
+        run_apply(manifests, policy_namespace, kubeconfig, context, apply_field_manager)
+        return
     files = render_files(manifests, source_reference(platform_file, output_dir))
     if check:
         drift = file_drift(files, output_dir)

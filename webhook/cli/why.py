@@ -26,7 +26,7 @@ from webhook.core.platform.policy import PolicySet
 from webhook.core.platform.resolve import TeamIndex
 from webhook.core.platform.yamlload import DuplicateKeyError, no_duplicate_pairs
 from webhook.kube.client import context_namespace
-from webhook.kube.files import POLICY_KEY, InputError, load_policies
+from webhook.kube.files import PLATFORM_KEY, POLICY_KEY, InputError, load_policies, parse_policies
 from webhook.why.decision import decide, widenings
 from webhook.why.explain import WhyReport, explain
 from webhook.why.owners import explain_object
@@ -65,13 +65,23 @@ def _team_name(value: str | None, param: click.Parameter) -> str | None:
 
 
 def _teams(snapshot: Snapshot, platform: Path | None, policy: Path | None) -> TeamIndex | None:
-    """The policy: from --platform/--policy, else the cluster's kgov-policy ConfigMap, else None."""
+    """The policy: from --platform/--policy, else the cluster's kgov-policy ConfigMap (its
+    policy.json, or the platform file the chart puts there, compiled), else None."""
     if platform is not None or policy is not None:
         try:
             return TeamIndex(load_policies(platform, policy))
         except (PlatformError, InputError) as exc:
             fail(str(exc))
-    text = ((snapshot.policy or {}).get("data") or {}).get(POLICY_KEY)
+    data = (snapshot.policy or {}).get("data") or {}
+    if POLICY_KEY not in data and PLATFORM_KEY in data:  # the chart's, with the platform file itself
+        try:
+            return TeamIndex(
+                parse_policies({**(snapshot.policy or {}), "kind": "ConfigMap"}, "the kgov-policy ConfigMap")
+            )
+        except InputError as exc:
+            snapshot.notes.append(f"{exc}: the policy is not known")
+            return None
+    text = data.get(POLICY_KEY)
     if not isinstance(text, str):
         if snapshot.policy is not None:
             snapshot.notes.append(f"the kgov-policy ConfigMap has no data key {POLICY_KEY}: the policy is not known")

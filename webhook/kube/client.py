@@ -25,6 +25,7 @@ from webhook.core.platform.fields import dns1123_label_error, dns1123_subdomain_
 
 __all__ = [
     "ClusterError",
+    "apply_json",
     "check_path",
     "context_namespace",
     "get_json",
@@ -292,3 +293,45 @@ def items_of(listing: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The ``items`` of a list answer that are objects (none when absent)."""
     items = (listing or {}).get("items")
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+async def apply_json(api: Any, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+    """Server-side apply ``body`` at ``path`` (the object's own path): ``PATCH`` with
+    ``application/apply-patch+yaml`` (JSON is YAML), ``fieldManager=field_manager`` and ``force=true``,
+    so the fields this manager applied last are taken back from any other manager (as
+    ``kubectl apply --server-side --force-conflicts``). Returns the object as the server stored it.
+
+    Raises:
+        ClusterError: a path part that is not a Kubernetes name, an unreachable server, or any
+            status but 2xx (with the server's message: a refused field, RBAC, an absent namespace).
+    """
+    check_path(path)
+    import aiohttp
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        response = await api.call_api(
+            path,
+            "PATCH",
+            query_params=[("fieldManager", field_manager), ("force", "true")],
+            header_params={"Accept": "application/json", "Content-Type": "application/apply-patch+yaml"},
+            body=dict(body),
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
+        status, reason = int(response.status), str(response.reason)
+        try:
+            data = await response.json(content_type=None)
+        except ValueError:
+            data = None
+    except ApiException as exc:  # raised before the request is sent (a body it cannot encode)
+        raise ClusterError(f"apply {path}: {exc.reason}") from None
+    except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+        raise ClusterError(f"apply {path}: cannot reach the API server: {exc or type(exc).__name__}") from None
+    if not 200 <= status <= 299:
+        message = data.get("message") if isinstance(data, dict) else None
+        raise ClusterError(f"apply {path}: HTTP {status} {reason}" + (f": {message}" if message else ""))
+    if not isinstance(data, dict):
+        raise ClusterError(f"apply {path}: the answer is not a JSON object: not a Kubernetes API server?")
+    return data

@@ -1,7 +1,9 @@
 """Reading the webhook's inputs from files (the offline side of the caches): policies, namespace and node dumps.
 
 Policies come from either the platform file (compiled on load) or a PolicySet JSON document (the
-``policy.json`` key of the generated ConfigMap, mounted as a file). Namespace and node dumps are
+``policy.json`` key of the generated ConfigMap, mounted as a file); a ConfigMap may carry the
+platform file itself instead (key ``platform.yaml``, as the Helm chart writes it from its
+``platformFile`` value), compiled as it is read. Namespace and node dumps are
 ``kubectl get namespaces -o json`` / ``kubectl get nodes -o json`` output (a ``List``), a single
 object, or a YAML equivalent; any other document is refused.
 """
@@ -22,7 +24,7 @@ from webhook.core.kueue.resources import pod_requests
 from webhook.core.kueue.wellformed import Problems, a_map
 from webhook.core.objects.jsonbody import dotted_path
 from webhook.core.objects.paths import field_path
-from webhook.core.platform.platform import load_platform
+from webhook.core.platform.platform import PlatformError, load_platform, parse_platform_text
 from webhook.core.platform.policy import PolicySet, compile_policies
 from webhook.core.platform.yamlload import (
     DuplicateKeyError,
@@ -35,9 +37,12 @@ from webhook.core.platform.yamlload import (
 
 #: The key of the generated policy ConfigMap that holds the PolicySet JSON.
 POLICY_KEY = "policy.json"
+#: The key of a policy ConfigMap that holds the platform file itself (the chart's ``platformFile``).
+PLATFORM_KEY = "platform.yaml"
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
+    "PLATFORM_KEY",
     "POLICY_KEY",
     "InputError",
     "load_manifests",
@@ -93,17 +98,25 @@ def load_policies(
 def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = None) -> PolicySet:
     """A PolicySet from a parsed document: the PolicySet JSON itself, or a ConfigMap (as
     ``kgov generate`` writes ``policy-configmap.yaml``, or as the API server returns it) whose
-    ``data["policy.json"]`` holds it. ``extra_excluded`` namespaces are added to
-    ``excludedNamespaces``. ``where`` names the source in messages (a file, ``ConfigMap ns/name``).
+    ``data["policy.json"]`` holds it, or whose ``data["platform.yaml"]`` holds the platform file
+    (compiled here, as ``kgov generate`` would: SPEC §8, the chart's ``platformFile``).
+    ``extra_excluded`` namespaces are added to ``excludedNamespaces``. ``where`` names the source
+    in messages (a file, ``ConfigMap ns/name``).
 
     Raises:
-        InputError: a ConfigMap without that key, a value that is not JSON, or a document that is
-            not a valid PolicySet (every problem with its path).
+        InputError: a ConfigMap with neither key or both, a value that is not JSON, a document that
+            is not a valid PolicySet, or a platform file that is not valid (every problem with its
+            path).
     """
     if isinstance(data, dict) and data.get("kind") == "ConfigMap":
-        text = (data.get("data") or {}).get(POLICY_KEY) if isinstance(data.get("data"), dict) else None
+        entries: dict[str, Any] = data["data"] if isinstance(data.get("data"), dict) else {}
+        if PLATFORM_KEY in entries:
+            if POLICY_KEY in entries:
+                raise InputError(f"{where}: the ConfigMap has both data[{POLICY_KEY!r}] and data[{PLATFORM_KEY!r}]")
+            return _compile_platform_text(entries[PLATFORM_KEY], where, extra_excluded)
+        text = entries.get(POLICY_KEY)
         if not isinstance(text, str):
-            raise InputError(f"{where}: the ConfigMap has no data[{POLICY_KEY!r}]")
+            raise InputError(f"{where}: the ConfigMap has no data[{POLICY_KEY!r}] (nor data[{PLATFORM_KEY!r}])")
         try:
             data = json.loads(text, object_pairs_hook=no_duplicate_pairs)
         except json.JSONDecodeError as exc:
@@ -124,6 +137,17 @@ def parse_policies(data: Any, where: str, extra_excluded: list[str] | None = Non
         merged = list(dict.fromkeys([*policies.excludedNamespaces, *extra_excluded]))
         policies = policies.model_copy(update={"excludedNamespaces": merged})
     return policies
+
+
+def _compile_platform_text(text: Any, where: str, extra_excluded: list[str] | None) -> PolicySet:
+    """The PolicySet of the platform file in a ConfigMap's ``data["platform.yaml"]``."""
+    source = f"{where}: data[{PLATFORM_KEY!r}]"
+    if not isinstance(text, str):
+        raise InputError(f"{source} is not a string")
+    try:
+        return compile_policies(parse_platform_text(text, source), extra_excluded)
+    except PlatformError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _refuse_constant(name: str) -> Any:

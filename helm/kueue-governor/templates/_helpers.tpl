@@ -46,7 +46,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 */}}
 {{- define "kueue-governor.kinds" -}}
 {{- $kinds := .Files.Get "files/kinds.yaml" | fromYaml }}
-{{- $controller := printf "(%s)" (.Values.platform.controllerExpression | default $kinds.cel.defaultController) }}
+{{- $controller := printf "(%s)" (include "kueue-governor.controllerExpression" . | default $kinds.cel.defaultController) }}
 {{- $cel := dict }}
 {{- range $name, $expression := $kinds.cel }}
 {{- $_ := set $cel $name (replace $kinds.controllerPlaceholder $controller $expression) }}
@@ -56,8 +56,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Fail early on values that would break admission. */}}
 {{- define "kueue-governor.validate" -}}
-{{- if not .Values.platform.policy }}
-{{- fail "platform.policy is empty: write the platform values with `kgov chart values PLATFORM --out platform-values.yaml` and pass -f platform-values.yaml" }}
+{{- include "kueue-governor.validatePlatformFile" . }}
+{{- if and (not .Values.platform.policy) (not (include "kueue-governor.helmOnly" .)) }}
+{{- fail "no platform: give the platform file itself as a values file (helm upgrade --install kgov helm/kueue-governor -f platform.yaml), or the values `kgov chart values PLATFORM --out platform-values.yaml` writes (-f platform-values.yaml)" }}
 {{- end }}
 {{- if not (lt .Values.webhook.name "kueue") }}
 {{- fail (printf "webhook.name %q must sort before Kueue's kueue-mutating-webhook-configuration (the API server calls webhooks in name order)" .Values.webhook.name) }}

@@ -78,6 +78,7 @@ __all__ = [
     "dns1123_label_error",
     "load_platform",
     "parse_platform",
+    "parse_platform_text",
     "platform_json_schema",
 ]
 
@@ -136,6 +137,18 @@ def load_platform(path: str | Path) -> Platform:
         raise PlatformError(
             source, [Problem(path="", message=f"{source} is not UTF-8 text: {exc.reason} at byte {exc.start}")]
         ) from None
+    return parse_platform_text(text, source)
+
+
+def parse_platform_text(text: str, source: str = "<platform>") -> Platform:
+    """Parse and validate the YAML text of a platform file (e.g. the ``platform.yaml`` of the
+    chart's policy ConfigMap, SPEC §8 "the values carry the platform file itself"); ``source``
+    names it in messages.
+
+    Raises:
+        PlatformError: YAML syntax error, a document over the reader's limits, schema or reference
+            problems.
+    """
     try:
         data = _safe_load(text, source)
     except YamlLimitError as exc:
