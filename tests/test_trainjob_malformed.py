@@ -59,6 +59,19 @@ def test_a_runtime_file_of_the_wrong_shape_is_an_unusable_input(
     assert message in result.stderr
 
 
+def test_runtime_patches_entries_that_are_no_objects_are_malformed(tmp_path: Path) -> None:
+    trainjob = yaml.safe_load(TRAINJOB.read_text())
+    trainjob["spec"]["runtimePatches"] = [5, {"manager": "me", "trainingRuntimeSpec": 3}]
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump(trainjob))
+    result = _mutate(path, RUNTIME)
+    assert result.exit_code == 1
+    assert "malformed object: spec.runtimePatches[0] must be an object, got number 5" in result.stderr
+    assert (
+        "malformed object: spec.runtimePatches[1].trainingRuntimeSpec must be an object, got number 3" in result.stderr
+    )
+
+
 def test_the_example_runtime_and_trainjob_stay_usable() -> None:
     result = _mutate(TRAINJOB, RUNTIME)
     assert result.exit_code == 0, result.stderr
