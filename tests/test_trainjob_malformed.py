@@ -76,3 +76,21 @@ def test_the_example_runtime_and_trainjob_stay_usable() -> None:
     result = _mutate(TRAINJOB, RUNTIME)
     assert result.exit_code == 0, result.stderr
     assert yaml.safe_load(result.stdout)["spec"]["runtimePatches"][0]["manager"] == "kueue-governor.io/governor"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        (7, "spec.runtimeRef must be an object, got number 7"),
+        ({"name": 5}, "spec.runtimeRef.name must be a string, got number 5"),
+        ({}, "spec.runtimeRef.name is not set"),
+    ],
+)
+def test_a_runtime_ref_of_the_wrong_type_is_named_as_such(tmp_path: Path, ref: Any, message: str) -> None:
+    trainjob = yaml.safe_load(TRAINJOB.read_text())
+    trainjob["spec"]["runtimeRef"] = ref
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump(trainjob))
+    result = _mutate(path, RUNTIME)
+    assert result.exit_code == 1, result.stderr  # a pod rule that cannot be applied on CREATE: denied
+    assert f"not applied: TrainJob's pods come from its runtime: {message}" in result.stderr
