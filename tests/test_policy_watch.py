@@ -409,7 +409,11 @@ def test_a_long_note_is_cut_to_the_apis_limit() -> None:
         (["--policy-configmap", "a/../b"], {}, "--policy-configmap a/../b: namespace "),
         (["--policy-configmap", "ns/Bad_Name"], {}, "--policy-configmap ns/Bad_Name: name "),
         (["--policy-configmap", "ns/x", "--policy", "p.json"], {}, "give exactly one of --platform, --policy or"),
-        (["--kubeconfig", "kc"], {}, "--kubeconfig is used by --watch-cluster and --policy-configmap only"),
+        (
+            ["--kubeconfig", "kc"],
+            {},
+            "--kubeconfig is used by --watch-cluster, --policy-configmap and --certs-secret only",
+        ),
     ],
 )
 def test_serve_refuses_a_bad_policy_configmap_option(
