@@ -672,18 +672,19 @@ def test_team_expressions_are_anded_into_each_term_unless_present() -> None:
 
 
 def test_a_term_whose_own_in_shares_no_value_with_the_team_is_warned_once() -> None:
+    # (an item that is no object, or a value that is no string, is a malformed object:
+    # tests/test_malformed_affinity.py)
     own = [
-        "junk",
         {"key": "zone", "operator": "In", "values": ["a"]},
         {"key": INSTANCE_TYPE, "operator": "NotIn", "values": ["z"]},
         {"key": INSTANCE_TYPE, "operator": "In"},
-        {"key": INSTANCE_TYPE, "operator": "In", "values": ["p4d", 7]},
+        {"key": INSTANCE_TYPE, "operator": "In", "values": ["p4d", "p4de"]},
     ]
     changes, warnings, denials = _affinity_changes([{"matchExpressions": own}])
-    assert changes == [("add", (*TERMS_PATH, 0, "matchExpressions", 5), TEAM_EXPRESSION, "nodeAffinity", REASON)]
+    assert changes == [("add", (*TERMS_PATH, 0, "matchExpressions", 4), TEAM_EXPRESSION, "nodeAffinity", REASON)]
     assert warnings == [
         "nodeAffinity: podset 'main': nodeSelectorTerms[0] asks for node.kubernetes.io/instance-type in "
-        '["p4d", 7], but team nodes have ["p5.48xlarge"]: pods of this term can match no node'
+        '["p4d", "p4de"], but team nodes have ["p5.48xlarge"]: pods of this term can match no node'
     ]
     assert denials == []
 

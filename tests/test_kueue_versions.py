@@ -361,15 +361,21 @@ def test_a_gate_set_in_the_platform_file_reaches_the_rules() -> None:
         pytest.param(
             OLD,
             "TASPartialSlices",
-            "Kueue v0.19.2 has no feature gate TASPartialSlices (its gates the governor follows: none)",
+            "feature gate TASPartialSlices is not one the governor follows for Kueue v0.19.2 (it follows: none)",
             id="gate-of-a-later-release",
         ),
         pytest.param(
             NEW,
             "TASPartialSlice",
-            "Kueue v0.20.7 has no feature gate TASPartialSlice (its gates the governor follows: "
+            "feature gate TASPartialSlice is not one the governor follows for Kueue v0.20.7 (it follows: "
             "TASRejectFalseUnconstrainedTopology, TASPartialSlices, TASGroupedPodSetSlicing)",
             id="misspelt",
+        ),
+        pytest.param(
+            OLD,
+            "TopologyAwareScheduling",  # a gate of Kueue v0.19.2 (pkg/features), which changes no rule here
+            "feature gate TopologyAwareScheduling is not one the governor follows for Kueue v0.19.2 (it follows: none)",
+            id="a-real-gate-not-followed",
         ),
     ],
 )

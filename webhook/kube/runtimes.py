@@ -7,6 +7,7 @@ manifest files, so a TrainJob is planned on the runtime it references either way
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,54 @@ class FileRuntimes:
         name, namespace = metadata.get("name"), metadata.get("namespace")
         if not isinstance(name, str) or not name:
             raise InputError(f"{where}: {kind} without metadata.name")
+        problem = _shape_problem(obj)
+        if problem:
+            raise InputError(f"{where}: {kind} {name!r}: {problem}")
         scope = "" if kind == CLUSTER_RUNTIME else (namespace if isinstance(namespace, str) else "*")
         self.objects[(str(kind), scope, name)] = obj
 
     def __call__(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.objects.get((kind, namespace, name)) or self.objects.get((kind, "*", name))
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**31 - 1
+
+
+def _shape_problem(obj: Mapping[str, Any]) -> str | None:
+    """The first value of a runtime that its CRD's schema refuses and that the TrainJob's podsets
+    are built from (the server reads runtimes the API server has checked; files are read here):
+    ``spec``, ``spec.template``, ``spec.template.spec`` and ``spec.mlPolicy`` not objects,
+    ``replicatedJobs`` not a list of objects each with a string ``name``, an object ``template``
+    and a ``replicas`` and ``mlPolicy.numNodes`` that are integers from 0 to 2147483647 (int32)."""
+    node: Any = obj
+    path = ""
+    for key in ("spec", "template", "spec"):
+        node = node.get(key)
+        path = f"{path}.{key}" if path else key
+        if node is None:
+            return None
+        if not isinstance(node, Mapping):
+            return f"{path} must be an object"
+    policy = obj["spec"].get("mlPolicy")
+    if policy is not None and not isinstance(policy, Mapping):
+        return "spec.mlPolicy must be an object"
+    if isinstance(policy, Mapping) and policy.get("numNodes") is not None and not _count(policy["numNodes"]):
+        return f"spec.mlPolicy.numNodes must be an integer from 0 to 2147483647, got {json.dumps(policy['numNodes'])}"
+    jobs = node.get("replicatedJobs")
+    if jobs is not None and not isinstance(jobs, list):
+        return f"{path}.replicatedJobs must be an array"
+    for index, job in enumerate(jobs or []):
+        at = f"{path}.replicatedJobs[{index}]"
+        if not isinstance(job, Mapping):
+            return f"{at} must be an object"
+        if not isinstance(job.get("name"), str) or not job["name"]:
+            return f"{at}.name must be a non-empty string"
+        if job.get("replicas") is not None and not _count(job["replicas"]):
+            return f"{at}.replicas must be an integer from 0 to 2147483647, got {json.dumps(job['replicas'])}"
+        if job.get("template") is not None and not isinstance(job["template"], Mapping):
+            return f"{at}.template must be an object"
+    return None
 
 
 def load_runtimes(paths: Iterable[Path]) -> FileRuntimes:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.core.kueue.kind_model import RuntimeSource
+from webhook.core.kueue.wellformed import describe
 
 __all__ = [
     "ANCESTOR_LABEL",
@@ -145,9 +146,14 @@ def runtime_key(trainjob: Mapping[str, Any], namespace: str) -> tuple[str, str, 
     """The (kind, namespace, name) of the runtime ``trainjob`` references (``spec.runtimeRef``;
     kind ``ClusterTrainingRuntime`` and group ``trainer.kubeflow.org`` when unset, the CRD's
     defaults), or why there is none Kueue could resolve (a message)."""
-    ref = _map(_map(trainjob.get("spec")).get("runtimeRef"))
+    given = _map(trainjob.get("spec")).get("runtimeRef")
+    if given is not None and not isinstance(given, Mapping):
+        return f"spec.runtimeRef must be an object, got {describe(given)}"
+    ref = _map(given)
     name, group, kind = ref.get("name"), ref.get("apiGroup", GROUP), ref.get("kind", CLUSTER_RUNTIME)
-    if not isinstance(name, str) or not name:
+    if name is not None and not isinstance(name, str):
+        return f"spec.runtimeRef.name must be a string, got {describe(name)}"
+    if not name:
         return "spec.runtimeRef.name is not set"
     if group != GROUP or kind not in (CLUSTER_RUNTIME, RUNTIME):
         # Kueue's getChildJobSet: "unsupported runtime" (Trainer's runtime registry has these two).

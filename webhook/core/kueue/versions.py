@@ -152,8 +152,10 @@ def kueue_release(version: str | None = None, gates: Mapping[str, bool] | None =
 
     Raises:
         UnsupportedKueueVersion: no row, e.g. ``Kueue v0.21.0 is not supported (supported: v0.19.2,
-            v0.20.7)``; or a gate the release does not have, e.g. ``Kueue v0.19.2 has no feature gate
-            TASPartialSlices (its gates the governor follows: none)``.
+            v0.20.7)``; or a gate the governor does not follow for the release (one the release does
+            not have, or one of its gates that changes no rule the governor applies, such as
+            ``TopologyAwareScheduling``), e.g. ``feature gate TASPartialSlices is not one the governor
+            follows for Kueue v0.19.2 (it follows: none)``.
     """
     name = DEFAULT_KUEUE_VERSION if version is None else version
     release = VERSIONS.get(name)
@@ -166,7 +168,7 @@ def kueue_release(version: str | None = None, gates: Mapping[str, bool] | None =
         if gate not in release.gates:
             known = ", ".join(release.gates) or "none"
             raise UnsupportedKueueVersion(
-                f"{release.label} has no feature gate {gate} (its gates the governor follows: {known})"
+                f"feature gate {gate} is not one the governor follows for {release.label} (it follows: {known})"
             )
     merged = {**release.gates, **gates}
     return replace(

@@ -25,11 +25,11 @@ from webhook.core.kueue.resources import Requests, pod_requests
 from webhook.core.kueue.wellformed import (
     Problem,
     Problems,
-    a_list,
     a_map,
     count,
     expand_checked,
     maps_of,
+    node_selector_term,
     string_values,
     strings_at,
 )
@@ -201,7 +201,7 @@ def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> li
     for depth, key in enumerate(_REQUIRED):
         node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
     for where, term in maps_of(node, (*at, *_REQUIRED), problems):
-        a_list(term.get("matchExpressions"), (*where, "matchExpressions"), problems)
+        node_selector_term(term, where, problems)
     return node if isinstance(node, list) else None
 
 

@@ -132,6 +132,23 @@ def maps_of(value: Any, path: tuple[Key, ...], problems: Problems) -> list[tuple
     return out
 
 
+def node_selector_term(term: Mapping[str, Any], path: tuple[Key, ...], problems: Problems) -> None:
+    """One ``nodeSelectorTerms[]`` item (core/v1 NodeSelectorTerm) at ``path``: its
+    ``matchExpressions`` and ``matchFields`` must be lists of maps (NodeSelectorRequirement) whose
+    ``key`` and ``operator`` are strings and whose ``values`` is a list of strings, as the API
+    server decodes them; each value of another type is a problem (the node affinity rule appends
+    to ``matchExpressions``, and node eligibility reads every requirement)."""
+    for field in ("matchExpressions", "matchFields"):
+        for where, requirement in maps_of(term.get(field), (*path, field), problems):
+            for name in ("key", "operator"):
+                value = requirement.get(name)
+                if value is not None and not isinstance(value, str):
+                    problems.append(Problem((*where, name), value, "a string"))
+            for index, value in enumerate(a_list(requirement.get("values"), (*where, "values"), problems)):
+                if not isinstance(value, str):
+                    problems.append(Problem((*where, "values", index), value, "a string"))
+
+
 def string_values(value: Any, path: tuple[Key, ...], problems: Problems) -> None:
     """Labels or annotations (Kubernetes ``map[string]string``) at ``path``: each value that is not
     a string (``kueue.x-k8s.io/queue-name: 5``) is a problem, unless one is already recorded at its

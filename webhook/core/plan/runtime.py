@@ -79,6 +79,9 @@ def plan_with_runtime(
     ``plan_doc(new, old)`` is the ordinary planning (CREATE or UPDATE) of a working copy."""
     source = row.runtime
     assert source is not None
+    bad = _malformed_entries(new, old, source)
+    if bad:
+        return malformed(*bad)
     runtime, described = find_runtime(new, namespace, runtimes)
     if runtime is None:
         plan = plan_doc(new, old)
@@ -104,6 +107,22 @@ def plan_with_runtime(
     if not plan.changes and not plan.denials and not plan.warnings and old is not None:
         plan.skipped = "UPDATE: no governed value introduced, changed or dropped"
     return plan
+
+
+def _malformed_entries(new: Mapping[str, Any], old: Mapping[str, Any] | None, source: RuntimeSource) -> list[Shape]:
+    """The ``runtimePatches`` entries (Trainer v2.2.1 ``RuntimePatch``, a struct) that are no
+    object, or whose ``trainingRuntimeSpec`` is no object: the CRD's schema refuses them, and the
+    merge of the runtime cannot read them. On UPDATE only when the update changes the list."""
+    patches = lookup(new, source.patches)
+    if not isinstance(patches, list) or (old is not None and lookup(old, source.patches) == patches):
+        return []
+    bad: list[Shape] = []
+    for index, entry in enumerate(patches):
+        if not isinstance(entry, Mapping):
+            bad.append(Shape((*source.patches, index), entry))
+        elif entry.get("trainingRuntimeSpec") is not None and not isinstance(entry["trainingRuntimeSpec"], Mapping):
+            bad.append(Shape((*source.patches, index, "trainingRuntimeSpec"), entry["trainingRuntimeSpec"]))
+    return bad
 
 
 def _entry_index(obj: Mapping[str, Any], source: RuntimeSource) -> int | None:
