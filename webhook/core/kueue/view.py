@@ -28,6 +28,7 @@ from webhook.core.kueue.wellformed import (
     a_map,
     count,
     expand_checked,
+    missing_templates,
     maps_of,
     node_selector_term,
     string_values,
@@ -319,6 +320,8 @@ def _iter(obj: Mapping[str, Any], row: WorkloadKind, problems: Problems) -> Iter
                 yield _podset(obj, rule, path, bindings, base, problems, whole)
             elif base is not None:
                 problems.append(Problem(path, base, "an object"))
+        if rule.only_if is None:
+            missing_templates(obj, rule.template, problems, rule.keyed)
         if not found and rule.only_if is not None:
             # Kueue assumes a default template (a RayJob's submitter): counted, nothing to govern.
             requests = {n: parse_quantity(v) for n, v in rule.default_requests}

@@ -289,3 +289,29 @@ def expand_checked(
         node = holder[head]
         prefix = (*prefix, head)
     yield prefix, (), node
+
+
+def missing_templates(node: Any, template: PathPattern, problems: Problems, keyed: bool = False) -> None:
+    """Record each item of a list or map of roles (``template``'s last ``"*"``: a replica spec, a
+    replicated job, a worker group) whose pod template below it is absent or null.
+
+    Kueue builds such a podset from an empty pod template (the Kubeflow, JobSet and Ray
+    integrations' ``PodSets()`` copy whatever the role holds), which the Workload's schema refuses
+    (``podSets[].template.spec.containers`` is required), so Kueue never creates the Workload; the
+    operators' own webhooks refuse the object too. A pattern without ``"*"`` is left to the API
+    server (a Job without ``spec.template``) or is an optional template (a LeaderWorkerSet's
+    ``leaderTemplate``). ``keyed``: the roles are a map (a Kubeflow job's replica specs)."""
+    if "*" not in template:
+        return
+    cut = len(template) - template[::-1].index("*")
+    role, rest = template[:cut], template[cut:]
+    for path, _, item in expand_checked(node, role, [], keyed):  # its own problems: reported by the caller's walk
+        value: Any = item
+        for depth, key in enumerate(rest, 1):
+            if not isinstance(value, Mapping):  # not a map: that problem is the caller's
+                break
+            value = value.get(key)
+            if value is None:
+                why = "the role's pods are built from it (Kueue never creates a Workload of an empty pod)"
+                problems.append(Problem((*path, *rest[:depth]), None, why, missing=True))
+                break
