@@ -26,6 +26,7 @@ Needs root (containerd, bridge, iptables) and ``make e2e-node-deps``; skipped ot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -88,10 +89,16 @@ def install(helm: Helm, settings: dict[str, str], values: tuple[Path, ...] = (PL
 
 def other_node_running(root: Path) -> str | None:
     """Why the machine's one real node is in use by another state directory (None: it is not):
-    the claim's owner runs containerd, or any containerd of another state directory runs."""
+    the claim's owner runs containerd, or claimed the node less than 5 minutes ago and still
+    exists (it builds and imports the image before its containerd runs), or any containerd of
+    another state directory runs."""
     owner = nodehost.claim_owner()
-    if owner is not None and owner != root and devcluster.process_alive(devcluster.Paths(owner), "containerd"):
-        return f"claimed by {owner}"
+    if owner is not None and owner != root:
+        if devcluster.process_alive(devcluster.Paths(owner), "containerd"):
+            return f"claimed by {owner}"
+        with contextlib.suppress(FileNotFoundError):
+            if owner.is_dir() and time.time() - nodehost.CLAIM_FILE.stat().st_mtime < 300:
+                return f"claimed by {owner}, starting"
     found = subprocess.run(["pgrep", "-af", "containerd --config"], capture_output=True, text=True, check=False)
     others = [line for line in found.stdout.splitlines() if f"{root}/" not in line]
     return f"containerd running: {others[0]}" if others else None
