@@ -21,7 +21,7 @@ from pathlib import Path
 from cryptography import x509
 from kubernetes_asyncio import client as k8s
 
-from e2e import devcluster
+from e2e import devcluster, support
 from e2e.devcluster.node import NODE_NAME
 from e2e.devcluster.nodeconfig import NodePaths
 
@@ -156,14 +156,29 @@ def container_pid(state_dir: Path, container_id: str) -> int:
     raise AssertionError(f"no running task {container_id} in: {listing}")
 
 
-async def kill_server_process(api: k8s.ApiClient, namespace: str, state_dir: Path) -> tuple[str, str, int]:
-    """``kill -9`` the main process of the first container of the chart's first pod; returns the
-    pod's name, the container's name and the container's restart count before the kill."""
-    pod = (await chart_pods(api, namespace))[0]
-    status = pod.status.container_statuses[0]
+def open_connections(pod_ip: str, metrics_port: int) -> float:
+    """``kgov_connections_open`` of the process whose metrics port is ``metrics_port``."""
+    metrics = support.read_metrics(f"http://{pod_ip}:{metrics_port}")
+    return sum(value for (name, _), value in metrics.items() if name == "kgov_connections_open")
+
+
+async def kill_server_process(
+    api: k8s.ApiClient, namespace: str, state_dir: Path, metrics_port: int
+) -> tuple[str, str, int, float]:
+    """``kill -9`` the chart's server process that holds the most open webhook connections (the
+    API server's kept-alive ones: the kill breaks them, and the API server dials again); the
+    process of container ``i`` of a pod serves its metrics on ``metrics_port + i``. Returns the
+    pod's name, the container's name, its restart count before the kill and its open connections."""
+    candidates = []
+    for pod in await chart_pods(api, namespace):
+        for index, container in enumerate(pod.spec.containers):
+            opened = await asyncio.to_thread(open_connections, pod.status.pod_ip, metrics_port + index)
+            candidates.append((opened, pod, container.name))
+    opened, pod, name = max(candidates, key=lambda candidate: candidate[0])
+    (status,) = [s for s in pod.status.container_statuses if s.name == name]
     container_id = status.container_id.removeprefix("containerd://")
     os.kill(container_pid(state_dir, container_id), signal.SIGKILL)
-    return pod.metadata.name, status.name, status.restart_count
+    return pod.metadata.name, name, status.restart_count, opened
 
 
 async def wait_restarted(api: k8s.ApiClient, namespace: str, pod: str, container: str, before: int) -> None:

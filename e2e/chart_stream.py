@@ -57,6 +57,9 @@ class WindowStats:
 
     attempted: int
     failed: int
+    #: failed because the connection broke under the call (reset, EOF): one the API server was
+    #: waiting on when the server process died (it does not send a POST again).
+    broken: int
     unlabelled: int
     rate: float
     p50_ms: float
@@ -65,9 +68,15 @@ class WindowStats:
 
     def row(self) -> str:
         return (
-            f"attempted {self.attempted} at {self.rate:.1f}/s, failed {self.failed}, "
+            f"attempted {self.attempted} at {self.rate:.1f}/s, failed {self.failed} ({self.broken} broken), "
             f"unlabelled {self.unlabelled}, p50 {self.p50_ms:.0f} ms, p99 {self.p99_ms:.0f} ms"
         )
+
+
+def broken_connection(message: str) -> bool:
+    """Whether a refusal says the webhook's connection broke under the call (not: refused, timed
+    out, or an answer)."""
+    return "connection reset by peer" in message or message.endswith(": EOF") or ": EOF'" in message
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -88,6 +97,9 @@ class CreationStream:
 
     dynamic: DynamicClient
     rate: float = 25.0
+    #: creations started together, ``burst / rate`` seconds apart (several at once make the API
+    #: server open several connections to the webhook, over both pods).
+    burst: int = 1
     concurrency: int = 32
     creations: list[Creation] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
@@ -114,15 +126,16 @@ class CreationStream:
         slots = asyncio.Semaphore(self.concurrency)
         namespaces = list(TEAM_QUEUES)
         pending: set[asyncio.Task[None]] = set()
-        interval = 1.0 / self.rate
+        interval = self.burst / self.rate
         due = time.monotonic()
         index = 0
         while not self._stop.is_set():
-            await slots.acquire()
-            task = asyncio.create_task(self._create(namespaces[index % len(namespaces)], slots))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-            index += 1
+            for _ in range(self.burst):
+                await slots.acquire()
+                task = asyncio.create_task(self._create(namespaces[index % len(namespaces)], slots))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                index += 1
             due += interval
             await asyncio.sleep(max(0.0, due - time.monotonic()))
         if pending:
@@ -144,6 +157,7 @@ class CreationStream:
         return WindowStats(
             attempted=len(window),
             failed=sum(c.outcome == "failed" for c in window),
+            broken=sum(c.outcome == "failed" and broken_connection(c.message) for c in window),
             unlabelled=sum(c.outcome == "unlabelled" for c in window),
             rate=len(window) / (end - start) if end > start else 0.0,
             p50_ms=percentile(latencies, 0.50),

@@ -278,12 +278,19 @@ ROWS: dict[str, tuple[WindowStats, WindowStats, float]] = {}
 
 
 async def under_stream(
-    api: k8s.ApiClient, dynamic: DynamicClient, event: str, action: Callable[[], Awaitable[None]]
+    api: k8s.ApiClient,
+    dynamic: DynamicClient,
+    event: str,
+    action: Callable[[], Awaitable[None]],
+    burst: int = 1,
+    broken_allowed: Callable[[], int] = lambda: 0,
 ) -> WindowStats:
     """Run ``action`` under a :class:`CreationStream` (only the chart's webhook registered) and
     record the row: the creations started from the event's start to :data:`AFTER_SECONDS` after
-    its end, against the steady seconds before it."""
-    async with bundled_governor_unregistered(api, dynamic), CreationStream(dynamic, rate=STREAM_RATE) as stream:
+    its end, against the steady seconds before it. None may fail but at most ``broken_allowed()``
+    whose connection broke under the call."""
+    stream_of = CreationStream(dynamic, rate=STREAM_RATE, burst=burst)
+    async with bundled_governor_unregistered(api, dynamic), stream_of as stream:
         opened = time.monotonic()
         await asyncio.sleep(STEADY_SECONDS)
         started = time.monotonic()
@@ -298,7 +305,8 @@ async def under_stream(
     for message in during.failures:
         print(f"  failed: {message}")
     assert during.rate >= MIN_RATE, f"the stream reached {during.rate:.1f} creations/s only"
-    assert during.failed == 0 and during.unlabelled == 0, during
+    assert during.unlabelled == 0, during
+    assert during.failed == during.broken <= broken_allowed(), during
     return during
 
 
@@ -364,28 +372,39 @@ async def test_drain_under_creates(chart: Helm, api: k8s.ApiClient, dynamic: Dyn
 async def test_killed_server_process_under_creates(
     chart: Helm, api: k8s.ApiClient, dynamic: DynamicClient, e2e_cluster: E2ECluster
 ) -> None:
-    """``kill -9`` of the main process of one container of one pod (no SIGTERM, no preStop, no
-    drain); the event lasts until the kubelet restarted it and it is ready."""
+    """``kill -9`` of the server process (a container's main process) holding the most webhook
+    connections (no SIGTERM, no preStop, no drain); the event lasts until the kubelet restarted it
+    and it is ready."""
     assert e2e_cluster.local is not None
     state_dir = Path(e2e_cluster.local.state_dir)
 
+    held: list[int] = []
+
     async def kill() -> None:
-        pod, container, restarts = await chart_events.kill_server_process(api, NAMESPACE, state_dir)
+        killed = await chart_events.kill_server_process(api, NAMESPACE, state_dir, METRICS_PORT)
+        pod, container, restarts, connections = killed
+        held.append(int(connections))
+        print(f"\nkilled {pod}/{container}, which had {connections:.0f} open webhook connections")
         await chart_events.wait_restarted(api, NAMESPACE, pod, container, restarts)
         await chart_events.wait_ready(api, NAMESPACE, FULLNAME)
 
-    await under_stream(api, dynamic, "`kill -9` of a server process", kill)
+    # Creations 5 at a time: the API server keeps several connections, over both pods, and dials
+    # new ones after the kill. A call in flight on the killed process's connections is lost (over
+    # HTTP/1.1 at most one per connection): kube-apiserver sends a webhook call once and client-go
+    # never sends a POST again after a broken connection (docs/performance.md). Anything else (a
+    # connection refused by the killed pod, a timeout) fails the row.
+    await under_stream(api, dynamic, "`kill -9` of a server process", kill, burst=5, broken_allowed=lambda: sum(held))
 
 
 def markdown_table() -> str:
     lines = [
-        "| event | seconds | attempted | creations/s | failed | unlabelled | p99 ms | p99 added ms |",
+        "| event | seconds | attempted | creations/s | failed (broken) | unlabelled | p99 ms | p99 added ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for event, (steady, during, seconds) in ROWS.items():
         added = max(0.0, during.p99_ms - steady.p99_ms)
         lines.append(
-            f"| {event} | {seconds:.0f} | {during.attempted} | {during.rate:.1f} | {during.failed} | "
+            f"| {event} | {seconds:.0f} | {during.attempted} | {during.rate:.1f} | {during.failed} ({during.broken}) | "
             f"{during.unlabelled} | {during.p99_ms:.0f} | {added:.0f} |"
         )
     return "\n".join(lines)
