@@ -72,7 +72,7 @@ def test_the_platform_file_renders_what_the_compiled_values_render(helm: Helm) -
     expected = parse_policies(_policy_configmap(compiled), "ConfigMap", [NAMESPACE])
     assert served == expected
     deployment = one(helm_only, "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container, *_ = deployment["spec"]["template"]["spec"]["containers"]  # the first of server.processes
     assert f"--policy-configmap={NAMESPACE}/kgov-kueue-governor-policy" in container["args"]
 
 
@@ -159,7 +159,7 @@ def test_the_compiled_values_render_no_job_and_keep_policy_json(helm: Helm) -> N
 
 def test_the_policy_file_source_reads_the_platform_file(helm: Helm) -> None:
     objects = helm.template([PLATFORM], {"server.policySource": '"file"'}, namespace=NAMESPACE)
-    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    container, *_ = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]  # the first process
     assert "--platform=/etc/kueue-governor/policy/platform.yaml" in container["args"]
 
 

@@ -137,14 +137,26 @@ def test_render(helm: Helm, name: str, files: list[Path]) -> None:
     assert deployment["spec"]["replicas"] == values["replicaCount"] >= 2
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    (container,) = spec["containers"]
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     server = values["server"]
-    assert f"--metrics-port={server['metricsPort']}" in container["args"]
-    assert {"name": "metrics", "containerPort": server["metricsPort"], "protocol": "TCP"} in container["ports"]
+    # One kgov serve process per container, sharing the webhook port (SO_REUSEPORT), each probed
+    # and scraped on its own metrics port: a killed process leaves the pod's port served.
+    containers = spec["containers"]
+    assert [c["name"] for c in containers] == ["governor", "governor-2"] and server["processes"] == 2
+    for index, process in enumerate(containers):
+        metrics = "metrics" if index == 0 else f"metrics-{index + 1}"
+        assert process["securityContext"]["readOnlyRootFilesystem"] is True
+        assert process["securityContext"]["allowPrivilegeEscalation"] is False
+        assert process["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+        assert "--reuse-port" in process["args"]
+        assert f"--metrics-port={server['metricsPort'] + index}" in process["args"]
+        assert {"name": metrics, "containerPort": server["metricsPort"] + index, "protocol": "TCP"} in process["ports"]
+        assert process["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": metrics, "scheme": "HTTP"}
+        assert process["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": metrics, "scheme": "HTTP"}
+        same = [arg for arg in process["args"] if not arg.startswith("--metrics-port=")]
+        assert same == [arg for arg in containers[0]["args"] if not arg.startswith("--metrics-port=")]
+    container = containers[0]
+    assert {"name": "https", "containerPort": server["port"], "protocol": "TCP"} in container["ports"]
+    assert all(port["name"] != "https" for port in containers[1]["ports"])
     assert f"--shutdown-delay={server['shutdownDelaySeconds']}" in container["args"]
     assert f"--shutdown-timeout={server['shutdownTimeoutSeconds']}" in container["args"]
     # The pod is not killed mid-drain: the grace period outlasts the not-ready delay plus the drain.
@@ -319,6 +331,14 @@ def test_the_platforms_controllers_are_in_every_cel_check(helm: Helm) -> None:
     assert "'system:serviceaccount:argo:argo-workflow'" in child["expression"]
     objects = helm.template([PLATFORM_VALUES, mutate], {"platform.controllerExpression": '""'})
     assert _controller_conditions(objects) == {kinds_cel(DEFAULT_CONTROLLERS)["notAManagedChild"]}
+
+
+def test_one_process_per_pod_is_probed_over_tls_without_reuse_port(helm: Helm) -> None:
+    objects = helm.template(settings={"server.processes": "1"})
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "governor" and "--reuse-port" not in container["args"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert [port["name"] for port in container["ports"]] == ["https", "metrics"]
 
 
 def test_fail_safe_none_renders_no_admission_policy(helm: Helm) -> None:

@@ -19,7 +19,7 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pytest
 import structlog
 from aiohttp import web
 from click.testing import CliRunner
-from conftest import LOOPBACK, ServerFactory
+from conftest import LOOPBACK, ServerFactory, free_port
 from test_cache import Answer, ReplayServer, events, listing, until
 from test_server import (
     decode_patch,
@@ -461,3 +461,58 @@ def test_a_policy_selecting_namespaces_by_labels_is_rejected_without_a_label_sou
     watching = GovernorState(ServerConfig(**{**vars(state.config), "watch_cluster": True}), Metrics())
     assert watching.take_policies("configmap", lambda: parse_policies(selecting, "x")) is None
     assert watching.teams is not None and watching.teams.needs_namespace_labels
+
+
+# -- --reuse-port: a process opens the shared webhook port only once it is ready --------------------
+async def test_with_reuse_port_the_webhook_port_opens_only_once_the_policy_is_loaded(
+    start_server: ServerFactory, api_server: PolicyApiServer, tmp_path: Path
+) -> None:
+    """Regression: a second ``kgov serve --reuse-port`` (the chart's second container, restarted
+    after a kill) listened as soon as its ConfigMap watch started, so the kernel gave it some of
+    the shared port's new connections and it answered them "policies not loaded yet" (503) while
+    its pod still counted as ready. Now it opens the port once ready; until then the first answers
+    every connection."""
+    first = await start_server(reuse_port=True)
+    metrics_port = free_port()
+    config_file = kubeconfig(tmp_path / "kubeconfig", api_server.port)
+    second = asyncio.create_task(
+        start_server(
+            platform=None,
+            policy_configmap=(NAMESPACE, NAME),
+            kubeconfig=str(config_file),
+            reuse_port=True,
+            port=first.port,
+            metrics_port=metrics_port,
+        )
+    )
+    connector = aiohttp.TCPConnector(ssl=first.ssl_context, force_close=True)  # a new connection each time
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def readyz(url: str) -> int:
+            async with session.get(url) as resp:
+                return resp.status
+
+        second_readyz = f"http://{LOOPBACK}:{metrics_port}/readyz"
+        await until(lambda: api_server.requests != [])  # the second is up, waiting for its ConfigMap
+        await until_answers(readyz, second_readyz)
+        assert await readyz(second_readyz) == 503
+        assert [await readyz(first.url("/readyz")) for _ in range(30)] == [200] * 30
+        api_server.queue(listing(RECORDED["list"]), resource="configmaps")
+        server = await second
+        assert server.port == first.port
+        assert await readyz(second_readyz) == 200
+        await first.shutdown()
+        assert await readyz(first.url("/readyz")) == 200  # the second holds the port now
+
+
+async def until_answers(readyz: Callable[[str], Awaitable[int]], url: str, timeout: float = 10) -> None:
+    """Wait until ``url`` answers at all (the metrics port is listening)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await readyz(url)
+            return
+        except aiohttp.ClientConnectionError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.05)

@@ -130,13 +130,15 @@ def start_real_node(root: Path, timeout: float = 180.0) -> ClusterInfo:
         return info
     check_machine()
     node = NodePaths(paths)
+    # The images and binaries first: between its claim and its containerd a node looks dead to
+    # another start, which would then put the machine back (flushing this node's rules) under it.
+    archives = [image.ensure_pause_image(), image.ensure_image()]
+    binaries = build.ensure_binaries()
     owner = nodehost.claim_owner()
     owner_alive = owner is not None and process_alive(Paths(owner), "containerd") is not None
     previous = nodehost.claim_machine(paths.root, owner_alive)
     if previous is not None:  # a node that died without ``down``: put the machine back first
         nodehost.restore_host(NodePaths(Paths(previous)).root, None)
-    archives = [image.ensure_pause_image(), image.ensure_image()]
-    binaries = build.ensure_binaries()
     try:
         _start(paths, info, node, archives, binaries, timeout)
     except BaseException:

@@ -230,6 +230,24 @@ async def _drain(state: GovernorState, tracker: ConnectionTracker, listener: asy
         tracker.abort_all()
 
 
+async def _until_ready(state: GovernorState, stop: asyncio.Event) -> bool:
+    """Wait until the server is ready (``/readyz``'s reasons are gone); False when ``stop`` came first.
+
+    With ``--reuse-port`` the webhook port is opened only then: the kernel hands new connections of
+    the port to every process listening on it, ready or not, and the pod's readiness cannot steer
+    them (a process restarted beside a ready one would answer the API server's calls with "policies
+    not loaded yet" until its ConfigMap arrived)."""
+    reasons = state.ready()
+    if reasons:
+        log.info("webhook port opens once ready", reasons=reasons)
+    while state.ready():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.05)
+        if stop.is_set():
+            return False
+    return True
+
+
 async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set, then shut down gracefully (see :func:`_drain`); returns within
     ``shutdown_delay + shutdown_timeout`` (plus about a second) of ``stop``.
@@ -265,29 +283,40 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     def make_handler() -> GuardedHandler:
         return GuardedHandler(manager, tracker, loop=loop, **handler_args)
 
-    listener = await loop.create_server(
-        lambda: TlsGate(tracker, context, make_handler),
-        config.host,
-        config.port,
-        reuse_address=True,
-        reuse_port=config.reuse_port or None,
-        backlog=128,
-    )
     metrics_runner: web.AppRunner | None = None
+
+    async def release() -> None:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        await runner.cleanup()
+        await _stop_sources(state, api)
+
     if config.metrics_port is not None:
         metrics_runner = web.AppRunner(make_metrics_app(state), shutdown_timeout=1.0, **handler_args)
         await metrics_runner.setup()
         metrics_host = config.metrics_host or config.host
         try:
             await web.TCPSite(metrics_runner, metrics_host, config.metrics_port).start()
-        except OSError as exc:  # the webhook port is bound already: name the one that clashed
-            listener.close()
-            await metrics_runner.cleanup()
-            await runner.cleanup()
-            await _stop_sources(state, api)
+        except OSError as exc:  # name the port that clashed (the webhook port is not bound yet)
+            await release()
             raise ConfigurationError(
                 f"cannot serve metrics on {metrics_host}:{config.metrics_port} (--metrics-port): {exc}"
             ) from None
+    if config.reuse_port and not await _until_ready(state, stop):
+        await release()
+        return
+    try:
+        listener = await loop.create_server(
+            lambda: TlsGate(tracker, context, make_handler),
+            config.host,
+            config.port,
+            reuse_address=True,
+            reuse_port=config.reuse_port or None,
+            backlog=128,
+        )
+    except OSError:
+        await release()
+        raise
     watcher = asyncio.create_task(_watch_files(state, context))
     rounds = asyncio.create_task(keeper.run()) if keeper is not None else None
     log.info(
