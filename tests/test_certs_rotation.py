@@ -7,11 +7,13 @@ from __future__ import annotations
 import base64
 import datetime
 import re
+import threading
+from pathlib import Path
 
 import pytest
 from cryptography import x509
 
-from webhook.certs import generate_ca, issue_serving_certificate, load_certificate
+from webhook.certs import generate_ca, issue_serving_certificate, load_certificate, write_private
 from webhook.certs.rotation import KEYS, Material, Settings, initial_material, next_step, trusted_by
 from webhook.certs.store import split_bundle
 
@@ -197,3 +199,27 @@ def test_a_secret_made_while_a_bundle_is_published_keeps_it_and_waits_for_its_pa
     assert next_step(fresh, SETTINGS, published.ca_bundle) is None  # the new CA is not out yet
     step = next_step(fresh, SETTINGS, fresh.ca_bundle)
     assert step is not None and verifies(step[0].tls_crt, fresh.ca_bundle)
+
+
+def test_writers_sharing_a_volume_never_take_each_others_temporary_file(tmp_path: Path) -> None:
+    """Two writers of one file at once (the processes of one pod, each its container's pid 1, on a
+    shared volume; here two threads of one pid): each replace is whole, and none fails."""
+    target = tmp_path / "tls.crt"
+    contents = [bytes([65 + i]) * 64 * 1024 for i in range(2)]
+    errors: list[BaseException] = []
+
+    def write(data: bytes) -> None:
+        try:
+            for _ in range(200):
+                write_private(target, data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(data,)) for data in contents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert target.read_bytes() in contents
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tls.crt"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import tempfile
 from pathlib import Path
 
 from cryptography import x509
@@ -205,16 +206,18 @@ def expires_within(cert_pem: bytes, margin: datetime.timedelta) -> bool:
 def write_private(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` with mode 0600, atomically.
 
-    The bytes go to a temporary file in the same directory, created 0600 from the start (never
-    readable by others, whatever the umask), which then replaces ``path``; a reader never sees a
+    The bytes go to a temporary file of a unique name in the same directory, created 0600 from the
+    start (never readable by others, whatever the umask), which then replaces ``path``; a reader never sees a
     half-written key, and a process watching the file sees one change.
 
     Raises:
         OSError: the directory does not exist or is not writable.
     """
     target = Path(path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A name of its own (not the pid: the processes of one pod, each its container's pid 1, may
+    # write the same shared volume at once).
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    temporary = Path(name)
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as handle:
