@@ -73,6 +73,7 @@ lint: install $(ACTIONLINT)
 	$(VENV)/bin/mypy e2e/test_watches.py
 	$(VENV)/bin/lint-imports
 	$(ACTIONLINT) .github/workflows/*.yaml
+	@if git grep -nE '^(<<<<<<<|>>>>>>>)( |$$)' 2>/dev/null; then echo 'lint: merge conflict markers above' >&2; exit 1; fi
 
 $(ACTIONLINT):
 	mkdir -p $(dir $@)
