@@ -22,11 +22,10 @@ import base64
 import contextlib
 import datetime
 import json
-import os
 import secrets
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from e2e import build, devcluster, support
 from e2e.conftest import E2ECluster
-from e2e.devcluster import nodehost
 from e2e.devcluster.node import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 from e2e.helm_support import CHART, PLATFORM_VALUES, Helm, bundled_governor_unregistered
 from webhook.certs import load_certificate
@@ -291,58 +289,6 @@ async def apply(dynamic: DynamicClient, text: str) -> list[dict[str, Any]]:
     return objects
 
 
-def other_containerd(root: Path) -> bool:
-    """Whether a containerd of another state directory runs on this machine (a real node)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            argv
-            and argv[0].endswith(b"containerd")
-            and b"--config" in argv
-            and str(root).encode() not in b" ".join(argv)
-        ):
-            return True
-    return False
-
-
-@pytest.fixture(scope="module")
-def real_node(e2e_cluster: E2ECluster) -> Iterator[devcluster.ClusterInfo]:
-    """The real node in the session's local cluster, once the machine's one real node is free
-    (started here, stopped at the module's end)."""
-    if e2e_cluster.local is None:
-        pytest.skip("the real node runs beside the local control plane only")
-    if os.environ.get("KGOV_E2E_REAL_NODE") == "0":
-        pytest.skip("KGOV_E2E_REAL_NODE=0")
-    if os.geteuid() != 0:
-        pytest.skip("the real node needs root")
-    root = Path(e2e_cluster.local.state_dir)
-    deadline = time.monotonic() + float(os.environ.get("KGOV_E2E_REAL_NODE_WAIT", "1200"))
-    free_since: float | None = None
-    while True:
-        owner = nodehost.claim_owner()
-        busy = owner is not None and owner != root and devcluster.process_alive(devcluster.Paths(owner), "containerd")
-        busy = busy or other_containerd(root)
-        if busy:
-            free_since = None
-        elif free_since is None:
-            free_since = time.monotonic()
-        elif time.monotonic() - free_since > 15:  # free for a while: not a run between claim and start
-            break
-        if time.monotonic() > deadline:
-            pytest.skip(f"the machine's one real node stayed in use (state {owner})")
-        time.sleep(2 + secrets.randbelow(4))
-    was_running = devcluster.process_alive(devcluster.Paths(root), "kubelet") is not None
-    info = devcluster.start_real_node(root)
-    try:
-        yield info
-    finally:
-        if not was_running:
-            devcluster.stop_real_node(devcluster.Paths(root))
-
-
 def plain_job(name: str) -> dict[str, Any]:
     return support.job_manifest(name, RESEARCH, 1, {"spec": support.pause_pod_spec(gpus=0, cpu="100m")})
 
@@ -426,7 +372,7 @@ async def test_two_offline_renders_applied_under_creates_lose_no_admission(
         after = await state(api)
         listed = await core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}")
         running = {p.metadata.name for p in listed.items if p.metadata.deletion_timestamp is None}
-        logs = [await core.read_namespaced_pod_log(name, NAMESPACE) for name in sorted(running)]
+        logs = [await core.read_namespaced_pod_log(name, NAMESPACE, container="governor") for name in sorted(running)]
         rotation = await ca_rotation_under_creates(api, dynamic)
     finally:
         await teardown(api, dynamic, applied)

@@ -38,9 +38,9 @@ from e2e import devcluster, support
 from e2e.conftest import E2ECluster
 from e2e.devcluster.node import NODE_NAME, REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 from e2e.helm_support import CHART, Helm, bundled_governor_unregistered
-from e2e.test_chart_real_node import real_node
+from e2e.realnode import real_node
 
-__all__ = ["real_node"]  # the module's fixture, shared with test_chart_real_node.py
+__all__ = ["real_node"]  # the module's fixture (e2e/realnode.py)
 
 pytestmark = pytest.mark.e2e
 
