@@ -1,6 +1,7 @@
-"""What happens to the chart's pods on the real node in :mod:`e2e.test_chart_real_node`: a
-certificate rotation seen in the served certificate, a drain under the PodDisruptionBudget, a
-``kill -9`` of a server process, and the readiness waits between them.
+"""What happens to the chart's pods on the real node in :mod:`e2e.test_chart_real_node`: an
+image under a second tag (an upgrade's new image), a certificate rotation seen in the served
+certificate, a drain under the PodDisruptionBudget, a ``kill -9`` of a server process, and the
+readiness waits between them.
 
 Every function takes the test's API client and the chart's namespace and Deployment name; times are
 seconds. They raise ``AssertionError`` (with what was seen) when the cluster does not get where it
@@ -139,6 +140,19 @@ async def wait_gone(api: k8s.ApiClient, pod: k8s.V1Pod, timeout: float = 90) -> 
             raise
         await asyncio.sleep(0.5)
     raise AssertionError(f"pod {pod.metadata.name} still there after {timeout}s")
+
+
+def tag_image(state_dir: Path, source: str, target: str) -> None:
+    """Name the real node's image ``source`` also ``target`` in its containerd (``ctr images tag``),
+    so that an upgrade to another ``image.tag`` runs without a registry."""
+    socket = NodePaths(devcluster.Paths(state_dir)).socket
+    command = ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "tag", "--force", source, target]
+    subprocess.run(command, capture_output=True, text=True, check=True)
+
+
+async def pod_images(api: k8s.ApiClient, namespace: str) -> set[str]:
+    """The images of the chart's running pods' containers."""
+    return {c.image for pod in await chart_pods(api, namespace) for c in pod.spec.containers}
 
 
 # --------------------------------------------------------------------------- kill -9

@@ -39,10 +39,13 @@ from e2e import build, devcluster, support
 from e2e.conftest import E2ECluster
 from e2e.devcluster.node import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 from e2e.helm_support import CHART, PLATFORM_VALUES, Helm, bundled_governor_unregistered
+from e2e.realnode import real_node
 from webhook.certs import load_certificate
 from webhook.certs.keeper import SERIAL, CertificateKeeper, KeeperConfig
 from webhook.certs.rotation import Material, Settings, initial_material
 from webhook.certs.store import split_bundle
+
+__all__ = ["real_node"]  # the module's fixture (e2e/realnode.py)
 
 pytestmark = pytest.mark.e2e
 

@@ -44,6 +44,10 @@ from e2e.chart_stream import CreationStream, WindowStats
 from e2e.conftest import E2ECluster
 from e2e.devcluster.node import NODE_NAME, REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 from e2e.helm_support import CHART, PLATFORM_VALUES, Helm, bundled_governor_unregistered
+from e2e.image import image_name
+from e2e.realnode import real_node
+
+__all__ = ["real_node"]  # the module's fixture (e2e/realnode.py)
 
 pytestmark = pytest.mark.e2e
 
@@ -174,9 +178,13 @@ async def wait_priority(dynamic: DynamicClient, wanted: str, timeout: float = 60
     return labels
 
 
-async def test_helm_upgrade_and_rollback_of_the_policy(chart: Helm, api: k8s.ApiClient, dynamic: DynamicClient) -> None:
-    """An upgrade whose policy gives the research team another default Kueue priority (one it
-    allows): once the upgrade is Ready, Jobs get the new one; ``helm rollback`` brings the old one back."""
+async def test_helm_upgrade_and_rollback_under_creates(
+    chart: Helm, api: k8s.ApiClient, dynamic: DynamicClient, e2e_cluster: E2ECluster
+) -> None:
+    """Two rows: ``helm upgrade`` to a policy that gives the research team another default Kueue
+    priority (one it allows) and to another image tag (the same image, tagged again in the node's
+    containerd), until Jobs get the new priority; then ``helm rollback`` until they get the old one."""
+    assert e2e_cluster.local is not None
     values = yaml.safe_load(PLATFORM_VALUES.read_text())
     policy = json.loads(values["platform"]["policy"])
     research = next(team for team in policy["teams"] if team["team"] == "research")
@@ -186,21 +194,31 @@ async def test_helm_upgrade_and_rollback_of_the_policy(chart: Helm, api: k8s.Api
     values["platform"]["policy"] = json.dumps(policy, indent=2)
     changed = chart.home / "changed-values.yaml"
     changed.write_text(yaml.safe_dump(values))
-    async with bundled_governor_unregistered(api, dynamic):
-        try:
-            seconds = await asyncio.to_thread(install, chart, chart_settings(), (changed,))
-            print(f"\nhelm upgrade with another policy Ready in {seconds:.1f}s")
-            labels = await wait_priority(dynamic, OTHER_PRIORITY)
-            assert labels.get(PRIORITY_LABEL) == OTHER_PRIORITY, labels
-            assert labels.get(QUEUE_LABEL) == RESEARCH_QUEUE
-            started = time.monotonic()
-            rollback = ["rollback", RELEASE, "0", "-n", NAMESPACE, "--wait", "--timeout", "4m"]
-            await asyncio.to_thread(chart.run, *rollback, timeout=300)
-            labels = await wait_priority(dynamic, DEFAULT_PRIORITY)
-            print(f"helm rollback: the old policy served after {time.monotonic() - started:.1f}s")
-            assert labels.get(PRIORITY_LABEL) == DEFAULT_PRIORITY, labels
-        finally:
-            await asyncio.to_thread(install, chart, chart_settings())
+    image = image_name()
+    upgraded_tag = f"{image.rsplit(':', 1)[1]}-upgraded"
+    chart_events.tag_image(Path(e2e_cluster.local.state_dir), image, f"{image.rsplit(':', 1)[0]}:{upgraded_tag}")
+    upgraded = chart_settings(**{"image.tag": json.dumps(upgraded_tag)})
+
+    async def upgrade() -> None:
+        seconds = await asyncio.to_thread(install, chart, upgraded, (changed,))
+        print(f"\nhelm upgrade (policy and image tag) Ready in {seconds:.1f}s")
+        labels = await wait_priority(dynamic, OTHER_PRIORITY)
+        assert labels.get(PRIORITY_LABEL) == OTHER_PRIORITY, labels
+        assert labels.get(QUEUE_LABEL) == RESEARCH_QUEUE
+
+    async def rollback() -> None:
+        arguments = ["rollback", RELEASE, "0", "-n", NAMESPACE, "--wait", "--timeout", "4m"]
+        await asyncio.to_thread(chart.run, *arguments, timeout=300)
+        labels = await wait_priority(dynamic, DEFAULT_PRIORITY)
+        assert labels.get(PRIORITY_LABEL) == DEFAULT_PRIORITY, labels
+
+    try:
+        await under_stream(api, dynamic, "`helm upgrade` (another policy and image tag)", upgrade)
+        assert {i.rsplit(":", 1)[1] for i in await chart_events.pod_images(api, NAMESPACE)} == {upgraded_tag}
+        await under_stream(api, dynamic, "`helm rollback`", rollback)
+        assert upgraded_tag not in {i.rsplit(":", 1)[1] for i in await chart_events.pod_images(api, NAMESPACE)}
+    finally:
+        await asyncio.to_thread(install, chart, chart_settings())
 
 
 # --------------------------------------------------------------------------- events under a stream
