@@ -49,13 +49,15 @@ def start_governor(
     *,
     policy: Sequence[str] = (),
     kubeconfig: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> ClusterInfo:
     """Start ``kgov serve`` on a free loopback port and register ``kgov-governor`` for it.
 
     The server gets ``KUBECONFIG`` (its own static token, or ``kubeconfig``) in its environment; it
     must answer ``GET /readyz`` with 200 once ready, and ``POST /mutate`` with AdmissionReview v1.
     Its policy is ``--platform platform``, or the options ``policy`` when ``platform`` is None (e.g.
-    ``["--policy-configmap", "ns/name"]``).
+    ``["--policy-configmap", "ns/name"]``); ``extra``: further options of ``kgov serve`` (e.g.
+    ``["--topology-widening", "default/kgov-topology-widening"]``).
 
     Raises:
         DevClusterError: no running cluster in the state directory, or the server did not
@@ -90,6 +92,7 @@ def start_governor(
         "--watch-cluster",
         "--kubeconfig",
         str(governor_kubeconfig),
+        *extra,
     ]
     start_process(paths, "governor", command, env=env)
     context = tls_context(paths.ca_crt)

@@ -45,6 +45,14 @@ from webhook.serve.logs import configure_logging
     help="Keep namespaces and nodes cached from the API server (list + watch).",
 )
 @click.option(
+    "--topology-widening",
+    metavar="[NAMESPACE/]LEASE",
+    help="With --watch-cluster: widen the required topology of workloads pending on topology past their "
+    "team's patience, one level at a time, then to preferred; the replica holding this Lease (NAMESPACE "
+    "defaults to $POD_NAMESPACE) acts. Needs get/list/watch/patch on Workloads, get/patch on the workload "
+    "kinds, Events and the Lease.",
+)
+@click.option(
     "--kubeconfig",
     help="Kubeconfig for --watch-cluster and --policy-configmap (default: in-cluster service account).",
 )
@@ -110,6 +118,7 @@ def serve_command(
     namespaces_file: Path | None,
     nodes_file: Path | None,
     watch_cluster: bool,
+    topology_widening: str | None,
     kubeconfig: str | None,
     exclude_namespace: tuple[str, ...],
     log_level: str,
@@ -139,6 +148,13 @@ def serve_command(
         fail(f"--kubeconfig {kubeconfig}: no such file")
     if kubeconfig is not None and not (watch_cluster or configmap):
         fail("--kubeconfig is used by --watch-cluster and --policy-configmap only; add one of them")
+    if topology_widening is not None and not watch_cluster:
+        fail("--topology-widening needs --watch-cluster (it reads the node and namespace caches)")
+    lease = (
+        configmap_reference(topology_widening, own_namespace, "--topology-widening")
+        if topology_widening is not None
+        else None
+    )
     excluded = [*exclude_namespace, *([own_namespace] if own_namespace else [])]
     configure_logging(log_level)
     config = ServerConfig(
@@ -159,6 +175,7 @@ def serve_command(
         shutdown_delay=shutdown_delay,
         shutdown_timeout=shutdown_timeout,
         reuse_port=reuse_port,
+        widening_lease=lease,
         limits=ConnectionLimits(
             header_timeout=header_timeout,
             body_timeout=body_timeout,

@@ -27,7 +27,7 @@ from webhook.core.platform.resolve import TeamIndex
 from webhook.core.platform.yamlload import DuplicateKeyError, no_duplicate_pairs
 from webhook.kube.client import context_namespace
 from webhook.kube.files import POLICY_KEY, InputError, load_policies
-from webhook.why.decision import decide
+from webhook.why.decision import decide, widenings
 from webhook.why.explain import WhyReport, explain
 from webhook.why.owners import explain_object
 from webhook.why.report import to_json, to_text
@@ -217,6 +217,7 @@ def _report(
             fail(f"{kind} {namespace}/{name} not found")
         report = explain_object(snapshot, obj, kind, namespace, name)
     if obj is not None:
+        report.widened = widenings(obj)
         teams = _teams(snapshot, platform, policy)
         if teams is not None:
             report.decision = decide(obj, teams, snapshot.namespace_labels(namespace), snapshot.nodes)

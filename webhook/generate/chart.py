@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from webhook.core.kueue.kinds import KINDS
 from webhook.core.kueue.registration import webhook_rules
 from webhook.core.plan.planner import QUEUE_LABEL
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS
@@ -37,7 +38,7 @@ from webhook.generate.cel import (
 )
 from webhook.generate.manifests import DEFAULT_POLICY_NAMESPACE, GenerateOptions, build_manifests
 
-__all__ = ["CONTROLLER_PLACEHOLDER", "kinds_cel", "kinds_document", "platform_values"]
+__all__ = ["CONTROLLER_PLACEHOLDER", "kinds_cel", "kinds_document", "platform_values", "widenable_rules"]
 
 #: Where the CEL of ``files/kinds.yaml`` says "the request comes from a controller": the chart's
 #: ``kueue-governor.kinds`` helper puts ``platform.controllerExpression`` there (the platform's
@@ -56,6 +57,9 @@ def kinds_document() -> dict[str, Any]:
         # The MutatingAdmissionPolicies (failSafe.mode: mutate): CREATE of the versions Kueue manages.
         "fillRules": fill_rules(),
         "controllerPlaceholder": CONTROLLER_PLACEHOLDER,
+        # RBAC of topology widening (server.topologyWidening): the kinds with a suspend field, which
+        # the governor gets and patches (webhook.kube.widener; a kind without one is never widened).
+        "widenable": widenable_rules(),
         "cel": {
             # The default controllers' CEL, for values without platform.controllerExpression.
             "defaultController": controller_expression(DEFAULT_CONTROLLERS),
@@ -71,6 +75,17 @@ def kinds_document() -> dict[str, Any]:
             ),
         },
     }
+
+
+def widenable_rules() -> list[dict[str, list[str]]]:
+    """RBAC rules' ``apiGroups`` and ``resources`` of the kinds topology widening may patch: the
+    rows of the kinds table with a suspend field that own their Workloads (not a CronJob, whose
+    Jobs own theirs), one rule per API group, sorted."""
+    by_group: dict[str, set[str]] = {}
+    for row in KINDS:
+        if row.suspend is not None and not row.workloads_below:
+            by_group.setdefault(row.group, set()).add(row.resource)
+    return [{"apiGroups": [group], "resources": sorted(names)} for group, names in sorted(by_group.items())]
 
 
 def kinds_cel(controllers: Sequence[str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.kube.client import open_client
 
-__all__ = ["LIST_REASONS", "ObjectCache", "connect", "namespace_cache", "node_cache"]
+__all__ = ["LIST_REASONS", "ObjectCache", "connect", "namespace_cache", "namespaced_key", "node_cache"]
 
 log = structlog.get_logger("kgov.cache")
 
@@ -45,7 +45,8 @@ LIST_REASONS = ("initial", "expired", "error")
 
 
 class ObjectCache:
-    """Objects of one cluster-scoped kind by name, as plain dicts (``metadata``, ``spec``, ``status``).
+    """Objects of one kind by name (``key``: by another key, such as ``namespace/name``), as plain
+    dicts (``metadata``, ``spec``, ``status``).
 
     ``list_fn`` is a kubernetes-asyncio list call (e.g. ``CoreV1Api.list_namespace``); it is used
     for the list and the watch. As client-go's reflector does: one full list, then a watch from its
@@ -70,8 +71,11 @@ class ObjectCache:
         retry_delay: float = 1.0,
         retry_max: float = 10.0,
         read_timeout: float | None = None,
+        key: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.name = name
+        #: An object's key in :attr:`objects` (default: its name; ``namespaced_key`` for a namespaced kind).
+        self.key = key or _name
         self._api = api
         self._list = list_fn
         self.objects: dict[str, dict[str, Any]] = {}
@@ -117,7 +121,7 @@ class ObjectCache:
         items = listing.get("items")
         objects: dict[str, dict[str, Any]] = {}
         for item in items if isinstance(items, list) else []:
-            name = _name(item)
+            name = self.key(item)
             if name is not None:
                 objects[name] = item
         self.objects = objects
@@ -141,7 +145,7 @@ class ObjectCache:
         version = _version(raw)
         if version is not None:
             self.resource_version = version
-        name = _name(raw)
+        name = self.key(raw)
         if kind not in ("ADDED", "MODIFIED", "DELETED") or name is None:
             return False
         if kind == "DELETED":
@@ -258,6 +262,14 @@ def _name(obj: Any) -> str | None:
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     return name if isinstance(name, str) else None
+
+
+def namespaced_key(obj: Any) -> str | None:
+    """``namespace/name`` of a namespaced object (None without a name)."""
+    name = _name(obj)
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return f"{namespace}/{name}" if name is not None and isinstance(namespace, str) else None
 
 
 def _version(obj: Any) -> str | None:

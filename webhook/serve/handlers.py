@@ -152,7 +152,7 @@ async def _admit(request: web.Request) -> web.Response:
             return _refused(state, *raw)
         try:
             body = decode_body(raw)
-            outcome = review(body, state.teams, state.namespace_lookup, state.inventory)
+            outcome = review(body, state.teams, state.namespace_lookup, state.inventory, state.governor_user)
             if outcome.resolution.labels_unknown and state.namespace_wait is not None:
                 outcome = await _after_namespace_wait(state, body, outcome)
         except MalformedReview as exc:
@@ -199,7 +199,7 @@ async def _after_namespace_wait(state: GovernorState, body: Any, outcome: Review
     namespace = outcome.request.namespace
     if await state.namespace_wait(namespace, NAMESPACE_WAIT_SECONDS):
         state.metrics.namespace_waits.labels("seen").inc()
-        return review(body, state.teams, state.namespace_lookup, state.inventory)
+        return review(body, state.teams, state.namespace_lookup, state.inventory, state.governor_user)
     state.metrics.namespace_waits.labels("unseen").inc()
     message = (
         f"{MESSAGE_PREFIX}: namespace {namespace!r} is not in the governor's namespace cache yet "

@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
 from webhook.kube.client import ClusterError
@@ -159,6 +160,19 @@ async def _start_caches(state: GovernorState) -> Any:
     nodes.on_change = nodes_changed
     namespaces.start()
     nodes.start()
+    if config.widening_lease is not None:
+        from webhook.kube.widener import TopologyWidener, whoami
+
+        try:
+            state.governor_user = await whoami(api)
+        except ApiException as exc:  # widening is an extra: the webhook serves without it
+            log.warning("topology widening off: the API server did not say who this server is", status=exc.status)
+            return api
+        state.widener = TopologyWidener(
+            api, lambda: state.teams, state.namespace_lookup, lambda: state.inventory, config.widening_lease
+        )
+        state.widener.start()
+        log.info("topology widening on", user=state.governor_user, lease="/".join(config.widening_lease))
     return api
 
 
@@ -205,7 +219,7 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
     state.certificate_loaded = True
     try:
         api = await _start_caches(state)
-    except (ClusterError, ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except (ClusterError, ConfigException, ApiException, TypeError, ValueError, KeyError, AttributeError) as exc:
         which = "--watch-cluster" if config.watch_cluster else "--policy-configmap"
         raise ConfigurationError(f"cannot reach the API server for {which}: {exc}") from None
     loop = asyncio.get_running_loop()
@@ -270,13 +284,15 @@ async def run_server(config: ServerConfig, stop: asyncio.Event, started: asyncio
 
 
 async def _stop_sources(state: GovernorState, api: Any) -> None:
-    """Stop the cluster caches, the policy ConfigMap watch and the API client (2 s each at most)."""
+    """Stop the cluster caches, the policy ConfigMap watch, the topology widening and the API client
+    (2 s each at most)."""
     for cache in state.caches:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(cache.stop(), 2.0)
-    if state.policy_watch is not None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.policy_watch.stop(), 2.0)
+    for source in (state.policy_watch, state.widener):
+        if source is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(source.stop(), 2.0)
     if api is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(api.close(), 2.0)

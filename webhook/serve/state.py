@@ -70,6 +70,8 @@ class ServerConfig:
     shutdown_timeout: float = 20.0
     reuse_port: bool = False
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    #: (namespace, name) of the Lease of topology widening (None: no widening; needs watch_cluster).
+    widening_lease: tuple[str, str] | None = None
 
 
 class GovernorState:
@@ -84,6 +86,10 @@ class GovernorState:
         self.inventory: NodeInventory | None = None
         self.certificate_loaded = False
         self.caches: list[Any] = []
+        #: The user the governor's topology widening runs as (the webhook trusts its one step), and the
+        #: widener (a webhook.kube.widener.TopologyWidener) when widening is on.
+        self.governor_user: str | None = None
+        self.widener: Any = None
         #: The policy ConfigMap's watch (a webhook.kube.policy_watch.PolicyConfigMapWatch), if any.
         self.policy_watch: Any = None
         #: ``await wait(name, timeout)``: whether the namespace cache knows ``name`` within ``timeout``

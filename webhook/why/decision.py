@@ -31,11 +31,12 @@ from webhook.core.kueue.view import PRIORITY_LABEL, QUEUE_LABEL, kueue_view
 from webhook.core.objects.paths import Key, lookup
 from webhook.core.plan.draft import Plan
 from webhook.core.plan.rules.queue import labels_path
+from webhook.core.plan.widen_history import read_history
 from webhook.core.platform.policy import TeamPolicyCompiled
 from webhook.core.platform.resolve import TeamIndex
 from webhook.why.provenance import managers_of
 
-__all__ = ["Decision", "RuleDecision", "decide"]
+__all__ = ["Decision", "RuleDecision", "decide", "widenings"]
 
 _GOVERNED_LABELS = {QUEUE_LABEL: "queue", PRIORITY_LABEL: "kueuePriority"}
 _RULE_ORDER = ("queue", "kueuePriority", "podPriority", "nodeAffinity", "topology")
@@ -215,3 +216,12 @@ def _user_value(
         reason=reason,
         set_by=managers,
     )
+
+
+def widenings(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The governor's topology widenings recorded on ``obj``, oldest first, as its history
+    annotation holds them (:mod:`webhook.core.plan.widen_history`); [] when there is none, or when
+    the annotation is not one the governor wrote."""
+    row = find_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    history = read_history(obj, row) if row is not None else None
+    return [step.as_json() for step in history or []]

@@ -97,3 +97,6 @@ class WhyReport:
     policy_note: str = ""
     owned: list[OwnedWorkload] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The governor's topology widenings of the object, oldest first (its history annotation:
+    #: ``{"podsets", "from", "to", "at", "reason"}``, :mod:`webhook.core.plan.widen_history`).
+    widened: list[dict[str, Any]] = field(default_factory=list)

@@ -19,6 +19,7 @@ JSON shape (amounts in base units: GPUs, CPU cores, bytes)::
                   "warnings", "denials", "skipped", "owner": str | null} | null,
      "policyNote": str | null (why there is no decision, for a Workload asked about directly),
      "owned": [{"name", "owner", "state", "cause", "summary"}],
+     "widened": [{"podsets", "from", "to", "at", "reason"}] (the governor's topology widenings, oldest first),
      "notes": [str]}
 """
 
@@ -126,6 +127,7 @@ def to_json(report: WhyReport) -> dict[str, Any]:
         "decision": _decision(report),
         "policyNote": report.policy_note or None,
         "owned": [dataclasses.asdict(line) for line in report.owned],
+        "widened": report.widened,
         "notes": report.notes,
     }
 
@@ -225,6 +227,12 @@ def to_text(report: WhyReport) -> str:
         rows.extend([line.name, line.owner, line.state, line.cause or "-"] for line in report.owned)
         lines.extend(_table(rows))
     lines.extend(_text_decision(report))
+    if report.widened:
+        lines.append("Widened by the governor (topology patience):")
+        lines.extend(
+            f"  {step['at']} podset {', '.join(step['podsets'])}: {step['from']} -> {step['to']} ({step['reason']})"
+            for step in report.widened
+        )
     if report.cluster_queue:
         lines.append(
             f"Queue: LocalQueue {report.local_queue} -> ClusterQueue {report.cluster_queue}"

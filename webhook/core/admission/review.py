@@ -38,8 +38,10 @@ def review_request(
     teams: TeamIndex,
     namespace_labels: Callable[[str], Mapping[str, str] | None],
     inventory: NodeInventory | None = None,
+    governor: str | None = None,
 ) -> ReviewOutcome:
-    """Decide on a parsed request. ``namespace_labels(name)`` reads the namespace cache."""
+    """Decide on a parsed request. ``namespace_labels(name)`` reads the namespace cache;
+    ``governor``: the user the governor's topology widening runs as (None: none)."""
     labels = namespace_labels(request.namespace) if teams.needs_namespace_labels else None
     resolution = teams.resolve(request.namespace, labels)
     if resolution.conflict:
@@ -48,7 +50,7 @@ def review_request(
     elif resolution.team is None:
         plan = Plan(skipped=resolution.reason)
     else:
-        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers)
+        plan = plan_admission(request, resolution.team, inventory, teams.policies.controllers, governor)
     patch = to_json_patch(plan.changes) if plan.allowed else []
     if plan.allowed:
         response = build_response(request, allowed=True, patch=patch, warnings=_prefixed(plan.warnings))
@@ -68,13 +70,14 @@ def review(
     teams: TeamIndex,
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _: None,
     inventory: NodeInventory | None = None,
+    governor: str | None = None,
 ) -> ReviewOutcome:
-    """Parse a decoded AdmissionReview and decide on it.
+    """Parse a decoded AdmissionReview and decide on it (``governor``: :func:`review_request`).
 
     Raises:
         MalformedReview: the body is not an answerable AdmissionReview (HTTP 400).
     """
-    return review_request(parse_admission_review(body), teams, namespace_labels, inventory)
+    return review_request(parse_admission_review(body), teams, namespace_labels, inventory, governor)
 
 
 def _prefixed(messages: list[str]) -> list[str]:

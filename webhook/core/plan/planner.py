@@ -63,6 +63,7 @@ def plan_admission(
     team: TeamPolicyCompiled,
     inventory: NodeInventory | None = None,
     controllers: Collection[str] = DEFAULT_CONTROLLERS,
+    governor: str | None = None,
 ) -> Plan:
     """Plan the changes for one request of a team namespace; ``controllers``: the users that may make
     an object a child of a Kueue-managed owner (the policy's ``controllers``, :func:`user_made_child`).
@@ -70,7 +71,9 @@ def plan_admission(
     CREATE → :func:`plan_object` (values an admission policy filled in planned as absent:
     :func:`webhook.core.plan.policy_fill.plan_created`); UPDATE →
     :func:`webhook.core.plan.update.plan_update`; an UPDATE through the ``status`` subresource of a
-    built-in kind → its labels only (:func:`webhook.core.plan.update.plan_status_update`); other
+    built-in kind → its labels only (:func:`webhook.core.plan.update.plan_status_update`);
+    ``governor``: the user the governor's widening runs as (an UPDATE it sends may widen TAS
+    annotations by one recorded step, :mod:`webhook.core.plan.widen`; None: no one); other
     operations and subresources → nothing.
     """
     row = find_kind(request.api_version, request.kind)
@@ -106,5 +109,6 @@ def plan_admission(
     if request.operation == "CREATE" and request.object is not None:
         return plan_created(request.object, row, team, inventory)
     if request.operation == "UPDATE" and request.object is not None and request.old_object is not None:
-        return plan_update(request.object, request.old_object, row, team, inventory)
+        own = governor is not None and request.user == governor
+        return plan_update(request.object, request.old_object, row, team, inventory, own)
     return Plan(skipped=f"operation {request.operation} is not mutated")

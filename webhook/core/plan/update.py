@@ -31,6 +31,10 @@ affinity, and the labels of pods Kueue admits one by one):
   template cannot change ``priorityClassName``; the API server lets a suspended Job change its
   node scheduling directives only).
 
+The governor's own widening (its user, one step of its ladder recorded in the history annotation:
+:mod:`webhook.core.plan.widen`) is not checked against the topology policy; any other change of
+TAS annotations, from anyone, is.
+
 Nothing else is patched: in particular no field the stored object did not have is added to a
 pod template the API server refuses to change.
 """
@@ -59,6 +63,7 @@ from webhook.core.plan.rules.queue import (
     workload_labels,
 )
 from webhook.core.plan.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
+from webhook.core.plan.widen_history import governor_step
 from webhook.core.platform.platform import Enforcement
 from webhook.core.platform.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.platform.prepared import prepared
@@ -74,8 +79,11 @@ def plan_update(
     row: WorkloadKind,
     team: TeamPolicyCompiled,
     inventory: NodeInventory | None = None,
+    governor: bool = False,
 ) -> Plan:
-    """Plan an UPDATE of a workload of kind ``row`` (see the module docstring)."""
+    """Plan an UPDATE of a workload of kind ``row`` (see the module docstring); ``governor``: the
+    governor's own user sends it, so a podset it widens by one recorded step of its ladder
+    (:func:`~webhook.core.plan.widen_history.governor_step`) is not checked against the policy."""
     skipped = managed_child(new)
     if skipped and managed_child(old):  # an owner added by this very update proves nothing
         return Plan(skipped=skipped)
@@ -89,6 +97,8 @@ def plan_update(
         if row.suspend is not None and lookup(old, row.suspend) is True and lookup(new, row.suspend) is None:
             _restore(draft, plan, row.suspend, True, "suspend", dotted(row.suspend), "Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
+        levels = team.topology.levels if governor and team.topology is not None else None
+        widened = governor_step(new, old, row, levels) if levels is not None else ()
         view = kueue_view(new, row)
         introduced = [p for p in view.problems if not _same(lookup(old, p.path), p.found)]
         if introduced:  # a malformed value the stored object already had is not this update's doing
@@ -100,7 +110,8 @@ def plan_update(
             if before is None:
                 _added(draft, new, podset, row, team, inventory, plan)
             else:
-                _podset(draft, podset, before, team, plan, row.pod_labels, elastic_forbidden(new, row))
+                forbidden = elastic_forbidden(new, row)
+                _podset(draft, podset, before, team, plan, row.pod_labels, forbidden, podset.name in widened)
         if not plan.denials:  # a refused relabel changes nothing
             _priority_followed(draft.doc, old, row, view.podsets, old_podsets, plan)
         planned = kueue_view(draft.doc, row).podsets  # dropped values put back
@@ -231,6 +242,7 @@ def _podset(
     plan: Plan,
     pod_labels: bool,
     forbidden: tuple[str, ...] = (),
+    widened: bool = False,
 ) -> None:
     layout = new.rule.layout
     priority_path = new.at(*layout.priority)
@@ -251,7 +263,7 @@ def _podset(
         dropped = old_tas
     else:  # a group of one podset is refused by Kueue: a dropped group name alone is put back too
         dropped = {GROUP_NAME: old_tas[GROUP_NAME]} if GROUP_NAME in old_tas and GROUP_NAME not in new_tas else {}
-        if {**new_tas, **dropped} != old_tas and team.topology is not None:
+        if {**new_tas, **dropped} != old_tas and team.topology is not None and not widened:
             check_user_topology(new, team.topology, team, plan, forbidden)
     for key, value in dropped.items():
         _restore(draft, plan, new.at(*layout.annotations, key), value, "topology", f"{key} of podset {new.name!r}")

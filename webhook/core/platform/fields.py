@@ -154,3 +154,41 @@ def requirement_values(values: list[str], info: ValidationInfo) -> list[str]:
 RequirementValue = Annotated[str, AfterValidator(requirement_value)]
 
 QuotaAmount = Annotated[Quantity, AfterValidator(never_negative("a quota"))]
+
+
+#: The patience of a topology policy that names none (how long a workload waits on topology before
+#: the governor widens it: :mod:`webhook.core.plan.widen`). Provisional until the placement
+#: benchmark (``benchmarks/placement``) measures it; the one place it is set.
+DEFAULT_PATIENCE = "60s"
+#: A patience that turns widening off.
+NEVER = "never"
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+#: The longest patience (a week): a longer one is a typo for ``never``.
+MOST_PATIENCE_SECONDS = 7 * 24 * 3600
+
+
+def patience_seconds(value: str) -> int | None:
+    """A patience as seconds: ``"90s"`` → 90, ``"5m"`` → 300, ``"1h30m"`` → 5400 (hours, minutes
+    and seconds, each an integer, in that order, at least one); ``"never"`` → None.
+
+    Raises:
+        ValueError: anything else, or a duration of 0 or above a week.
+    """
+    if value == NEVER:
+        return None
+    match = _DURATION.fullmatch(value)
+    if not value or match is None:
+        raise ValueError(f"{value!r} is no duration: use hours, minutes and seconds like 90s, 5m or 1h30m, or never")
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if not 0 < total <= MOST_PATIENCE_SECONDS:
+        raise ValueError(f"{value!r}: a patience is above 0s and at most 168h (a week); never turns it off")
+    return total
+
+
+def _patience(value: str) -> str:
+    patience_seconds(value)
+    return value
+
+
+Patience = Annotated[str, AfterValidator(_patience)]

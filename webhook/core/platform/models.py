@@ -16,11 +16,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
 from webhook.core.platform.fields import (
     API_VERSION,
+    DEFAULT_PATIENCE,
     HOSTNAME_LABEL,
     DNSLabel,
     Enforcement,
     LabelKey,
     LabelValue,
+    Patience,
     Quantity,
     QuotaAmount,
     RequirementValue,
@@ -312,6 +314,13 @@ class TopologyRule(_Model):
         "for a podset larger than its domains) or preferred (Kueue tries that level, else spreads)",
     )
     enforcement: Enforcement = Field(default="default", description=_ENFORCEMENT + " (less locality than the policy)")
+    patience: Patience | None = Field(
+        default=None,
+        description="how long a workload may wait for a domain of the level it requires before the governor "
+        "widens it one level (then to preferred at its first level): a duration such as 60s, 5m or 1h30m, or "
+        f"never; default {DEFAULT_PATIENCE}",
+        examples=["5m", "never"],
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> TopologyRule:

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFun
 
 from webhook.core.objects.quantity import format_quantity, parse_quantity
 from webhook.core.platform.controllers import DEFAULT_CONTROLLERS, controller_name
+from webhook.core.platform.fields import DEFAULT_PATIENCE, patience_seconds
 from webhook.core.platform.naming import (
     SYSTEM_NAMESPACES,
     cluster_queue_name,
@@ -36,6 +37,7 @@ from webhook.core.platform.platform import (
 
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
+    "DEFAULT_PATIENCE_SECONDS",
     "POLICY_API_VERSION",
     "PolicySet",
     "TeamPolicyCompiled",
@@ -49,6 +51,7 @@ __all__ = [
 ]
 
 POLICY_API_VERSION = "kueue-governor.io/v1alpha1"
+DEFAULT_PATIENCE_SECONDS = patience_seconds(DEFAULT_PATIENCE)
 #: SPEC §3: never touched, whatever the platform file says.
 ALWAYS_EXCLUDED_NAMESPACES = SYSTEM_NAMESPACES
 
@@ -91,13 +94,20 @@ class TopologyPlacement(_Frozen):
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list, description="the flavor's tolerations: node taints Kueue's TAS lets its pods pass"
     )
+    patienceSeconds: int | None = Field(
+        DEFAULT_PATIENCE_SECONDS,
+        description="seconds a workload waits on topology before the governor widens its required level "
+        "(webhook.core.plan.widen); None: never",
+    )
 
     @model_serializer(mode="wrap")
     def _without_default_constraint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The default is left out: a policy ConfigMap reads the same as before the option existed.
+        # Defaults are left out: a policy ConfigMap reads the same as before the options existed.
         out: dict[str, Any] = handler(self)
         if out.get("autoConstraint") == "required":
             del out["autoConstraint"]
+        if out.get("patienceSeconds") == DEFAULT_PATIENCE_SECONDS:
+            del out["patienceSeconds"]
         return out
 
 
@@ -186,6 +196,7 @@ def _topology(platform: Platform, team: TeamSpec) -> TopologyPlacement | None:
         enforcement=rule.enforcement,
         nodeLabels=node_labels,
         tolerations=tolerations,
+        patienceSeconds=patience_seconds(rule.patience or DEFAULT_PATIENCE),
     )
 
 

@@ -1,0 +1,251 @@
+"""Bounded patience, then widening (webhook.core.plan.widen): the ladder, Kueue's topology-pending
+message (v0.19.2 ``flavorassigner.Assignment.Message`` + ``TASFlavorSnapshot.notFitMessage``), the
+patience clock, what is never touched, and the UPDATE rule that accepts the governor's own step."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
+
+from webhook.core.admission.review import review
+from webhook.core.kueue.kinds import WorkloadKind, find_kind
+from webhook.core.plan.create import plan_object
+from webhook.core.plan.patch import apply_patch, to_json_patch
+from webhook.core.plan.widen import admitted, decide, topology_pending
+from webhook.core.plan.widen_history import (
+    WIDENED,
+    Placement,
+    governor_step,
+    next_placement,
+    placement_of,
+    read_history,
+    seconds_of,
+)
+from webhook.core.platform.platform import PlatformError, parse_platform
+
+SPINE, BLOCK, RACK, HOST = AWS_LEVELS
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+_JOB, _T0 = find_kind("batch/v1", "Job"), seconds_of("2026-12-05T03:00:00Z")
+assert _JOB is not None and _T0 is not None
+JOB: WorkloadKind = _JOB
+T0: float = _T0
+NOT_FIT = "couldn't assign flavors to pod set main: topology \"aws\" doesn't allow to fit any of 2 pod(s)"
+
+
+AUTO = {"mode": "auto"}
+
+
+def team(topology: dict[str, Any]) -> Any:
+    index = teams_from(platform_with({"topology": topology}))
+    resolved = index.resolve("ml", None)
+    return resolved.team
+
+
+def created(policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Job as the webhook admits it (auto: required at a rack for 2 pods of 8 GPUs), suspended."""
+    obj = job()
+    plan = plan_object(obj, JOB, team(policy or AUTO), aws_nodes())
+    out = apply_patch(obj, to_json_patch(plan.changes))
+    assert out["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
+    out["metadata"].update({"namespace": "ml", "resourceVersion": "7", "uid": "u1"})
+    out["spec"]["suspend"] = True
+    return out
+
+
+def workload(message: str | None = NOT_FIT, created_at: str = "2026-12-05T03:00:00Z", **status: Any) -> dict[str, Any]:
+    conditions = []
+    if message is not None:
+        conditions.append({"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
+    return {
+        "metadata": {"name": "job-train-1", "namespace": "ml", "creationTimestamp": created_at, "resourceVersion": "9"},
+        "spec": {"podSets": [{"name": "main", "count": 2, "topologyRequest": {"required": RACK}}]},
+        "status": {"conditions": conditions, **status},
+    }
+
+
+def test_the_ladder_goes_one_level_broader_then_preferred_at_the_start() -> None:
+    start = Placement("required", RACK)
+    assert next_placement(start, start, AWS_LEVELS) == Placement("required", BLOCK)
+    assert next_placement(Placement("required", BLOCK), start, AWS_LEVELS) == Placement("required", SPINE)
+    assert next_placement(Placement("required", SPINE), start, AWS_LEVELS) == Placement("preferred", RACK)
+    assert next_placement(Placement("preferred", RACK), start, AWS_LEVELS) is None
+    assert next_placement(Placement("required", "other"), start, AWS_LEVELS) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({REQUIRED: RACK}, Placement("required", RACK)),
+        ({PREFERRED: HOST, "other": "x"}, Placement("preferred", HOST)),
+        ({REQUIRED: RACK, "kueue.x-k8s.io/podset-slice-size": "2"}, None),
+        ({"kueue.x-k8s.io/podset-unconstrained-topology": "true"}, None),
+        ({}, None),
+    ],
+)
+def test_only_a_single_required_or_preferred_level_is_on_the_ladder(
+    annotations: dict[str, Any], expected: Placement | None
+) -> None:
+    assert placement_of(annotations) == expected
+
+
+def test_kueues_tas_message_names_the_podsets_topology_cannot_place() -> None:
+    two = f'{NOT_FIT}; couldn\'t assign flavors to pod set w: topology "aws" allows to fit only 1 out of 4 pod(s)'
+    assert topology_pending(workload(two), "aws") == {
+        "main": 'topology "aws" doesn\'t allow to fit any of 2 pod(s)',
+        "w": 'topology "aws" allows to fit only 1 out of 4 pod(s)',
+    }
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # quota: Kueue asks TAS only once the quota fits (flavorassigner.go)
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, "
+        "8 more needed",
+        f"{NOT_FIT}. Pending the preemption of 1 workload(s)",  # room is being made
+        "couldn't assign flavors to pod set main: topology \"other\" doesn't allow to fit any of 2 pod(s)",
+        None,
+    ],
+)
+def test_anything_but_a_tas_no_fit_of_the_teams_topology_is_not_topology_pending(message: str | None) -> None:
+    assert topology_pending(workload(message), "aws") == {}
+
+
+def test_an_admitted_workload_is_never_pending() -> None:
+    wl = workload(status_admission=None)
+    wl["status"]["admission"] = {"clusterQueue": "cq"}
+    assert admitted(wl) and topology_pending(wl, "aws") == {}
+    assert decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3600).action == "leave"
+
+
+def test_a_workload_waits_its_patience_then_is_widened_one_level() -> None:
+    obj, wl = created(), workload()
+    waiting = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 59)
+    assert (waiting.action, waiting.at) == ("wait", T0 + 60)
+    widened = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61)
+    assert widened.action == "widen", widened.why
+    after = apply_patch(obj, widened.object_patch)
+    annotations = after["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[REQUIRED] == BLOCK and PREFERRED not in annotations
+    history = json.loads(after["metadata"]["annotations"][WIDENED])
+    assert history == [
+        {
+            "podsets": ["main"],
+            "from": f"required:{RACK}",
+            "to": f"required:{BLOCK}",
+            "at": "2026-12-05T03:01:01Z",
+            "reason": 'main: topology "aws" doesn\'t allow to fit any of 2 pod(s)',
+        }
+    ]
+    rebuilt = apply_patch(wl, widened.workload_patch)
+    assert rebuilt["spec"]["podSets"][0]["topologyRequest"] == {"required": BLOCK}
+
+
+def test_the_ladder_runs_to_preferred_at_the_first_level_and_stops() -> None:
+    obj, wl, now = created(), workload(), T0 + 61
+    seen = []
+    for _ in range(4):
+        decision = decide(wl, obj, JOB, team(AUTO), aws_nodes(), now)
+        if decision.action != "widen":
+            break
+        obj = apply_patch(obj, decision.object_patch)
+        wl = apply_patch(wl, decision.workload_patch)
+        seen.append(wl["spec"]["podSets"][0]["topologyRequest"])
+        # the patience restarts at each step
+        assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now + 30).action == "wait"
+        now += 61
+    assert seen == [{"required": BLOCK}, {"required": SPINE}, {"preferred": RACK}]
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now).why.endswith("is the end of the ladder")
+
+
+def test_a_team_may_turn_patience_off_and_set_its_own() -> None:
+    obj, wl = created(), workload()
+    assert decide(wl, obj, JOB, team({"mode": "auto", "patience": "never"}), aws_nodes(), T0 + 10**6).action == "leave"
+    assert decide(wl, obj, JOB, team({"mode": "auto", "patience": "5m"}), aws_nodes(), T0 + 299).action == "wait"
+    assert decide(wl, obj, JOB, team({"mode": "auto", "patience": "5m"}), aws_nodes(), T0 + 300).action == "widen"
+
+
+@pytest.mark.parametrize("bad", ["0s", "60", "1m30", "5 m", "169h", "off", ""])
+def test_a_patience_that_is_no_duration_is_refused_with_its_path(bad: str) -> None:
+    with pytest.raises(PlatformError, match="patience"):
+        parse_platform(platform_with({"topology": {"mode": "auto", "patience": bad}}))
+
+
+def test_a_users_own_level_is_never_touched() -> None:
+    obj = created()
+    obj["spec"]["template"]["metadata"]["annotations"][REQUIRED] = HOST  # not what auto chooses for 2 pods
+    decision = decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 3600)
+    assert decision.action == "leave" and "not the policy's choice" in decision.why
+
+
+def test_a_level_changed_after_a_widening_is_left_alone() -> None:
+    obj, wl = created(), workload()
+    decision = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61)
+    obj = apply_patch(obj, decision.object_patch)
+    obj["spec"]["template"]["metadata"]["annotations"][REQUIRED] = HOST
+    assert "changed since" in decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 999).why
+
+
+def test_a_started_job_is_left_alone() -> None:
+    obj = created()
+    obj["spec"]["suspend"] = False
+    assert decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 3600).action == "leave"
+
+
+def test_a_workload_behind_the_recorded_step_is_synced_without_a_new_step() -> None:
+    obj, wl = created(), workload()
+    decision = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61)
+    obj = apply_patch(obj, decision.object_patch)  # the Workload patch was lost
+    sync = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 62)
+    assert sync.action == "sync"
+    assert apply_patch(wl, sync.workload_patch)["spec"]["podSets"][0]["topologyRequest"] == {"required": BLOCK}
+    assert sync.workload_patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "9"}
+
+
+def test_a_history_the_governor_did_not_write_stops_it() -> None:
+    obj = created()
+    obj["metadata"].setdefault("annotations", {})[WIDENED] = "not json"
+    assert read_history(obj, JOB) is None
+    assert decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 3600).action == "leave"
+
+
+def test_the_update_rule_knows_exactly_one_governor_step() -> None:
+    obj = created()
+    step = decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 61)
+    new = apply_patch(obj, step.object_patch)
+    assert governor_step(new, obj, JOB, AWS_LEVELS) == ("main",)
+    skipping = copy.deepcopy(new)
+    skipping["spec"]["template"]["metadata"]["annotations"][REQUIRED] = SPINE  # two levels at once
+    assert governor_step(skipping, obj, JOB, AWS_LEVELS) == ()
+    unrecorded = copy.deepcopy(new)
+    del unrecorded["metadata"]["annotations"][WIDENED]
+    assert governor_step(unrecorded, obj, JOB, AWS_LEVELS) == ()
+    assert governor_step(obj, obj, JOB, AWS_LEVELS) == ()
+
+
+GOVERNOR = "system:serviceaccount:kueue-governor:kueue-governor"
+STRICT = {"mode": "required", "level": RACK, "enforcement": "enforce"}
+
+
+def _update(new: dict[str, Any], old: dict[str, Any], user: str) -> Any:
+    body = review_body(new, "ml", operation="UPDATE", old=old)
+    body["request"]["userInfo"] = {"username": user}
+    return review(body, teams_from(platform_with({"topology": STRICT})), governor=GOVERNOR)
+
+
+def test_the_webhook_accepts_the_governors_own_step_and_nothing_else_of_the_kind() -> None:
+    obj = created(STRICT)
+    step = decide(workload(), obj, JOB, team(STRICT), aws_nodes(), T0 + 61)
+    assert step.action == "widen", step.why
+    new = apply_patch(obj, step.object_patch)
+    assert _update(new, obj, GOVERNOR).response["response"]["allowed"] is True
+    refused = _update(new, obj, "alice").response["response"]  # the same change from a user: less locality, enforced
+    assert refused["allowed"] is False and "asks for less locality" in refused["status"]["message"]
+    jump = copy.deepcopy(new)
+    jump["spec"]["template"]["metadata"]["annotations"][REQUIRED] = SPINE  # not the recorded step
+    assert _update(jump, obj, GOVERNOR).response["response"]["allowed"] is False

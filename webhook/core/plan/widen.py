@@ -1,0 +1,295 @@
+"""Bounded patience, then widening: what the governor does with a workload that waits on topology.
+
+Topology mode ``auto`` (or ``required``) places a podset in one domain of a level; while other
+jobs hold every such domain, Kueue keeps the workload pending however long. A team's topology
+policy has a ``patience`` (:data:`webhook.core.platform.fields.DEFAULT_PATIENCE`, or ``never``):
+a workload still pending *because of topology* after its patience gets the next step of the ladder
+(:func:`~webhook.core.plan.widen_history.next_placement`) on the podsets Kueue could not place.
+
+Kueue's word for "because of topology" (v0.19.2): the scheduler sets the Workload's condition
+``QuotaReserved`` to ``False`` with the assignment's message (``scheduler.go``: reason ``Pending``,
+or a granular reason under the ``UnadmittedWorkloadsObservability`` gate), which joins, per podset
+that does not fit, ``couldn't assign flavors to pod set <name>: <reasons>``
+(``flavorassigner.Assignment.Message``). TAS is asked only once the quota of the chosen flavor fits
+(``flavorassigner.go``: ``FindTopologyAssignmentsForWorkload`` when the mode is ``Fit``), and its
+failure adds ``topology "<name>" doesn't allow to fit any of N pod(s)`` or ``… allows to fit only K
+out of N …`` (``tas_flavor_snapshot.go``: ``notFitMessage``, ``multiLayerNotFitMessage``). So a
+podset whose reasons hold that sentence for the team's Topology waits for a domain, not for quota;
+a message that ends ``Pending the preemption of N workload(s)`` waits for room being made, and is
+left alone. A workload with quota reserved or admitted is never touched.
+
+Only what the policy wrote is widened: a podset with no recorded step is widened only when its TAS
+annotations are exactly what the team's policy writes for it on the current node inventory
+(:func:`~webhook.core.plan.create.plan_object` run on the object without its TAS annotations), and
+one already widened only when it still holds the last step's placement. The webhook does not mark
+its writes, so a user's own annotation that equals the policy's choice is read as the policy's.
+
+Kueue v0.19.2 does not rebuild a Workload when only a pod template's annotations change
+(``jobframework.EquivalentToWorkload`` compares counts, containers and tolerations), so a step is
+two patches: the object's pod templates and history (the truth, kept if Kueue rebuilds the
+Workload), then the pending Workload's ``spec.podSets[*].topologyRequest`` (mutable until quota is
+reserved: ``ValidateWorkloadUpdate``) (:func:`workload_patch`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.kueue.kinds import WorkloadKind
+from webhook.core.kueue.view import PodSet, kueue_view
+from webhook.core.objects.paths import lookup
+from webhook.core.plan.create import plan_object
+from webhook.core.plan.patch import pointer
+from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
+from webhook.core.plan.widen_history import (
+    Placement,
+    Step,
+    history_path,
+    history_value,
+    last_step_of,
+    next_placement,
+    placement_of,
+    read_history,
+    rfc3339,
+    seconds_of,
+    start_of,
+)
+from webhook.core.platform.policy import TeamPolicyCompiled
+
+__all__ = ["Decision", "admitted", "decide", "pending_since", "topology_pending", "workload_patch"]
+
+_PODSET = re.compile(r"couldn't assign flavors to pod set ([^:;,\s]+): ")
+_PREEMPTING = "Pending the preemption of"
+
+
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    found = lookup(workload, ("status", "conditions"))
+    out: dict[str, Mapping[str, Any]] = {}
+    for item in found if isinstance(found, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("type"), str):
+            out[item["type"]] = item
+    return out
+
+
+def admitted(workload: Mapping[str, Any]) -> bool:
+    """Whether Kueue reserved quota for, or admitted, the Workload (``status.admission`` set, or
+    condition ``QuotaReserved`` or ``Admitted`` ``True``): it is never touched then."""
+    if lookup(workload, ("status", "admission")) is not None:
+        return True
+    conditions = _conditions(workload)
+    return any(conditions.get(kind, {}).get("status") == "True" for kind in ("QuotaReserved", "Admitted"))
+
+
+def topology_pending(workload: Mapping[str, Any], topology: str) -> dict[str, str]:
+    """The podsets (Kueue's names) that the Workload's ``QuotaReserved=False`` message says
+    Topology ``topology`` cannot place, each with its reasons; {} when it is admitted, waits for
+    something else (quota, a flavor) or for a preemption it has started."""
+    if admitted(workload):
+        return {}
+    condition = _conditions(workload).get("QuotaReserved", {})
+    message = condition.get("message")
+    if condition.get("status") != "False" or not isinstance(message, str) or _PREEMPTING in message:
+        return {}
+    marks = list(_PODSET.finditer(message))
+    sentence = (f'topology "{topology}" doesn\'t allow to fit', f'topology "{topology}" allows to fit only')
+    out: dict[str, str] = {}
+    for index, mark in enumerate(marks):
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(message)
+        reasons = message[mark.end() : end].rstrip("; ")
+        if any(s in reasons for s in sentence):
+            out[mark.group(1)] = reasons
+    return out
+
+
+def pending_since(workload: Mapping[str, Any], history: Sequence[Step]) -> float | None:
+    """Since when the workload waits at its current placement (seconds since the epoch): its
+    Workload's ``creationTimestamp`` or the last recorded step, whichever is later."""
+    times = [seconds_of(lookup(workload, ("metadata", "creationTimestamp")))]
+    times += [seconds_of(step.at) for step in history[-1:]]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+@dataclass
+class Decision:
+    """What to do with one pending workload.
+
+    ``action``: ``widen`` (``object_patch`` then ``workload_patch``), ``sync`` (the Workload
+    still asks for less than the object's recorded step: ``workload_patch`` only), ``wait``
+    (until ``at``, seconds since the epoch) or ``leave`` (never, for now). ``why``: one line.
+    ``step``: the step taken (``widen``)."""
+
+    action: Literal["widen", "sync", "wait", "leave"]
+    why: str
+    at: float | None = None
+    step: Step | None = None
+    object_patch: list[dict[str, Any]] = field(default_factory=list)
+    workload_patch: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _tas(podset: PodSet) -> dict[str, Any]:
+    return {key: value for key, value in podset.annotations.items() if key in TAS_ANNOTATIONS}
+
+
+def _policy_choice(
+    obj: Mapping[str, Any], row: WorkloadKind, team: TeamPolicyCompiled, inventory: NodeInventory | None
+) -> dict[str, dict[str, Any]]:
+    """Podset name → the TAS annotations the policy writes on ``obj`` without its own."""
+    bare = copy.deepcopy(dict(obj))
+    for podset in kueue_view(bare, row).podsets:
+        annotations = lookup(bare, podset.at(*podset.rule.layout.annotations))
+        if isinstance(annotations, dict):
+            for key in TAS_ANNOTATIONS:
+                annotations.pop(key, None)
+    planned = plan_object(bare, row, team, inventory)
+    if planned.denials:
+        return {}
+    chosen: dict[str, dict[str, Any]] = {}
+    for podset in kueue_view(bare, row).podsets:
+        base = podset.at(*podset.rule.layout.annotations)
+        for change in planned.changes:
+            if (
+                change.rule == "topology"
+                and tuple(change.path[: len(base)]) == base
+                and len(change.path) == len(base) + 1
+            ):
+                chosen.setdefault(podset.name, {})[str(change.path[-1])] = change.value
+    return chosen
+
+
+def _members(podsets: Mapping[str, PodSet], name: str) -> list[PodSet]:
+    """``name`` and the podsets of its ``podset-group-name`` (Kueue places a group as one)."""
+    podset = podsets[name]
+    if podset.group is None:
+        return [podset]
+    return [p for p in podsets.values() if p.group == podset.group]
+
+
+def decide(
+    workload: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    row: WorkloadKind,
+    team: TeamPolicyCompiled,
+    inventory: NodeInventory | None,
+    now: float,
+) -> Decision:
+    """What the governor does with ``workload`` (a Kueue Workload) of ``obj`` (its owner, of kind
+    ``row``) in a namespace of ``team``, at ``now`` (seconds since the epoch); see the module
+    docstring for the rules."""
+    placement = team.topology
+    if admitted(workload):
+        return Decision("leave", "quota is reserved or the workload is admitted")
+    if placement is None or placement.patienceSeconds is None:
+        return Decision("leave", f"team {team.team!r} has no patience (topology policy)")
+    if row.suspend is None or lookup(obj, row.suspend) is not True:
+        return Decision("leave", f"{row.kind} is not suspended (or has no suspend field)")
+    history = read_history(obj, row)
+    if history is None:
+        return Decision("leave", "its widening history annotation is not one the governor wrote")
+    podsets = {p.name: p for p in kueue_view(obj, row).podsets if p.present}
+    synced = workload_patch(workload, {name: placement_of(_tas(p)) for name, p in podsets.items()}, history)
+    if synced:
+        return Decision("sync", "the Workload asks for less than the recorded widening", workload_patch=synced)
+    failing = topology_pending(workload, placement.topologyName)
+    if not failing:
+        return Decision("leave", "not pending because of topology")
+    since = pending_since(workload, history)
+    due = (since or now) + placement.patienceSeconds
+    if now < due:
+        return Decision("wait", f"pending on topology; patience {placement.patienceSeconds}s", at=due)
+    names = [p.name for name in failing if name in podsets for p in _members(podsets, name)]
+    names = list(dict.fromkeys(names))
+    if not names:
+        return Decision("leave", "Kueue names no podset of the object")
+    chosen: dict[str, dict[str, Any]] | None = None
+    current = {name: placement_of(_tas(podsets[name])) for name in names}
+    steps: set[tuple[Placement, Placement]] = set()
+    for name in names:
+        now_at = current[name]
+        if now_at is None:
+            return Decision("leave", f"podset {name!r} has no single required or preferred level")
+        last = last_step_of(name, history)
+        if last is None:
+            chosen = _policy_choice(obj, row, team, inventory) if chosen is None else chosen
+            if chosen.get(name) != _tas(podsets[name]):
+                return Decision("leave", f"podset {name!r}: its topology is not the policy's choice (the user's)")
+        elif last.after != now_at:
+            return Decision("leave", f"podset {name!r}: changed since the governor widened it")
+        start = start_of(name, now_at, history)
+        after = next_placement(now_at, start, placement.levels)
+        if after is None:
+            return Decision("leave", f"podset {name!r}: {now_at.mode} at {now_at.level} is the end of the ladder")
+        steps.add((now_at, after))
+    if len(steps) != 1:
+        return Decision("leave", "the podsets of one group stand at different steps")
+    (before, after) = steps.pop()
+    reason = "; ".join(f"{name}: {failing[name]}" for name in failing if name in names)
+    step = Step(tuple(names), before, after, rfc3339(now), reason)
+    return Decision(
+        "widen",
+        f"pending on topology for {int(now - (since or now))}s (patience {placement.patienceSeconds}s): "
+        f"{before.mode} at {before.level} → {after.mode} at {after.level}",
+        step=step,
+        object_patch=object_patch(obj, row, [podsets[n] for n in names], step, history),
+        workload_patch=workload_patch(workload, {n: after for n in names}, [*history, step]),
+    )
+
+
+def object_patch(
+    obj: Mapping[str, Any], row: WorkloadKind, podsets: Sequence[PodSet], step: Step, history: Sequence[Step]
+) -> list[dict[str, Any]]:
+    """The JSON Patch of one step on the object: a ``test`` of its ``resourceVersion`` (the patch
+    applies to the object read, or fails), the podsets' annotation moved, the history written."""
+    version = lookup(obj, ("metadata", "resourceVersion"))
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+    for podset in podsets:
+        base = podset.at(*podset.rule.layout.annotations)
+        ops.append({"op": "remove", "path": pointer(tuple(str(k) for k in (*base, step.before.key)))})
+        ops.append(
+            {"op": "add", "path": pointer(tuple(str(k) for k in (*base, step.after.key))), "value": step.after.level}
+        )
+    path = history_path(row)
+    annotations = lookup(obj, path[:-1])
+    value = history_value([*history, step])
+    if isinstance(annotations, Mapping):
+        ops.append({"op": "add", "path": pointer(tuple(str(k) for k in path)), "value": value})
+    else:
+        ops.append({"op": "add", "path": pointer(tuple(str(k) for k in path[:-1])), "value": {path[-1]: value}})
+    return ops
+
+
+def workload_patch(
+    workload: Mapping[str, Any], wanted: Mapping[str, Placement | None], history: Sequence[Step]
+) -> list[dict[str, Any]]:
+    """The JSON Patch that makes the Workload's ``spec.podSets[*].topologyRequest`` ask for
+    ``wanted`` (podset name → placement) where a recorded step says so and it asks otherwise;
+    [] when nothing differs. It starts with a ``test`` of the Workload's ``resourceVersion``."""
+    podsets = lookup(workload, ("spec", "podSets"))
+    ops: list[dict[str, Any]] = []
+    for index, podset in enumerate(podsets if isinstance(podsets, list) else []):
+        name = podset.get("name") if isinstance(podset, Mapping) else None
+        target = wanted.get(name) if isinstance(name, str) else None
+        last = last_step_of(name, history) if isinstance(name, str) else None
+        if target is None or last is None or last.after != target:
+            continue
+        request = podset.get("topologyRequest")
+        request = request if isinstance(request, Mapping) else {}
+        other = "preferred" if target.mode == "required" else "required"
+        if request.get(target.mode) == target.level and other not in request:
+            continue
+        at = ("spec", "podSets", str(index), "topologyRequest")
+        if not request:
+            ops.append({"op": "add", "path": pointer(at), "value": {target.mode: target.level}})
+            continue
+        if other in request:
+            ops.append({"op": "remove", "path": pointer((*at, other))})
+        ops.append({"op": "add", "path": pointer((*at, target.mode)), "value": target.level})
+    if not ops:
+        return []
+    version = lookup(workload, ("metadata", "resourceVersion"))
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": version}, *ops]

@@ -1,0 +1,264 @@
+"""Topology widening on the cluster (``kgov serve --topology-widening``): the I/O around
+:mod:`webhook.core.plan.widen`.
+
+Every replica watches Kueue's Workloads (``kueue.x-k8s.io/v1beta2``, list + watch through
+:class:`webhook.kube.cache.ObjectCache`); one of them, the holder of a ``coordination.k8s.io``
+Lease (kubernetes-asyncio's leader election), acts. Every ``tick`` seconds the leader looks at the
+Workloads that are pending on the team Topology (:func:`~webhook.core.plan.widen.topology_pending`,
+read from the cache, no API call) and whose patience may be over; for each it reads the Workload's
+owner (its controller ``ownerReference``), asks :func:`~webhook.core.plan.widen.decide`, and on
+``widen`` patches the owner (JSON Patch guarded by its ``resourceVersion``; the webhook accepts it
+as the governor's own step), then the Workload, and creates a ``Normal`` Event
+(``events.k8s.io/v1``, reason :data:`REASON`) on the owner. A patch refused because the object
+changed meanwhile (``409``/``422`` of the ``test`` operation) is retried from fresh state on a
+later tick.
+
+Who the governor is (the user its UPDATEs come as, which the webhook trusts for one step) is asked
+of the API server once at start (:func:`whoami`, a ``SelfSubjectReview``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import functools
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from webhook.core.admission.envelope import clip
+from webhook.core.kueue.inventory import NodeInventory
+from webhook.core.kueue.kinds import WorkloadKind, find_kind
+from webhook.core.plan.widen import Decision, admitted, decide, topology_pending
+from webhook.core.platform.resolve import TeamIndex
+from webhook.kube.cache import ObjectCache, namespaced_key
+from webhook.kube.policy_watch import NOTE_LIMIT, REPORTING_CONTROLLER, reporting_instance
+
+__all__ = ["REASON", "TopologyWidener", "whoami", "widening_event"]
+
+log = structlog.get_logger("kgov.widening")
+
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+#: The Event's reason and action.
+REASON, ACTION = "TopologyWidened", "WidenTopology"
+
+
+async def whoami(api: client.ApiClient) -> str:
+    """The user the API server authenticates this client as (``SelfSubjectReview``, allowed to
+    every authenticated user by the ``system:basic-user`` ClusterRole)."""
+    review = await client.AuthenticationV1Api(api).create_self_subject_review(
+        client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+    )
+    return str(review.status.user_info.username)
+
+
+def widening_event(obj: Mapping[str, Any], note: str, instance: str, now: float) -> dict[str, Any]:
+    """A ``Normal`` ``events.k8s.io/v1`` Event about ``obj`` (the widened workload object)."""
+    metadata = obj.get("metadata") or {}
+    regarding = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "namespace": metadata.get("namespace"),
+        "name": metadata.get("name"),
+        "uid": metadata.get("uid"),
+    }
+    text = note.encode()
+    if len(text) > NOTE_LIMIT:
+        note = text[: NOTE_LIMIT - 3].decode(errors="ignore") + "..."
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{metadata.get('name')}.{int(now * 1e9):x}", "namespace": metadata.get("namespace")},
+        "eventTime": datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "type": "Normal",
+        "reason": REASON,
+        "action": ACTION,
+        "note": note,
+        "regarding": regarding,
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": instance,
+    }
+
+
+def _owner(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    owners = (workload.get("metadata") or {}).get("ownerReferences") or []
+    return next((o for o in owners if isinstance(o, Mapping) and o.get("controller") is True), None)
+
+
+class TopologyWidener:
+    """The Workload watch and, while this replica holds Lease ``lease_namespace/lease_name``, the
+    widening loop. ``teams()``, ``namespace_labels(ns)`` and ``inventory()`` read the server's
+    current policy and caches."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        teams: Callable[[], TeamIndex | None],
+        namespace_labels: Callable[[str], Mapping[str, str] | None],
+        inventory: Callable[[], NodeInventory | None],
+        lease: tuple[str, str],
+        tick: float = 2.0,
+    ) -> None:
+        self.api = api
+        self.teams, self.namespace_labels, self.inventory = teams, namespace_labels, inventory
+        self.lease_namespace, self.lease_name = lease
+        self.tick = tick
+        self.objects = client.CustomObjectsApi(api)
+        self.events = client.EventsV1Api(api)
+        lister = functools.partial(self.objects.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads")
+        self.workloads = ObjectCache("workloads", api, lister, key=namespaced_key)
+        self.instance = reporting_instance()
+        self.identity = clip(f"{self.instance}-{id(self):x}", 128)
+        self.leading = False
+        #: Workload uid → (its resourceVersion, no look before this time): skips what was decided.
+        self.quiet: dict[str, tuple[str, float]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.workloads.start()
+        self._task = asyncio.create_task(self._elect(), name="topology-widening")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.workloads.stop()
+
+    async def _elect(self) -> None:
+        while True:
+            lock = LeaseLock(self.lease_name, self.lease_namespace, self.identity, self.api)
+            config = electionconfig.Config(lock, 15, 10, 2, self._lead, self._follow)
+            try:
+                await leaderelection.LeaderElection(config).run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a lease call that broke: stand again after a pause
+                log.warning("leader election failed", error=f"{type(exc).__name__}: {exc}".strip())
+            self.leading = False
+            await asyncio.sleep(2.0)
+
+    async def _follow(self) -> None:
+        self.leading = False
+        log.info("topology widening: not leading", lease=f"{self.lease_namespace}/{self.lease_name}")
+
+    async def _lead(self) -> None:
+        self.leading = True
+        log.info("topology widening: leading", lease=f"{self.lease_namespace}/{self.lease_name}")
+        await self.workloads.synced.wait()
+        while True:
+            try:
+                await self.sweep(time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one bad round must not end the leadership
+                log.warning("topology widening round failed", error=f"{type(exc).__name__}: {exc}".strip())
+            await asyncio.sleep(self.tick)
+
+    async def sweep(self, now: float) -> None:
+        """One round over the cached Workloads (see the module docstring)."""
+        teams = self.teams()
+        if teams is None:
+            return
+        for workload in list(self.workloads.objects.values()):
+            metadata = workload.get("metadata") or {}
+            uid, version = str(metadata.get("uid")), str(metadata.get("resourceVersion"))
+            quiet = self.quiet.get(uid)
+            if quiet is not None and quiet[0] == version and now < quiet[1]:
+                continue
+            namespace = str(metadata.get("namespace"))
+            team = teams.resolve(namespace, self.namespace_labels(namespace)).team
+            placement = team.topology if team is not None else None
+            if team is None or placement is None or placement.patienceSeconds is None or admitted(workload):
+                continue
+            if not topology_pending(workload, placement.topologyName):
+                continue
+            decision = await self._decide(workload, team, now)
+            if decision is None:
+                continue
+            until = decision.at if decision.action == "wait" and decision.at is not None else now + 30.0
+            self.quiet[uid] = (version, until if decision.action in ("wait", "leave") else now)
+        known = {str((w.get("metadata") or {}).get("uid")) for w in self.workloads.objects.values()}
+        for uid in [u for u in self.quiet if u not in known]:
+            del self.quiet[uid]
+
+    async def _decide(self, workload: Mapping[str, Any], team: Any, now: float) -> Decision | None:
+        owner = _owner(workload)
+        row = find_kind(str(owner.get("apiVersion")), str(owner.get("kind"))) if owner else None
+        if owner is None or row is None or row.suspend is None:
+            return Decision("leave", "no owner the governor can widen")
+        namespace = str((workload.get("metadata") or {}).get("namespace"))
+        try:
+            obj = await self._get(row, str(owner.get("apiVersion")), namespace, str(owner.get("name")))
+        except ApiException as exc:
+            log.warning("cannot read the workload's owner", workload=namespaced_key(workload), status=exc.status)
+            return None
+        if (obj.get("metadata") or {}).get("uid") != owner.get("uid"):
+            return Decision("leave", "the owner was replaced")
+        decision = decide(workload, obj, row, team, self.inventory(), now)
+        where = f"{namespace}/{owner.get('name')}"
+        if decision.action in ("widen", "sync"):
+            await self._apply(decision, obj, row, workload, where, now)
+        else:
+            log.debug("topology widening", object=where, action=decision.action, why=decision.why)
+        return decision
+
+    async def _get(self, row: WorkloadKind, api_version: str, namespace: str, name: str) -> dict[str, Any]:
+        group, _, version = api_version.rpartition("/")
+        obj = await self.objects.get_namespaced_custom_object(group, version, namespace, row.resource, name)
+        assert isinstance(obj, dict)
+        return obj
+
+    async def _apply(
+        self,
+        decision: Decision,
+        obj: Mapping[str, Any],
+        row: WorkloadKind,
+        workload: Mapping[str, Any],
+        where: str,
+        now: float,
+    ) -> None:
+        group, _, version = str(obj.get("apiVersion")).rpartition("/")
+        metadata = obj.get("metadata") or {}
+        wl_meta = workload.get("metadata") or {}
+        try:
+            if decision.object_patch:
+                await self.objects.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    str(metadata.get("namespace")),
+                    row.resource,
+                    str(metadata.get("name")),
+                    decision.object_patch,
+                )
+            if decision.workload_patch:
+                await self.objects.patch_namespaced_custom_object(
+                    KUEUE_GROUP,
+                    KUEUE_VERSION,
+                    str(wl_meta.get("namespace")),
+                    "workloads",
+                    str(wl_meta.get("name")),
+                    decision.workload_patch,
+                )
+        except ApiException as exc:
+            log.warning("topology widening patch refused", object=where, status=exc.status, reason=str(exc.reason))
+            return
+        log.info(
+            "topology widened" if decision.action == "widen" else "workload synced", object=where, why=decision.why
+        )
+        if decision.step is not None:
+            note = f"{decision.why}; podsets {', '.join(decision.step.podsets)}; Kueue: {decision.step.reason}"
+            body = widening_event(obj, note, self.instance, now)
+            try:
+                # A plain dict body: the generated client serialises it as it is.
+                create = cast(Callable[[str, dict[str, Any]], Awaitable[Any]], self.events.create_namespaced_event)
+                await create(str(metadata.get("namespace")), body)
+            except ApiException as exc:  # an Event is a report: the widening stands without it
+                log.warning("cannot create the widening Event", object=where, status=exc.status)
