@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from benchmarks.placement.jobs import DEFAULT_PATIENCE, duration, parse_duration, platform_file, policies
+from benchmarks.placement.jobs import DEFAULT_PATIENCE, WIDENING_OPTIONS, patience_order, platform_file, policies
 from benchmarks.placement.metrics import PolicyMetrics, policy_metrics
 from benchmarks.placement.run import load_saved, main
 from benchmarks.placement.summary import Target, candidates, ratio, spread, summary, verdict
 from e2e.manifests import TopologyShape
+from webhook.core.platform import fields
+from webhook.core.platform.models import Platform
 
 DATA = Path(__file__).parent / "data" / "placement"
 
@@ -141,27 +143,34 @@ def test_the_summary_gives_each_seed_its_spread_and_the_ratio_of_the_same_run() 
     assert "target for auto-patient-30s against implicit, over 2 runs" in text
 
 
-def test_parse_duration() -> None:
-    assert [parse_duration(t) for t in ("45", "45s", "1.5m", " 20s ")] == [45.0, 45.0, 90.0, 20.0]
-    for bad in ("", "soon", "0", "-5s", "inf"):
-        with pytest.raises(ValueError, match="duration"):
-            parse_duration(bad)
-    assert duration(DEFAULT_PATIENCE) == "30s"
+def test_patiences_are_the_platform_files_and_sort_by_their_seconds() -> None:
+    assert [patience_order(p) for p in ("45s", "5m", "1h30m", "never")] == [45.0, 300.0, 5400.0, math.inf]
+    for bad in ("", "soon", "0s", "45", "1.5m"):
+        with pytest.raises(ValueError):
+            patience_order(bad)
+    # the benchmark's default is the product's, and every governor widens as the chart's does
+    assert DEFAULT_PATIENCE == fields.DEFAULT_PATIENCE
+    assert WIDENING_OPTIONS[0] == "--topology-widening"
 
 
 def test_auto_patient_is_one_policy_per_patience() -> None:
-    chosen = policies(["auto-patient", "implicit"], [60.0, 15.0, 60.0])
+    chosen = policies(["auto-patient", "implicit"], ["never", "60s", "15s", "60s"])
     assert chosen == [
         ("implicit", {"mode": "none"}),
         ("auto-patient-15s", {"mode": "auto", "patience": "15s"}),
         ("auto-patient-60s", {"mode": "auto", "patience": "60s"}),
+        ("auto-patient-never", {"mode": "auto", "patience": "never"}),
     ]
     with pytest.raises(ValueError, match=r"unknown policies \['autopatient'\]"):
-        policies(["autopatient"], [30.0])
+        policies(["autopatient"], ["30s"])
     with pytest.raises(ValueError, match="needs at least one patience"):
         policies(["auto-patient"], [])
     team = platform_file(TopologyShape.parse("1x2x2x4"), chosen[1][1])["teams"][0]
     assert team["policy"]["topology"] == {"mode": "auto", "patience": "15s"}
+    # the platform file as the governor reads it: the patience kept
+    platform = Platform.model_validate(platform_file(TopologyShape.parse("1x2x2x4"), chosen[1][1]))
+    topology = platform.teams[0].policy.topology
+    assert topology is not None and topology.patience == "15s"
 
 
 def write_run(folder: Path, names: dict[str, str], **fields: Any) -> None:
@@ -171,14 +180,14 @@ def write_run(folder: Path, names: dict[str, str], **fields: Any) -> None:
 
 
 def test_saved_runs_are_read_per_directory_in_policy_order(tmp_path: Path) -> None:
-    pair = {"auto-patient-60s": "required-L3-1x2x2x4.json", "implicit": "implicit-1x2x2x4.json"}
+    pair = {"auto-patient-5m": "required-L3-1x2x2x4.json", "implicit": "implicit-1x2x2x4.json"}
     write_run(
-        tmp_path / "1x2x2x4-seed-1", {**pair, "auto-patient-15s": "implicit-1x2x2x4.json"}, shape="1x2x2x4", seed=1
+        tmp_path / "1x2x2x4-seed-1", {**pair, "auto-patient-90s": "implicit-1x2x2x4.json"}, shape="1x2x2x4", seed=1
     )
     write_run(tmp_path / "1x2x2x4-seed-2", pair, shape="1x2x2x4", seed=2)
     runs = load_saved(tmp_path)
     assert list(runs) == [("1x2x2x4", 1), ("1x2x2x4", 2)]
-    assert list(runs[("1x2x2x4", 1)]) == ["implicit", "auto-patient-15s", "auto-patient-60s"]
+    assert list(runs[("1x2x2x4", 1)]) == ["implicit", "auto-patient-90s", "auto-patient-5m"]
     # an older run: snapshots in the directory itself, without shape and seed
     old = tmp_path / "old"
     write_run(old, {"implicit": "implicit-1x2x2x4.json", "auto": "required-L3-1x2x2x4.json"})
@@ -216,4 +225,4 @@ def test_the_command_prints_every_run_and_the_summary_from_saved_runs(
     with pytest.raises(SystemExit) as stopped:
         main(["--patience", "soon"])
     assert stopped.value.code == 2
-    assert "--patience: not a duration" in capsys.readouterr().err
+    assert "--patience: 'soon' is no duration" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from typing import Any
 
 from e2e.manifests import INSTANCE_TYPE_LABEL, TOPOLOGY_LEVELS, TopologyShape
 from e2e.support import GPU, PAUSE_IMAGE
+from webhook.core.platform import fields
 
 from .metrics import JOB_LABEL, ROLE_LABEL
 from .stream import Job
@@ -53,41 +54,34 @@ POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
 PATIENT = "auto-patient"
 #: Every policy name ``--policies`` takes, in the order they run.
 POLICY_NAMES = (*(name for name, _ in POLICIES), PATIENT)
-#: Seconds a workload may pend for topology before the governor widens it, when not given.
-DEFAULT_PATIENCE = 30.0
+#: ``auto-patient``'s patience when not given: the product's default for a policy that names none.
+DEFAULT_PATIENCE = fields.DEFAULT_PATIENCE
+#: The ``kgov serve`` options every policy's governor runs with: topology widening on (the chart's
+#: default with ``watchCluster``), its Lease in ``default``.
+WIDENING_OPTIONS = ("--topology-widening", "default/kgov-topology-widening")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds of ``text``: a number of seconds, optionally followed by ``s``, or of minutes followed
-    by ``m`` (``45``, ``45s``, ``1.5m``).
+def patience_order(patience: str) -> float:
+    """Sort key of a patience (the platform file's grammar: ``90s``, ``5m``, ``1h30m``, ``never``):
+    its seconds, ``never`` last.
 
     Raises:
-        ValueError: not such a duration, or not positive (the text in the message).
+        ValueError: not a patience (the platform file's message).
     """
-    value = text.strip()
-    scale = 60.0 if value.endswith("m") else 1.0
-    try:
-        seconds = float(value.removesuffix("m").removesuffix("s")) * scale
-    except ValueError:
-        raise ValueError(f"not a duration (seconds, 45s or 1.5m): {text!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"a patience must be a positive duration: {text!r}")
-    return seconds
+    seconds = fields.patience_seconds(patience)
+    return float("inf") if seconds is None else float(seconds)
 
 
-def duration(seconds: float) -> str:
-    """``seconds`` as the platform file writes a duration: whole seconds, ``45s``."""
-    return f"{round(seconds)}s"
-
-
-def policies(names: Sequence[str], patiences: Sequence[float]) -> list[tuple[str, dict[str, Any]]]:
+def policies(names: Sequence[str], patiences: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """(column name, topology rule) of each policy of ``names``, in :data:`POLICY_NAMES` order.
 
-    ``auto-patient`` (``mode: auto`` with a ``patience``) gives one policy per patience, named
-    ``auto-patient-<patience>`` (``auto-patient-30s``), so that one run measures a frontier.
+    ``auto-patient`` (``mode: auto`` with a ``patience``, the platform file's grammar) gives one
+    policy per patience, shortest first, named ``auto-patient-<patience>`` (``auto-patient-30s``),
+    so that one run measures a frontier; ``never`` is ``auto`` that never widens.
 
     Raises:
-        ValueError: a name not in :data:`POLICY_NAMES`, no name, or ``auto-patient`` without a patience.
+        ValueError: a name not in :data:`POLICY_NAMES`, no name, ``auto-patient`` without a
+            patience, or a patience the platform file refuses.
     """
     unknown = sorted(set(names) - set(POLICY_NAMES))
     if unknown or not names:
@@ -97,7 +91,7 @@ def policies(names: Sequence[str], patiences: Sequence[float]) -> list[tuple[str
         if not patiences:
             raise ValueError(f"{PATIENT} needs at least one patience")
         chosen += [
-            (f"{PATIENT}-{duration(p)}", {"mode": "auto", "patience": duration(p)}) for p in sorted(set(patiences))
+            (f"{PATIENT}-{p}", {"mode": "auto", "patience": p}) for p in sorted(set(patiences), key=patience_order)
         ]
     return chosen
 

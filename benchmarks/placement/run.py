@@ -64,10 +64,10 @@ from .jobs import (
     POLICY_NAMES,
     SHAPE_DESCRIPTIONS,
     SHAPE_KINDS,
-    duration,
+    WIDENING_OPTIONS,
     job_jobset,
     job_pods,
-    parse_duration,
+    patience_order,
     platform_file,
     policies,
 )
@@ -147,7 +147,7 @@ def run_one(
     try:
         info = devcluster.up(root, shape=shape, jobset_controller=args.shape_kind == "jobset")
         devcluster.apply_platform(root, platform_path)
-        devcluster.start_governor(root, platform_path)
+        devcluster.start_governor(root, platform_path, extra=WIDENING_OPTIONS)
         print(f"  {name}: cluster up in {time.monotonic() - started:.0f} s; submitting {len(jobs)} jobs", flush=True)
         raw = asyncio.run(run_policy(info.kubeconfig, jobs, args))
     finally:
@@ -235,7 +235,7 @@ def _policy_order(name: str) -> tuple[int, float, str]:
     """Sort key of a snapshot's policy name: :data:`POLICY_NAMES` order, patiences ascending."""
     if name.startswith(f"{PATIENT}-"):
         try:
-            return POLICY_NAMES.index(PATIENT), parse_duration(name.removeprefix(f"{PATIENT}-")), name
+            return POLICY_NAMES.index(PATIENT), patience_order(name.removeprefix(f"{PATIENT}-")), name
         except ValueError:
             pass
     return (POLICY_NAMES.index(name) if name in POLICY_NAMES else len(POLICY_NAMES)), 0.0, name
@@ -256,6 +256,11 @@ def print_runs(runs: dict[RunKey, dict[str, dict[str, Any]]]) -> None:
         print()
     if len(results) > 1:
         print(summary(results))
+
+
+def _patience(text: str) -> str:
+    patience_order(text.strip())
+    return text.strip()
 
 
 def _list(text: str, convert: Any, option: str) -> list[Any]:
@@ -299,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--patience",
-        default=duration(DEFAULT_PATIENCE),
-        help=f"{PATIENT}'s patience (45, 45s, 1.5m); comma-separated for a frontier, one policy each "
-        f"(default {duration(DEFAULT_PATIENCE)})",
+        default=DEFAULT_PATIENCE,
+        help=f"{PATIENT}'s patience (90s, 5m, 1h30m or never); comma-separated for a frontier, one policy "
+        f"each (default {DEFAULT_PATIENCE}, the platform file's)",
     )
     parser.add_argument(
         "--output", type=Path, help="directory for each run's snapshots (JSON), DIR/<shape>-seed-<seed>/"
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shapes = _list(args.shapes, TopologyShape.parse, "--shapes")
         seeds = _list(args.seeds, int, "--seeds")
-        patiences = _list(args.patience, parse_duration, "--patience")
+        patiences = _list(args.patience, _patience, "--patience")
         chosen = policies(args.policies.split(","), patiences)
         streams = {(str(shape), seed): stream_parameters(shape, seed, args) for shape in shapes for seed in seeds}
         jobs_of = {key: make_stream(parameters) for key, parameters in streams.items()}
