@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from benchmarks.placement.jobs import DEFAULT_PATIENCE, WIDENING_OPTIONS, patience_order, platform_file, policies
-from benchmarks.placement.metrics import PolicyMetrics, policy_metrics
+from benchmarks.placement.metrics import PolicyMetrics, policy_metrics, trim_snapshot
+from benchmarks.placement.report import table
 from benchmarks.placement.run import load_saved, main
 from benchmarks.placement.summary import Target, candidates, ratio, spread, summary, verdict
 from e2e.manifests import TopologyShape
@@ -226,3 +227,26 @@ def test_the_command_prints_every_run_and_the_summary_from_saved_runs(
         main(["--patience", "soon"])
     assert stopped.value.code == 2
     assert "--patience: 'soon' is no duration" in capsys.readouterr().err
+
+
+def test_widenings_are_counted_from_each_jobsets_history() -> None:
+    base = snapshot("implicit-jobset-1x2x2x4.json")
+    keep = {k: base[k] for k in ("levels", "gpus_per_node", "node_count", "t0", "horizon", "end", "jobs")}
+
+    def jobset(name: str, history: str | None) -> dict[str, Any]:
+        annotations = {} if history is None else {"kueue-governor.io/widened": history}
+        return {"metadata": {"name": name, "annotations": annotations}}
+
+    step = {"podsets": ["workers"], "from": "required:rack", "to": "required:block", "at": "2026-12-05T03:00:00Z"}
+    owners = [
+        jobset("job-0001", json.dumps([step, {**step, "from": "required:block", "to": "required:spine"}])),
+        jobset("job-0002", json.dumps([step])),
+        jobset("job-0003", None),  # never widened
+        jobset("job-0004", "{not json"),  # unreadable: not counted
+    ]
+    trimmed = trim_snapshot(keep, [], [], [], owners)
+    assert trimmed["widened"] == {"job-0001": 2, "job-0002": 1}
+    metrics = policy_metrics({**base, "widened": trimmed["widened"]})
+    assert (metrics.widened, metrics.widening_steps) == (2, 3)
+    assert table({"auto-patient-20s": metrics}).splitlines()[13].split()[-2:] == ["2", "(3)"]
+    assert policy_metrics(base).widened == 0  # an older snapshot: nothing recorded

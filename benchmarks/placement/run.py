@@ -59,6 +59,7 @@ from e2e.support import KUEUE_API, create, is_true, list_objects
 
 from .jobs import (
     DEFAULT_PATIENCE,
+    JOBSET_API,
     NAMESPACE,
     PATIENT,
     POLICY_NAMES,
@@ -134,6 +135,9 @@ async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namesp
             "nodes": await list_objects(dynamic, "v1", "Node"),
             "workloads": await list_objects(dynamic, KUEUE_API, "Workload", NAMESPACE),
             "pods": await list_objects(dynamic, "v1", "Pod", NAMESPACE),
+            "owners": await list_objects(dynamic, JOBSET_API, "JobSet", NAMESPACE)
+            if args.shape_kind == "jobset"
+            else [],
         }
 
 
@@ -176,7 +180,7 @@ def run_one(
             for j in jobs
         ],
     }
-    snapshot = trim_snapshot(base, raw["nodes"], raw["workloads"], raw["pods"])
+    snapshot = trim_snapshot(base, raw["nodes"], raw["workloads"], raw["pods"], raw["owners"])
     print(
         f"  {name}: observed {raw['end']:.0f} s, worst submission lag {raw['lag']:.1f} s, "
         f"{len(raw['errors'])} create errors, 1-minute load average {load_before:.1f} then {_load():.1f}",

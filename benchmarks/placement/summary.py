@@ -123,6 +123,7 @@ def _rows(
             lambda c, b: 100 * (c.utilisation - b.utilisation),
             "-",
         ),
+        ("jobs widened by the governor", lambda m: float(m.widened), _count, None, ""),
         (
             "never admitted",
             lambda m: float(len(m.never_admitted)),
