@@ -96,6 +96,10 @@ def _times(value: float | None) -> str:
     return "-" if value is None else "inf" if math.isinf(value) else f"{value:.2f}x"
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _count(value: float | None) -> str:
     return "-" if value is None else f"{round(value, 1):g}"
 
@@ -257,7 +261,7 @@ def verdict(runs: Mapping[RunKey, Mapping[str, PolicyMetrics]], name: str, targe
     left_out = len(runs) - len(judged)
     head = (
         f"target for {name} against {BASELINE}, over {len(judged)} runs "
-        f"({len({k[0] for k in judged})} shapes x seeds {', '.join(map(str, sorted({k[1] for k in judged})))}"
+        f"({_plural(len({k[0] for k in judged}), 'shape')} x seeds {', '.join(map(str, sorted({k[1] for k in judged})))}"
         f"{f'; {left_out} runs without both left out' if left_out else ''}): "
         f"{'HOLDS in every run' if held else 'DOES NOT HOLD in every run'}"
     )
