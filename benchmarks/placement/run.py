@@ -73,9 +73,9 @@ from .jobs import (
     policies,
 )
 from .metrics import PolicyMetrics, policy_metrics, trim_snapshot, workload_job
-from .report import goals, table
+from .report import CANDIDATES, goals, table
 from .stream import Job, StreamParameters, make_stream
-from .summary import RunKey, summary
+from .summary import RunKey, candidates, summary, verdict
 
 
 async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namespace) -> dict[str, Any]:
@@ -246,7 +246,8 @@ def _policy_order(name: str) -> tuple[int, float, str]:
 
 
 def print_runs(runs: dict[RunKey, dict[str, dict[str, Any]]]) -> None:
-    """Each run's table and goals, then (over several runs) the summary across seeds and shapes."""
+    """Each run's table (and issue 10's goals when it has ``auto`` or ``auto-preferred``), then the
+    summary across seeds and shapes (over several runs), or the target of each ``auto`` policy (one run)."""
     results: dict[RunKey, dict[str, PolicyMetrics]] = {}
     for key, snapshots in runs.items():
         results[key] = {name: policy_metrics(s) for name, s in snapshots.items()}
@@ -256,10 +257,13 @@ def print_runs(runs: dict[RunKey, dict[str, dict[str, Any]]]) -> None:
         if loads:
             print(f"1-minute load average at the start and end of each policy: {loads}")
         print(table(results[key]))
-        print(goals(results[key]))
+        if any(name in results[key] for name in CANDIDATES):
+            print(goals(results[key]))
         print()
     if len(results) > 1:
         print(summary(results))
+    else:
+        print("\n\n".join(verdict(results, name) for name in candidates(results)))
 
 
 def _patience(text: str) -> str:

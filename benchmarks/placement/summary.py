@@ -259,9 +259,10 @@ def verdict(runs: Mapping[RunKey, Mapping[str, PolicyMetrics]], name: str, targe
         mark = "met   " if len(met) == len(judged) else "MISSED"
         lines.append(f"  {mark} {text}: in {len(met)} of {len(judged)} runs; {detail}")
     left_out = len(runs) - len(judged)
+    seeds = ", ".join(map(str, sorted({k[1] for k in judged})))
     head = (
-        f"target for {name} against {BASELINE}, over {len(judged)} runs "
-        f"({_plural(len({k[0] for k in judged}), 'shape')} x seeds {', '.join(map(str, sorted({k[1] for k in judged})))}"
+        f"target for {name} against {BASELINE}, over {_plural(len(judged), 'run')} "
+        f"({_plural(len({k[0] for k in judged}), 'shape')} x seeds {seeds}"
         f"{f'; {left_out} runs without both left out' if left_out else ''}): "
         f"{'HOLDS in every run' if held else 'DOES NOT HOLD in every run'}"
     )
