@@ -46,7 +46,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,7 @@ from .jobs import (
 )
 from .metrics import PolicyMetrics, policy_metrics, trim_snapshot, workload_job
 from .report import CANDIDATES, goals, table
-from .stream import Job, StreamParameters, make_stream
+from .stream import Job, StreamParameters, describe_stream, make_stream
 from .summary import RunKey, candidates, summary, verdict
 
 
@@ -189,16 +188,6 @@ def run_one(
     for error in raw["errors"][:5]:
         print(f"    create error: {error}", flush=True)
     return snapshot
-
-
-def describe_stream(jobs: Sequence[Job]) -> str:
-    sizes = Counter(f"{j.pods}x{j.gpus_per_pod}GPU" if j.gpus_per_pod < 8 else f"{j.pods} nodes" for j in jobs)
-    pods = sum(j.pods for j in jobs)
-    gpu_seconds = sum(j.gpus * j.runtime for j in jobs)
-    order = sorted(sizes, key=lambda s: (("GPU" in s), int(s.split()[0].split("x")[0])))
-    return f"{len(jobs)} jobs, {pods} pods, {gpu_seconds:,} GPU-seconds asked; " + ", ".join(
-        f"{s}: {sizes[s]}" for s in order
-    )
 
 
 def _load() -> float:
