@@ -117,10 +117,10 @@ bench-apiserver: install
 	$(PYTHON) benchmarks/bench_faults.py
 	$(PYTHON) benchmarks/bench_fail_safe.py
 
-# Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" (python -m benchmarks.placement --help).
+# Options of the placement benchmark, e.g. PLACEMENT_ARGS="--shape 1x2x2x4 --horizon 120" or "--seeds 1,2,3 --shapes 1x2x2x4,2x2x4x4 --patience 20s" (python -m benchmarks.placement --help).
 PLACEMENT_ARGS ?=
 
-## Placement quality of four topology policies (none, required and preferred at layer 3, auto) on the simulated cluster with Kueue: one table (default 256 nodes: about 45 minutes on 2 busy cores).
+## Placement quality of the topology policies (none, required and preferred at layer 3, auto, auto-preferred, auto-patient) on the simulated cluster with Kueue: a table per seed and shape, a summary over them (default one seed, 256 nodes: about an hour on 2 busy cores).
 bench-placement: install
 	nice $(PYTHON) -m benchmarks.placement $(PLACEMENT_ARGS)
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.dynamic import DynamicClient
 
+from benchmarks.placement.jobs import job_jobset
 from benchmarks.placement.metrics import pod_job_and_role, workload_job
-from benchmarks.placement.run import job_jobset
 from benchmarks.placement.stream import Job
 from e2e import devcluster
 from e2e.conftest import E2ECluster

@@ -1,10 +1,10 @@
-"""The placement benchmark's job shapes (benchmarks/placement/run.py): what each job of the stream
+"""The placement benchmark's job shapes (benchmarks/placement/jobs.py): what each job of the stream
 is submitted as. That Kueue, the JobSet controller and KWOK run a JobSet of this shape to
 completion is checked on the real cluster (e2e/test_jobset_controller.py)."""
 
 from __future__ import annotations
 
-from benchmarks.placement.run import DRIVER_PORT, LOCAL_QUEUE, QUEUE_LABEL, job_jobset, job_pods
+from benchmarks.placement.jobs import DRIVER_PORT, LOCAL_QUEUE, QUEUE_LABEL, job_jobset, job_pods
 from benchmarks.placement.stream import Job
 
 

@@ -10,7 +10,10 @@ A snapshot (:func:`trim_snapshot` makes one from the API server's objects) is pl
 - ``workloads``: each Workload's name, its job (:func:`workload_job`), ``creationTimestamp``,
   conditions and ``status.admission.podSetAssignments`` (name, count, ``topologyAssignment``);
 - ``pods``: each pod's name, job, role (``driver``/``worker``), Kueue's ``role-hash`` annotation
-  (the podset of a pod group's pod) and ``spec.nodeName``.
+  (the podset of a pod group's pod) and ``spec.nodeName``;
+- ``widened`` (newer snapshots): job → the steps of the governor's topology widening recorded on
+  the job's object (the JobSet's ``kueue-governor.io/widened`` annotation, a JSON list), for the
+  jobs with at least one.
 
 A job is a JobSet (its pods labelled ``jobset.sigs.k8s.io/jobset-name`` and
 ``…/replicatedjob-name``, ``driver`` or ``workers``; its Workload owned by the JobSet, one podset
@@ -41,12 +44,15 @@ Definitions (all from the snapshot, nothing from memory of the run):
   creates a JobSet's Workload when it sees the JobSet, a pod group's once all its pods exist, so
   this is how late the stream was submitted and taken up: the API server's and Kueue's pace under
   load);
+- **widened**: jobs the governor widened at least once (their patience ran out while Kueue's TAS
+  could not place them), and their steps in all;
 - **off assignment**: admitted jobs with a bound pod whose node is not a host of the assignment
   (the pods' ``spec.nodeName`` against the topology assignment, as multisets).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -55,6 +61,7 @@ from datetime import datetime
 from typing import Any
 
 from e2e.support import decode_topology_assignment
+from webhook.core.plan.widen_history import WIDENED
 
 __all__ = [
     "HOSTNAME",
@@ -116,9 +123,11 @@ def trim_snapshot(
     nodes: Sequence[Mapping[str, Any]],
     workloads: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
+    owners: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """``base`` (levels, gpus_per_node, node_count, t0, horizon, end, jobs) plus the fields of the
-    API server's Node, Workload and Pod objects the metrics read (the shape in the module doc)."""
+    API server's Node, Workload and Pod objects and the jobs' own objects (``owners``, the
+    JobSets) the metrics read (the shape in the module doc)."""
     levels = list(base["levels"])
     return {
         **base,
@@ -153,7 +162,18 @@ def trim_snapshot(
             }
             for p in pods
         ],
+        "widened": {o["metadata"]["name"]: _steps(o) for o in owners if _steps(o)},
     }
+
+
+def _steps(owner: Mapping[str, Any]) -> int:
+    """Steps in an object's widening history (:data:`WIDENED`); 0 without one, or one unreadable."""
+    text = ((owner.get("metadata") or {}).get("annotations") or {}).get(WIDENED)
+    try:
+        steps = json.loads(text) if text else []
+    except ValueError:
+        return 0
+    return len(steps) if isinstance(steps, list) else 0
 
 
 def smallest_feasible_level(
@@ -279,6 +299,8 @@ class PolicyMetrics:
     off_assignment: int
     creation_lag_mean: float | None
     creation_lag_max: float | None
+    widened: int = 0
+    widening_steps: int = 0
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -352,4 +374,6 @@ def policy_metrics(snapshot: Mapping[str, Any]) -> PolicyMetrics:
         off_assignment=sum(1 for p in admitted if p.off_assignment),
         creation_lag_mean=_mean(lags),
         creation_lag_max=max(lags, default=None),
+        widened=len(snapshot.get("widened") or {}),
+        widening_steps=sum((snapshot.get("widened") or {}).values()),
     )

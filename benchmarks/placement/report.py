@@ -38,6 +38,7 @@ def table(results: Mapping[str, PolicyMetrics]) -> str:
         ("GPU utilisation over the horizon", lambda m: _share(m.utilisation)),
         ("wait mean (s)", lambda m: _number(m.wait_mean, 1)),
         ("wait p95 (s)", lambda m: _number(m.wait_p95, 1)),
+        ("jobs widened (steps)", lambda m: f"{m.widened} ({m.widening_steps})"),
         ("jobs with pods off their assignment", lambda m: str(m.off_assignment)),
         ("arrival to Workload, mean (s)", lambda m: _number(m.creation_lag_mean, 1)),
         ("arrival to Workload, max (s)", lambda m: _number(m.creation_lag_max, 1)),

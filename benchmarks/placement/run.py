@@ -1,4 +1,4 @@
-"""Placement benchmark on real Kueue: four topology policies, one seeded job stream, one table.
+"""Placement benchmark on real Kueue: topology policies on seeded job streams, per seed and shape.
 
 For each policy in turn a fresh simulated cluster (``e2e.devcluster``: kube-apiserver, Kueue
 v0.19.2, kube-controller-manager, kube-scheduler, the JobSet controller for JobSets, KWOK nodes
@@ -10,17 +10,7 @@ runs each bound pod and completes it after the job's run time. Observation ends 
 has finished, or ``--drain`` seconds after the horizon. Then the Nodes, Workloads and Pods are
 read and :mod:`.metrics` computes the figures.
 
-Job shapes (``--shape-kind``):
-
-- ``jobset`` (default): one JobSet (``jobset.x-k8s.io/v1alpha2``) with a replicatedJob ``driver``
-  (one Job of one pod, its container declaring a port) and, with workers, a replicatedJob
-  ``workers`` (one Job of ``workers`` pods, parallelism = completions); Kueue makes one Workload of
-  it with a podset per replicatedJob, and the governor sees the whole job in one admission
-  request (what topology mode ``auto`` needs to place driver and workers together);
-- ``podgroup``: a Kueue pod group (plain Pods labelled ``kueue.x-k8s.io/pod-group-name``,
-  ``pod-group-total-count`` annotated), a driver pod whose container declares a port (so Kueue
-  gives it a role of its own: a podset) and its workers. Each Pod reaches the governor alone, so
-  a rule that needs the whole job cannot apply.
+Job shapes (``--shape-kind``, a JobSet or a pod group) and policies: :mod:`.jobs`.
 
 Policies (the team's ``policy.topology`` in the platform file):
 
@@ -31,10 +21,18 @@ Policies (the team's ``policy.topology`` in the platform file):
 - ``auto``: ``mode: auto`` with no ``level`` (whatever the governor's ``auto`` does: ``required``
   at the level it picks, the default ``autoConstraint``);
 - ``auto-preferred``: the same with ``autoConstraint: preferred``, so that one run measures both
-  and decides the default.
+  and decides the default;
+- ``auto-patient``: ``mode: auto`` with a ``patience`` (``--patience``): a Workload pending for
+  topology longer than that is widened by ``kgov serve``; several patiences give one policy each
+  (``auto-patient-30s``...), the frontier of patience against locality and wait.
+
+Several seeds (``--seeds``) and cluster shapes (``--shapes``) make several *runs*, each every
+policy on one seed's stream on one shape; :mod:`.summary` then gives each figure per seed, its
+spread, and each ``auto`` policy's ratio to ``implicit`` of the same run.
 
     python -m benchmarks.placement                                # 4x4x4x4: 256 nodes (long)
     python -m benchmarks.placement --shape 1x2x2x4 --horizon 120  # 16 nodes, a few minutes per policy
+    python -m benchmarks.placement --seeds 1,2,3 --shapes 2x2x4x4,1x2x2x4 --policies implicit,auto-patient
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,168 +53,28 @@ from typing import Any
 import yaml
 
 from e2e import devcluster
-from e2e.manifests import INSTANCE_TYPE_LABEL, TOPOLOGY_LEVELS, TopologyShape
-from e2e.support import GPU, KUEUE_API, PAUSE_IMAGE, create, is_true, list_objects
+from e2e.manifests import TOPOLOGY_LEVELS, TopologyShape
+from e2e.support import KUEUE_API, create, is_true, list_objects
 
-from .metrics import JOB_LABEL, ROLE_LABEL, PolicyMetrics, policy_metrics, trim_snapshot, workload_job
-from .report import goals, table
-from .stream import Job, StreamParameters, make_stream
-
-NAMESPACE = "bench"
-LOCAL_QUEUE = "bench-queue"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
-COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
-COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
-DRIVER_PORT = 29500  # torch.distributed's usual master port
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-SHAPE_DESCRIPTIONS = {
-    "jobset": "one JobSet each (replicatedJobs driver and workers; the governor sees the whole job)",
-    "podgroup": "one Kueue pod group of Pods each (driver and workers; the governor sees one Pod at a time)",
-}
-SHAPE_KINDS = tuple(SHAPE_DESCRIPTIONS)
-RACK = TOPOLOGY_LEVELS[2]
-
-#: (name, the team's topology rule) in the order they run.
-POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("implicit", {"mode": "none"}),
-    ("required-L3", {"mode": "required", "level": RACK}),
-    ("preferred-L3", {"mode": "preferred", "level": RACK}),
-    ("auto", {"mode": "auto"}),
-    ("auto-preferred", {"mode": "auto", "autoConstraint": "preferred"}),
+from .jobs import (
+    DEFAULT_PATIENCE,
+    JOBSET_API,
+    NAMESPACE,
+    PATIENT,
+    POLICY_NAMES,
+    SHAPE_DESCRIPTIONS,
+    SHAPE_KINDS,
+    WIDENING_OPTIONS,
+    job_jobset,
+    job_pods,
+    patience_order,
+    platform_file,
+    policies,
 )
-
-
-def platform_file(shape: TopologyShape, topology_rule: dict[str, Any]) -> dict[str, Any]:
-    """One team, ``bench``, in namespace ``bench``, with the whole cluster as quota (so only the
-    nodes, never the quota, limit admission) and ``topology_rule`` as its topology policy."""
-    nodes = shape.node_count
-    return {
-        "apiVersion": "kueue-governor.io/v1alpha1",
-        "kind": "Platform",
-        "topologies": [{"name": "network", "levels": list(TOPOLOGY_LEVELS)}],
-        "flavors": [
-            {
-                "name": "gpu-node",
-                "nodeLabels": {INSTANCE_TYPE_LABEL: shape.instance_type},
-                "topologyName": "network",
-                "nodeResources": {"cpu": 192, GPU: shape.gpus_per_node},
-            }
-        ],
-        "teams": [
-            {
-                "name": NAMESPACE,
-                "quotas": [
-                    {
-                        "flavor": "gpu-node",
-                        "resources": {
-                            "cpu": {"nominalQuota": nodes * 192},
-                            GPU: {"nominalQuota": nodes * shape.gpus_per_node},
-                        },
-                    }
-                ],
-                "policy": {"topology": topology_rule},
-            }
-        ],
-    }
-
-
-def _container(job: Job, driver: bool) -> dict[str, Any]:
-    """The one container of a pod of ``job``: ``job.gpus_per_pod`` GPUs and 4 CPUs per GPU; the
-    driver's declares the port :data:`DRIVER_PORT`."""
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": PAUSE_IMAGE,
-        "resources": {
-            "requests": {"cpu": str(4 * job.gpus_per_pod), GPU: str(job.gpus_per_pod)},
-            "limits": {GPU: str(job.gpus_per_pod)},
-        },
-    }
-    if driver:
-        container["ports"] = [{"containerPort": DRIVER_PORT, "name": "master"}]
-    return container
-
-
-def _completion(job: Job) -> dict[str, str]:
-    """KWOK's pod-complete annotations: each pod Succeeded ``job.runtime`` seconds after it runs."""
-    return {COMPLETE_DELAY: f"{job.runtime}s", COMPLETE_JITTER: f"{job.runtime}s"}
-
-
-def job_jobset(job: Job) -> dict[str, Any]:
-    """One job as a JobSet in the team's LocalQueue: replicatedJob ``driver`` (one Job of one
-    pod) and, when ``job.workers``, ``workers`` (one Job of ``job.workers`` pods), each pod as
-    :func:`_container` says, completed by KWOK ``job.runtime`` seconds after it runs.
-
-    No JobSet webhook runs in the benchmark's cluster, so the fields JobSet's defaulting webhook
-    (v0.12.0, ``pkg/webhooks/jobset_webhook.go``) would set are written here: success policy
-    ``All``, startup policy ``AnyOrder``, Indexed completion, the network block (DNS hostnames off:
-    no headless Service per job, nothing here resolves names). Kueue suspends it on creation.
-    """
-
-    def replicated_job(name: str, pods: int) -> dict[str, Any]:
-        return {
-            "name": name,
-            "replicas": 1,
-            "template": {
-                "spec": {
-                    "parallelism": pods,
-                    "completions": pods,
-                    "completionMode": "Indexed",
-                    "backoffLimit": 0,
-                    "template": {
-                        "metadata": {"annotations": _completion(job)},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "terminationGracePeriodSeconds": 1,
-                            "containers": [_container(job, driver=name == "driver")],
-                        },
-                    },
-                }
-            },
-        }
-
-    replicated = [replicated_job("driver", 1)]
-    if job.workers:
-        replicated.append(replicated_job("workers", job.workers))
-    return {
-        "apiVersion": JOBSET_API,
-        "kind": "JobSet",
-        "metadata": {"name": job.name, "namespace": NAMESPACE, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
-        "spec": {
-            "replicatedJobs": replicated,
-            "successPolicy": {"operator": "All"},
-            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
-            "network": {"enableDNSHostnames": False, "publishNotReadyAddresses": True},
-        },
-    }
-
-
-def job_pods(job: Job) -> list[dict[str, Any]]:
-    """The pods of one job: a Kueue pod group of a driver (container port :data:`DRIVER_PORT`, a
-    role of its own) and ``job.workers`` workers, each asking for ``job.gpus_per_pod`` GPUs and 4
-    CPUs per GPU, completed by KWOK ``job.runtime`` seconds after they run."""
-    pods = []
-    for index in range(job.pods):
-        role = "driver" if index == 0 else "worker"
-        pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{job.name}-{'driver' if index == 0 else f'worker-{index}'}",
-                    "namespace": NAMESPACE,
-                    "labels": {QUEUE_LABEL: LOCAL_QUEUE, GROUP_NAME: job.name, JOB_LABEL: job.name, ROLE_LABEL: role},
-                    "annotations": {GROUP_TOTAL: str(job.pods), **_completion(job)},
-                },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [_container(job, driver=role == "driver")],
-                },
-            }
-        )
-    return pods
+from .metrics import PolicyMetrics, policy_metrics, trim_snapshot, workload_job
+from .report import CANDIDATES, goals, table
+from .stream import Job, StreamParameters, describe_stream, make_stream
+from .summary import RunKey, candidates, summary, verdict
 
 
 async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namespace) -> dict[str, Any]:
@@ -277,6 +134,9 @@ async def run_policy(kubeconfig: str, jobs: Sequence[Job], args: argparse.Namesp
             "nodes": await list_objects(dynamic, "v1", "Node"),
             "workloads": await list_objects(dynamic, KUEUE_API, "Workload", NAMESPACE),
             "pods": await list_objects(dynamic, "v1", "Pod", NAMESPACE),
+            "owners": await list_objects(dynamic, JOBSET_API, "JobSet", NAMESPACE)
+            if args.shape_kind == "jobset"
+            else [],
         }
 
 
@@ -286,11 +146,11 @@ def run_one(
     """A fresh cluster, the policy's platform and governor, the stream; the trimmed snapshot."""
     platform_path = root.parent / f"platform-{name}.yaml"
     platform_path.write_text(yaml.safe_dump(platform_file(shape, rule), sort_keys=False))
-    started = time.monotonic()
+    started, load_before = time.monotonic(), _load()
     try:
         info = devcluster.up(root, shape=shape, jobset_controller=args.shape_kind == "jobset")
         devcluster.apply_platform(root, platform_path)
-        devcluster.start_governor(root, platform_path)
+        devcluster.start_governor(root, platform_path, extra=WIDENING_OPTIONS)
         print(f"  {name}: cluster up in {time.monotonic() - started:.0f} s; submitting {len(jobs)} jobs", flush=True)
         raw = asyncio.run(run_policy(info.kubeconfig, jobs, args))
     finally:
@@ -307,6 +167,7 @@ def run_one(
         "end": raw["end"],
         "lag": raw["lag"],
         "errors": raw["errors"],
+        "load": [load_before, _load()],
         "jobs": [
             {
                 "name": j.name,
@@ -318,10 +179,10 @@ def run_one(
             for j in jobs
         ],
     }
-    snapshot = trim_snapshot(base, raw["nodes"], raw["workloads"], raw["pods"])
+    snapshot = trim_snapshot(base, raw["nodes"], raw["workloads"], raw["pods"], raw["owners"])
     print(
         f"  {name}: observed {raw['end']:.0f} s, worst submission lag {raw['lag']:.1f} s, "
-        f"{len(raw['errors'])} create errors",
+        f"{len(raw['errors'])} create errors, 1-minute load average {load_before:.1f} then {_load():.1f}",
         flush=True,
     )
     for error in raw["errors"][:5]:
@@ -329,42 +190,95 @@ def run_one(
     return snapshot
 
 
-def describe_stream(jobs: Sequence[Job]) -> str:
-    sizes = Counter(f"{j.pods}x{j.gpus_per_pod}GPU" if j.gpus_per_pod < 8 else f"{j.pods} nodes" for j in jobs)
-    pods = sum(j.pods for j in jobs)
-    gpu_seconds = sum(j.gpus * j.runtime for j in jobs)
-    order = sorted(sizes, key=lambda s: (("GPU" in s), int(s.split()[0].split("x")[0])))
-    return f"{len(jobs)} jobs, {pods} pods, {gpu_seconds:,} GPU-seconds asked; " + ", ".join(
-        f"{s}: {sizes[s]}" for s in order
-    )
+def _load() -> float:
+    return os.getloadavg()[0]
 
 
-def print_saved(directory: Path, policies: Sequence[str]) -> int:
-    """The table of the snapshots ``<policy>.json`` in ``directory`` (those present, in policy
-    order); 2 with a message when none is there or they are not of one stream."""
-    snapshots = {}
-    for name in policies:
-        path = directory / f"{name}.json"
-        if path.is_file():
-            snapshots[name] = json.loads(path.read_text())
-    if not snapshots:
-        print(f"error: no snapshot <policy>.json of {', '.join(policies)} in {directory}", file=sys.stderr)
-        return 2
-    streams = {json.dumps(s["jobs"], sort_keys=True) for s in snapshots.values()}
-    if len(streams) != 1:
-        print(f"error: the snapshots in {directory} are not of one stream (their jobs differ)", file=sys.stderr)
-        return 2
-    first = next(iter(snapshots.values()))
-    print(first.get("header") or f"snapshots from {directory}")
-    print(table({name: policy_metrics(s) for name, s in snapshots.items()}))
-    print(goals({name: policy_metrics(s) for name, s in snapshots.items()}))
-    return 0
+def run_directory(output: Path, shape: str, seed: int) -> Path:
+    """Where ``--output`` keeps one run's snapshots: ``DIR/<shape>-seed-<seed>/``."""
+    return output / f"{shape}-seed-{seed}"
+
+
+def load_saved(directory: Path) -> dict[RunKey, dict[str, dict[str, Any]]]:
+    """The snapshots ``<policy>.json`` an earlier run wrote with ``--output directory``: in
+    ``directory`` itself (one run, the earlier layout) and in each of its subdirectories (one run
+    each), keyed by the run's shape and seed (read from the snapshot; an older one without them is
+    keyed by its directory's name and seed 0), policies in :data:`POLICY_NAMES` order.
+
+    Raises:
+        ValueError: no snapshot, or the snapshots of one run are not of one stream.
+    """
+    runs: dict[RunKey, dict[str, dict[str, Any]]] = {}
+    for folder in [directory, *sorted(p for p in directory.iterdir() if p.is_dir())]:
+        found = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+        if not found:
+            continue
+        snapshots = dict(sorted(found.items(), key=lambda kv: _policy_order(kv[0])))
+        streams = {json.dumps(s["jobs"], sort_keys=True) for s in snapshots.values()}
+        if len(streams) != 1:
+            raise ValueError(f"the snapshots in {folder} are not of one stream (their jobs differ)")
+        first = next(iter(snapshots.values()))
+        runs[(str(first.get("shape", folder.name)), int(first.get("seed", 0)))] = snapshots
+    if not runs:
+        raise ValueError(f"no snapshot <policy>.json in {directory} or its subdirectories")
+    return runs
+
+
+def _policy_order(name: str) -> tuple[int, float, str]:
+    """Sort key of a snapshot's policy name: :data:`POLICY_NAMES` order, patiences ascending."""
+    if name.startswith(f"{PATIENT}-"):
+        try:
+            return POLICY_NAMES.index(PATIENT), patience_order(name.removeprefix(f"{PATIENT}-")), name
+        except ValueError:
+            pass
+    return (POLICY_NAMES.index(name) if name in POLICY_NAMES else len(POLICY_NAMES)), 0.0, name
+
+
+def print_runs(runs: dict[RunKey, dict[str, dict[str, Any]]]) -> None:
+    """Each run's table (and issue 10's goals when it has ``auto`` or ``auto-preferred``), then the
+    summary across seeds and shapes (over several runs), or the target of each ``auto`` policy (one run)."""
+    results: dict[RunKey, dict[str, PolicyMetrics]] = {}
+    for key, snapshots in runs.items():
+        results[key] = {name: policy_metrics(s) for name, s in snapshots.items()}
+        first = next(iter(snapshots.values()))
+        print(first.get("header") or f"run {key[0]} seed {key[1]}")
+        loads = ", ".join(f"{n} {s['load'][0]:.1f}-{s['load'][1]:.1f}" for n, s in snapshots.items() if "load" in s)
+        if loads:
+            print(f"1-minute load average at the start and end of each policy: {loads}")
+        print(table(results[key]))
+        if any(name in results[key] for name in CANDIDATES):
+            print(goals(results[key]))
+        print()
+    if len(results) > 1:
+        print(summary(results))
+    else:
+        print("\n\n".join(verdict(results, name) for name in candidates(results)))
+
+
+def _patience(text: str) -> str:
+    patience_order(text.strip())
+    return text.strip()
+
+
+def _list(text: str, convert: Any, option: str) -> list[Any]:
+    try:
+        values = [convert(item) for item in text.split(",") if item.strip()]
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
+    if not values:
+        raise ValueError(f"{option}: give at least one value")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="4x4x4x4", help="fake nodes SxBxRxH (default 4x4x4x4: 256 nodes)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--shapes",
+        "--shape",
+        default="4x4x4x4",
+        help="fake nodes SxBxRxH, comma-separated for several (default 4x4x4x4: 256 nodes)",
+    )
+    parser.add_argument("--seeds", "--seed", default="1", help="seeds of the stream, comma-separated (default 1)")
     parser.add_argument("--horizon", type=float, default=300.0, help="seconds over which jobs arrive")
     parser.add_argument("--load", type=float, default=0.9, help="offered load (node-seconds per node-second)")
     parser.add_argument("--min-runtime", type=int, default=15, help="seconds")
@@ -382,66 +296,97 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--policies",
-        default=",".join(n for n, _ in POLICIES),
-        help="comma-separated subset of " + ", ".join(n for n, _ in POLICIES),
+        default=",".join(POLICY_NAMES),
+        help="comma-separated subset of " + ", ".join(POLICY_NAMES),
     )
-    parser.add_argument("--output", type=Path, help="directory for each policy's snapshot (JSON)")
+    parser.add_argument(
+        "--patience",
+        default=DEFAULT_PATIENCE,
+        help=f"{PATIENT}'s patience (90s, 5m, 1h30m or never); comma-separated for a frontier, one policy "
+        f"each (default {DEFAULT_PATIENCE}, the platform file's)",
+    )
+    parser.add_argument(
+        "--output", type=Path, help="directory for each run's snapshots (JSON), DIR/<shape>-seed-<seed>/"
+    )
     parser.add_argument(
         "--from",
         dest="from_dir",
         type=Path,
-        help="no cluster: print the table from the snapshots an earlier run wrote with --output",
+        help="no cluster: print the tables from the snapshots an earlier run wrote with --output",
     )
     args = parser.parse_args(argv)
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so each cluster is stopped by its ``finally``
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.from_dir is not None:
+        try:
+            print_runs(load_saved(args.from_dir))
+        except (OSError, ValueError, KeyError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
     try:
-        shape = TopologyShape.parse(args.shape)
-        parameters = StreamParameters(
-            seed=args.seed,
-            nodes=shape.node_count,
-            gpus_per_node=shape.gpus_per_node,
-            horizon=args.horizon,
-            load=args.load,
-            min_runtime=args.min_runtime,
-            max_runtime=args.max_runtime,
-            max_job_nodes=args.max_job_nodes,
-            small_share=args.small_share,
-        )
-        jobs = make_stream(parameters)
+        shapes = _list(args.shapes, TopologyShape.parse, "--shapes")
+        seeds = _list(args.seeds, int, "--seeds")
+        patiences = _list(args.patience, _patience, "--patience")
+        chosen = policies(args.policies.split(","), patiences)
+        streams = {(str(shape), seed): stream_parameters(shape, seed, args) for shape in shapes for seed in seeds}
+        jobs_of = {key: make_stream(parameters) for key, parameters in streams.items()}
     except ValueError as error:
         parser.error(str(error))
-    chosen = [p for p in POLICIES if p[0] in args.policies.split(",")]
-    unknown = set(args.policies.split(",")) - {n for n, _ in POLICIES}
-    if unknown or not chosen:
-        parser.error(f"--policies: unknown {sorted(unknown)}; choose from {[n for n, _ in POLICIES]}")
-    header = (
-        f"placement benchmark: python {python_platform.python_version()}, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.1f}\n"
-        f"cluster {shape} ({shape.node_count} nodes x {shape.gpus_per_node} GPUs; "
-        f"{shape.racks * shape.hosts} nodes per layer-2 block, {shape.hosts} per layer-3 rack)\n"
-        f"stream: {parameters.describe()}\n"
-        f"        {describe_stream(jobs)}\n"
-        f"jobs: {SHAPE_DESCRIPTIONS[args.shape_kind]}\n"
-        f"observation: until every job finished or {args.drain:.0f} s after the horizon; a fresh cluster per policy"
-    )
-    if args.from_dir is not None:
-        return print_saved(args.from_dir, [name for name, _ in chosen])
-    print(header, flush=True)
-    results: dict[str, PolicyMetrics] = {}
+    shape_of = {str(shape): shape for shape in shapes}
+    runs: dict[RunKey, dict[str, dict[str, Any]]] = {}
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kgov-placement-") as state:
         root = Path(state) / "cluster"
-        for name, rule in chosen:
-            snapshot = {"header": header, **run_one(name, rule, shape, jobs, root, args)}
-            if args.output is not None:
-                args.output.mkdir(parents=True, exist_ok=True)
-                (args.output / f"{name}.json").write_text(json.dumps(snapshot, indent=1) + "\n")
-            results[name] = policy_metrics(snapshot)
+        for key, parameters in streams.items():
+            shape, jobs = shape_of[key[0]], jobs_of[key]
+            header = (
+                f"placement benchmark: python {python_platform.python_version()}, {os.cpu_count()} CPUs, "
+                f"load {_load():.1f}\n"
+                f"cluster {shape} ({shape.node_count} nodes x {shape.gpus_per_node} GPUs; "
+                f"{shape.racks * shape.hosts} nodes per layer-2 block, {shape.hosts} per layer-3 rack)\n"
+                f"stream: {parameters.describe()}\n"
+                f"        {describe_stream(jobs)}\n"
+                f"jobs: {SHAPE_DESCRIPTIONS[args.shape_kind]}\n"
+                f"observation: until every job finished or {args.drain:.0f} s after the horizon; "
+                "a fresh cluster per policy"
+            )
+            print(header, flush=True)
+            runs[key] = {}
+            for name, rule in chosen:
+                snapshot = {
+                    "header": header,
+                    "shape": key[0],
+                    "seed": key[1],
+                    **run_one(name, rule, shape, jobs, root, args),
+                }
+                runs[key][name] = snapshot
+                if args.output is not None:
+                    folder = run_directory(args.output, *key)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / f"{name}.json").write_text(json.dumps(snapshot, indent=1) + "\n")
     print()
-    print(header)
-    print(table(results))
-    print(goals(results))
+    print_runs(runs)
+    print(
+        f"\n{len(runs)} runs x {len(chosen)} policies in {(time.monotonic() - started) / 60:.0f} minutes; "
+        f"1-minute load average at the end: {_load():.1f} on {os.cpu_count()} CPUs"
+    )
     return 0
+
+
+def stream_parameters(shape: TopologyShape, seed: int, args: argparse.Namespace) -> StreamParameters:
+    """The stream of one run: ``seed`` on ``shape``'s nodes, the rest from the options."""
+    return StreamParameters(
+        seed=seed,
+        nodes=shape.node_count,
+        gpus_per_node=shape.gpus_per_node,
+        horizon=args.horizon,
+        load=args.load,
+        min_runtime=args.min_runtime,
+        max_runtime=args.max_runtime,
+        max_job_nodes=args.max_job_nodes,
+        small_share=args.small_share,
+    )
 
 
 if __name__ == "__main__":

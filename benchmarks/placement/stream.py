@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["NODE_SIZES", "Job", "StreamParameters", "make_stream"]
+__all__ = ["NODE_SIZES", "Job", "StreamParameters", "describe_stream", "make_stream"]
 
 #: Whole-node job sizes (nodes) and their relative weights.
 NODE_SIZES: tuple[tuple[int, float], ...] = ((1, 15), (2, 18), (4, 18), (8, 14), (16, 10), (32, 6), (64, 4))
@@ -118,3 +120,15 @@ def make_stream(parameters: StreamParameters) -> list[Job]:
         Job(index=i, arrival=round(t, 1), runtime=runtime, gpus_per_pod=gpus, workers=workers)
         for i, (t, (gpus, workers, runtime)) in enumerate(zip(times, draft, strict=True))
     ]
+
+
+def describe_stream(jobs: Sequence[Job]) -> str:
+    """One line on ``jobs``: their count, pods and GPU-seconds, and how many of each size
+    (``4 nodes`` for whole-node jobs, ``3x2GPU`` for sub-node ones), whole-node sizes first."""
+    sizes = Counter(f"{j.pods}x{j.gpus_per_pod}GPU" if j.gpus_per_pod < 8 else f"{j.pods} nodes" for j in jobs)
+    pods = sum(j.pods for j in jobs)
+    gpu_seconds = sum(j.gpus * j.runtime for j in jobs)
+    order = sorted(sizes, key=lambda s: (("GPU" in s), int(s.split()[0].split("x")[0])))
+    return f"{len(jobs)} jobs, {pods} pods, {gpu_seconds:,} GPU-seconds asked; " + ", ".join(
+        f"{s}: {sizes[s]}" for s in order
+    )
