@@ -65,25 +65,26 @@ def test_self_managed_renders_mint_a_new_ca_each_time_offline(helm: Helm) -> Non
 def test_the_server_is_told_to_keep_its_certificates(helm: Helm) -> None:
     _, objects = render(helm, **IN_CLUSTER, **{"certs.inCluster.extraDNSNames": '["kgov.example"]'})
     (pod,) = [one(objects, "Deployment")["spec"]["template"]["spec"]]
-    (container,) = pod["containers"]
-    args = container["args"]
-    assert args[args.index("--tls-cert-file=/etc/kueue-governor/tls/tls.crt") :][:10] == [
-        "--tls-cert-file=/etc/kueue-governor/tls/tls.crt",
-        "--tls-private-key-file=/etc/kueue-governor/tls/tls.key",
-        f"--certs-secret={FULLNAME}-certs",
-        f"--certs-dns-name={FULLNAME}.{NAMESPACE}.svc",
-        f"--certs-dns-name={FULLNAME}.{NAMESPACE}.svc.cluster.local",
-        "--certs-dns-name=kgov.example",
-        "--certs-days=90",
-        "--certs-ca-days=3650",
-        "--certs-interval=30",
-        "--mutating-webhook-configuration=kgov-governor",
-    ]
+    assert len(pod["containers"]) == 2  # server.processes: each process keeps and reads the pair
     (tls,) = [v for v in pod["volumes"] if v["name"] == "tls"]
     assert tls == {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
-    assert mount["readOnly"] is False
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    for container in pod["containers"]:
+        args = container["args"]
+        assert args[args.index("--tls-cert-file=/etc/kueue-governor/tls/tls.crt") :][:10] == [
+            "--tls-cert-file=/etc/kueue-governor/tls/tls.crt",
+            "--tls-private-key-file=/etc/kueue-governor/tls/tls.key",
+            f"--certs-secret={FULLNAME}-certs",
+            f"--certs-dns-name={FULLNAME}.{NAMESPACE}.svc",
+            f"--certs-dns-name={FULLNAME}.{NAMESPACE}.svc.cluster.local",
+            "--certs-dns-name=kgov.example",
+            "--certs-days=90",
+            "--certs-ca-days=3650",
+            "--certs-interval=30",
+            "--mutating-webhook-configuration=kgov-governor",
+        ]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+        assert mount["readOnly"] is False
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_rbac_names_the_secret_and_the_webhook_configuration(helm: Helm) -> None:
@@ -118,8 +119,8 @@ def test_other_modes_render_no_certificate_rbac(helm: Helm) -> None:
     _, objects = render(helm)
     names = {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "ClusterRole")}
     assert f"{FULLNAME}-certs" not in names
-    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert not [a for a in container["args"] if a.startswith("--certs-")]
+    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert containers and not [a for c in containers for a in c["args"] if a.startswith("--certs-")]
 
 
 def test_an_unknown_mode_is_refused_with_the_choices(helm: Helm) -> None:
