@@ -170,7 +170,7 @@ def test_a_podset_replaced_in_place_of_dataclasses_replace_keeps_every_other_fie
     ],
 )
 def test_the_planned_views_terms_are_the_terms_a_checked_read_gives(affinity: Any) -> None:
-    from webhook.core.kueue.view import required_terms, terms_of
+    from webhook.core.kueue.wellformed import required_terms, terms_of
 
     assert terms_of(affinity) == required_terms(affinity, ("spec", "affinity"), [])
     checked = required_terms(affinity, ("spec", "affinity"), [])

@@ -30,7 +30,7 @@ from webhook.core.kueue.wellformed import (
     expand_checked,
     maps_of,
     missing_templates,
-    node_selector_term,
+    required_terms,
     string_values,
     strings_at,
 )
@@ -51,8 +51,6 @@ __all__ = [
     "PodSet",
     "WorkloadView",
     "kueue_view",
-    "required_terms",
-    "terms_of",
 ]
 
 #: Podsets sharing this annotation are placed together (Kueue's cross-podset TAS, e.g. LWS).
@@ -190,31 +188,6 @@ def _name(obj: Mapping[str, Any], rule: PodSetRule, bindings: tuple[Key, ...], l
 def _upto_last_wildcard(template: PathPattern) -> PathPattern:
     """The pattern of the item a podset's template is in (its name field's holder); one per kind row."""
     return template[: len(template) - template[::-1].index("*")]
-
-
-_REQUIRED = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
-
-
-def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] | None:
-    """The required ``nodeSelectorTerms`` (None when the pod has none), each map and list on the
-    way checked."""
-    node: Any = affinity
-    for depth, key in enumerate(_REQUIRED):
-        node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
-    for where, term in maps_of(node, (*at, *_REQUIRED), problems):
-        node_selector_term(term, where, problems)
-    return node if isinstance(node, list) else None
-
-
-def terms_of(affinity: Any) -> list[Any] | None:
-    """:func:`required_terms` of an affinity already found well-formed: the same value, without
-    checking each map and list on the way again."""
-    node = affinity
-    for key in _REQUIRED:
-        if type(node) is not dict and not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node if isinstance(node, list) else None
 
 
 def _strings(value: Any, at: tuple[Key, ...], problems: Problems) -> Mapping[str, Any]:

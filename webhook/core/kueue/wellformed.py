@@ -40,9 +40,13 @@ __all__ = [
     "expand_checked",
     "is_extended_resource",
     "maps_of",
+    "missing_templates",
+    "node_selector_term",
     "quantity",
+    "required_terms",
     "string_values",
     "strings_at",
+    "terms_of",
 ]
 
 #: The largest value of the int32 count fields (Kubernetes ``int32``).
@@ -315,3 +319,28 @@ def missing_templates(node: Any, template: PathPattern, problems: Problems, keye
                 why = "the role's pods are built from it (Kueue never creates a Workload of an empty pod)"
                 problems.append(Problem((*path, *rest[:depth]), None, why, missing=True))
                 break
+
+
+_REQUIRED = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+
+
+def required_terms(affinity: Any, at: tuple[Key, ...], problems: Problems) -> list[Any] | None:
+    """The required ``nodeSelectorTerms`` (None when the pod has none), each map and list on the
+    way checked."""
+    node: Any = affinity
+    for depth, key in enumerate(_REQUIRED):
+        node = a_map(node, (*at, *_REQUIRED[:depth]), problems).get(key)
+    for where, term in maps_of(node, (*at, *_REQUIRED), problems):
+        node_selector_term(term, where, problems)
+    return node if isinstance(node, list) else None
+
+
+def terms_of(affinity: Any) -> list[Any] | None:
+    """:func:`required_terms` of an affinity already found well-formed: the same value, without
+    checking each map and list on the way again."""
+    node = affinity
+    for key in _REQUIRED:
+        if type(node) is not dict and not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node if isinstance(node, list) else None

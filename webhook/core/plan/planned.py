@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from webhook.core.kueue.injected import kueue_pod_spec
 from webhook.core.kueue.kinds import KINDS
-from webhook.core.kueue.view import GROUP_NAME, PodSet, WorkloadView, kueue_view, terms_of
+from webhook.core.kueue.view import GROUP_NAME, PodSet, WorkloadView, kueue_view
+from webhook.core.kueue.wellformed import terms_of
 from webhook.core.objects.paths import Key, PathPattern, lookup
 from webhook.core.plan.draft import Change
 
