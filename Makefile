@@ -74,6 +74,7 @@ lint: install $(ACTIONLINT)
 	$(VENV)/bin/lint-imports
 	$(ACTIONLINT) .github/workflows/*.yaml
 	@if git grep -nE '^(<<<<<<<|>>>>>>>)( |$$)' 2>/dev/null; then echo 'lint: merge conflict markers above' >&2; exit 1; fi
+	$(PYTHON) -m pytest e2e -m e2e --collect-only -q -p no:cacheprovider > /dev/null  # every e2e module imports
 
 $(ACTIONLINT):
 	mkdir -p $(dir $@)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from benchmarks.placement.run import COMPLETE_DELAY, COMPLETE_JITTER
+from benchmarks.placement.jobs import COMPLETE_DELAY, COMPLETE_JITTER
 from e2e import devcluster
 from e2e.conftest import E2ECluster
 from e2e.devcluster.trainer import start_trainer_controller, stop_trainer_controller
