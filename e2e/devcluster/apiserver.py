@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from e2e.devcluster.pki import token_of
 from e2e.devcluster.processes import (
     http_ok,
     log_tail,
@@ -93,7 +94,7 @@ def restart_apiserver(
     if info is None or pid is None:
         raise DevClusterError(f"no running cluster in {paths.root}; run `up` first")
     command = [part.decode() for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if part]
-    admin = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-admin," in line)
+    admin = token_of(paths, "kgov-admin")
     started = time.monotonic()
     # On SIGTERM the API server drains its connections (watches included) for up to 60 s itself.
     stop_process(paths, "kube-apiserver", timeout=90.0, signum=signal.SIGKILL if crash else signal.SIGTERM)

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from e2e.devcluster.client import api_client, apply, dynamic_client
-from e2e.devcluster.pki import write_kubeconfig
+from e2e.devcluster.pki import token_of, write_kubeconfig
 from e2e.devcluster.processes import (
     child_env,
     free_ports,
@@ -53,7 +53,7 @@ def _serve(
     extra: Sequence[str],
 ) -> tuple[list[str], dict[str, str]]:
     """The ``kgov serve`` command line and environment of a governor (see :func:`start_governor`)."""
-    token = next(line.split(",")[0] for line in paths.tokens.read_text().splitlines() if ",kgov-governor," in line)
+    token = token_of(paths, "kgov-governor")
     governor_kubeconfig = kubeconfig or paths.root / "governor.kubeconfig"
     if kubeconfig is None:
         write_kubeconfig(governor_kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kgov-governor", token)

@@ -13,7 +13,7 @@ import yaml
 
 from e2e import build
 from e2e.devcluster.controllers import CONTROLLER_BURST, CONTROLLER_QPS
-from e2e.devcluster.pki import JOBSET_USER, write_kubeconfig
+from e2e.devcluster.pki import JOBSET_USER, token_of, write_kubeconfig
 from e2e.devcluster.processes import free_ports, http_ok, process_alive, start_process, wait_until
 from e2e.devcluster.state import ClusterInfo, DevClusterError, Paths, load_info, save_info, state_dir
 
@@ -53,11 +53,7 @@ def start_jobset_controller(root: Path | None = None, timeout: float = 120.0) ->
         return info
     binary = build.ensure_binaries()["jobset"]
     webhook, metrics, health = free_ports(3)
-    token = next(
-        (line.split(",")[0] for line in paths.tokens.read_text().splitlines() if f",{JOBSET_USER}," in line), None
-    )
-    if token is None:
-        raise DevClusterError(f"the cluster in {paths.root} has no token for {JOBSET_USER}; start it again (down, up)")
+    token = token_of(paths, JOBSET_USER)
     kubeconfig = paths.root / "jobset.kubeconfig"
     write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "jobset-controller-manager", token)
     configuration = jobset_configuration(paths, {"webhook": webhook, "metrics": metrics, "health": health})

@@ -53,7 +53,7 @@ from e2e.devcluster.nodeconfig import (
     node_labels,
 )
 from e2e.devcluster.nodehost import NODE_IP, check_machine
-from e2e.devcluster.pki import write_kubeconfig
+from e2e.devcluster.pki import token_of, write_kubeconfig
 from e2e.devcluster.processes import free_ports, process_alive, start_process, stop_process, wait_until
 from e2e.devcluster.state import ClusterInfo, DevClusterError, Paths, load_info, save_info
 from e2e.manifests import TopologyShape
@@ -73,9 +73,11 @@ __all__ = [
 
 
 def _token_of(paths: Paths, user: str) -> str:
-    lines = paths.tokens.read_text().splitlines()
-    token = next((line.split(",")[0] for line in lines if f",{user}," in line), None)
-    return token or next(line.split(",")[0] for line in lines if ",kgov-admin," in line)
+    """``user``'s token, or the admin's for a cluster started before that user had one."""
+    try:
+        return token_of(paths, user)
+    except DevClusterError:
+        return token_of(paths, "kgov-admin")
 
 
 def _ctr(node: NodePaths, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from e2e.devcluster.state import Paths
+from e2e.devcluster.state import DevClusterError, Paths
 from webhook.certs import generate_ca, issue_serving_certificate, write_private
 
 # The JobSet controller's user: the service account its release manifests run it as. The governor
@@ -82,6 +82,19 @@ def write_pki(paths: Paths) -> dict[str, str]:
         "".join(f'{tokens[name]},{user},uid-{name},"system:masters"\n' for name, user in TOKEN_USERS.items()).encode(),
     )
     return tokens
+
+
+def token_of(paths: Paths, user: str) -> str:
+    """The bearer token of ``user`` in the cluster's static token file (``token,user,uid,groups``).
+
+    Raises:
+        DevClusterError: the file has no such user (a cluster started before the user was added).
+    """
+    for line in paths.tokens.read_text().splitlines():
+        fields = line.split(",")
+        if len(fields) > 1 and fields[1] == user:
+            return fields[0]
+    raise DevClusterError(f"the cluster in {paths.root} has no token for {user}; start it again (down, up)")
 
 
 def write_kubeconfig(path: Path, server: str, ca_pem: bytes, user: str, token: str) -> None:

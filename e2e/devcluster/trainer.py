@@ -20,7 +20,7 @@ import yaml
 from e2e import build
 from e2e.devcluster.client import apply, dynamic_client
 from e2e.devcluster.controllers import CONTROLLER_BURST, CONTROLLER_QPS
-from e2e.devcluster.pki import TRAINER_USER, write_kubeconfig
+from e2e.devcluster.pki import TRAINER_USER, token_of, write_kubeconfig
 from e2e.devcluster.processes import (
     child_env,
     free_ports,
@@ -85,11 +85,7 @@ def start_trainer_controller(root: Path | None = None, timeout: float = 120.0) -
         return info
     binary = build.ensure_binaries()["trainer"]
     webhook, metrics, health = free_ports(3)
-    token = next(
-        (line.split(",")[0] for line in paths.tokens.read_text().splitlines() if f",{TRAINER_USER}," in line), None
-    )
-    if token is None:
-        raise DevClusterError(f"the cluster in {paths.root} has no token for {TRAINER_USER}; start it again (down, up)")
+    token = token_of(paths, TRAINER_USER)
     kubeconfig = paths.root / "trainer.kubeconfig"
     write_kubeconfig(kubeconfig, info.apiserver_url, paths.ca_crt.read_bytes(), "kubeflow-trainer", token)
     config = paths.root / "trainer-config.yaml"
