@@ -152,7 +152,7 @@ async def chart_rbac(
     applied = [obj for obj in objects if obj["kind"] in RBAC_KINDS]
     for obj in applied:
         await devcluster.apply(dynamic, obj)
-    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    container, *_ = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]  # the first process
     policy_args = [arg for arg in container["args"] if arg.startswith("--policy")]
     account = one(objects, "ServiceAccount")["metadata"]["name"]
     spec = k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
