@@ -33,6 +33,7 @@ from e2e.conftest import E2ECluster
 from e2e.support import (
     Cleanup,
     Refused,
+    WaitTimeout,
     condition,
     create_with_warnings,
     get,
@@ -394,6 +395,14 @@ async def test_starting_what_kueue_has_not_admitted_is_undone_by_kueue(
         result = await asyncio.to_thread(run_kubectl, e2e_cluster.kubeconfig, tmp_path, *args, "-n", DATA_SCIENCE)
         assert result.returncode == 0, result.stderr
 
+    async def reasons() -> set[tuple[str, str, str | None]]:
+        events = await list_objects(dynamic, "v1", "Event", DATA_SCIENCE)
+        return {
+            (e["involvedObject"]["kind"], e["reason"], e.get("message"))
+            for e in events
+            if e["involvedObject"]["name"] in (name, gated["metadata"]["name"])
+        }
+
     async def stopped() -> bool:
         stored = await get(dynamic, "batch/v1", "Job", name, DATA_SCIENCE)
         pods = await list_objects(dynamic, "v1", "Pod", DATA_SCIENCE, label_selector=f"job-name={name}")
@@ -407,14 +416,18 @@ async def test_starting_what_kueue_has_not_admitted_is_undone_by_kueue(
         )
 
     await wait_for(stopped, "Kueue to suspend the Job again and delete the ungated Pod", timeout=60)
-    events = await list_objects(dynamic, "v1", "Event", DATA_SCIENCE)
-    reasons = {
-        (e["involvedObject"]["kind"], e["reason"], e.get("message"))
-        for e in events
-        if e["involvedObject"]["name"] in (name, gated["metadata"]["name"])
-    }
-    assert ("Job", "Stopped", "Not admitted by cluster queue") in reasons, reasons
-    assert ("Pod", "Stopped", "Not admitted by cluster queue") in reasons, reasons
+    # Kueue records its Event after it has stopped the object, and the recorder posts Events
+    # asynchronously: the deletion can be seen before the Event is stored.
+    expected = {(kind, "Stopped", "Not admitted by cluster queue") for kind in ("Job", "Pod")}
+
+    async def recorded() -> bool:
+        return expected <= await reasons()
+
+    try:
+        await wait_for(recorded, "Kueue's Stopped Events for the Job and the Pod", timeout=30)
+    except WaitTimeout:
+        seen = await reasons()
+        assert expected <= seen, sorted(map(str, seen))
 
 
 # --------------------------------------------------------------------------- children
