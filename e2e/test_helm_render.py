@@ -78,7 +78,7 @@ def _check_widening(objects: list[dict[str, Any]], values: dict[str, Any], args:
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": [WIDENING],
-            "verbs": ["get", "update"],
+            "verbs": ["get", "update", "patch"],
         },
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     ]

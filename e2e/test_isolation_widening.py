@@ -75,6 +75,7 @@ WIDENING_NEEDS = [
     ("create", "events.k8s.io", "events", TEAM, ""),
     ("get", "coordination.k8s.io", "leases", NAMESPACE, LEASE),
     ("update", "coordination.k8s.io", "leases", NAMESPACE, LEASE),
+    ("patch", "coordination.k8s.io", "leases", NAMESPACE, LEASE),  # given up on shutdown
     ("create", "coordination.k8s.io", "leases", NAMESPACE, ""),
 ]
 
@@ -98,6 +99,7 @@ NOTHING_ELSE = [
     ("delete", "events.k8s.io", "events", TEAM, "e"),
     ("get", "coordination.k8s.io", "leases", NAMESPACE, "another"),
     ("update", "coordination.k8s.io", "leases", "kube-system", LEASE),
+    ("patch", "coordination.k8s.io", "leases", NAMESPACE, "another"),
     ("delete", "coordination.k8s.io", "leases", NAMESPACE, LEASE),
     ("patch", "", "nodes", "", "n"),
     ("patch", "", "namespaces", "", TEAM),

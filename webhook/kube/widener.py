@@ -129,13 +129,41 @@ class TopologyWidener:
         self._task = asyncio.create_task(self._elect(), name="topology-widening")
 
     async def stop(self) -> None:
+        """Stop electing and widening; a leader then gives its Lease up (:meth:`release`)."""
+        was_leading = self.leading
         # The election runs the leading loop as a task of its own: both are cancelled.
         for task in (self._task, self._leading):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self.leading = False
+        if was_leading:
+            await self.release()
         await self.workloads.stop()
+
+    async def release(self) -> bool:
+        """Give the Lease up, as client-go's ``ReleaseOnCancel`` does: ``spec.holderIdentity``
+        emptied and ``leaseDurationSeconds`` 1, so that another replica, which reads the Lease
+        every retry period (2 s), takes over at once rather than after the lease duration (15 s).
+
+        A JSON Patch that first ``test``s that this replica still holds it: a Lease another
+        replica took meanwhile is left alone. Returns whether the Lease was released; a refused
+        or failed call is logged, never raised (stopping goes on)."""
+        patch = [
+            {"op": "test", "path": "/spec/holderIdentity", "value": self.identity},
+            {"op": "replace", "path": "/spec/holderIdentity", "value": ""},
+            {"op": "replace", "path": "/spec/leaseDurationSeconds", "value": 1},
+        ]
+        try:
+            await client.CoordinationV1Api(self.api).patch_namespaced_lease(
+                self.lease_name, self.lease_namespace, patch
+            )
+        except ApiException as exc:
+            log.warning("cannot release the topology widening Lease", status=exc.status, reason=str(exc.reason))
+            return False
+        log.info("topology widening: Lease released", lease=f"{self.lease_namespace}/{self.lease_name}")
+        return True
 
     async def _elect(self) -> None:
         while True:
