@@ -18,15 +18,19 @@ replicas (one Lease, one acts), on the default fake cluster (1 spine × 2 blocks
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import json
 import secrets
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
 from kubernetes_asyncio.dynamic.exceptions import DynamicApiError
 
@@ -45,6 +49,7 @@ from e2e.support import (
     wait_for,
     workload_for,
 )
+from webhook.kube.widener import TopologyWidener
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +59,9 @@ REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 WIDENED = "kueue-governor.io/widened"
 BLOCK = "topology.k8s.aws/network-node-layer-2"
 RACK = "topology.k8s.aws/network-node-layer-3"
+SPINE = "topology.k8s.aws/network-node-layer-1"
+SLICE_LEVEL = "kueue.x-k8s.io/podset-slice-required-topology"
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 HOSTNAME = "kubernetes.io/hostname"
 PATIENCE = 5  # seconds
 WIDENING = ["--topology-widening", "default/kgov-topology-widening"]
@@ -188,6 +196,50 @@ async def test_a_job_waiting_for_a_rack_is_widened_to_the_block_after_its_patien
     assert (widened["from"], widened["to"]) == (f"required:{RACK}", f"required:{BLOCK}")
 
 
+async def test_a_sliced_job_loses_its_slices_then_climbs_and_kueue_admits_it(
+    patient: str, dynamic: DynamicClient, cleanup: Cleanup, e2e_cluster: E2ECluster
+) -> None:
+    """4 pods of 8 GPUs: ``auto`` requires a block in slices of 2 at the rack. A holder on one host
+    of each block leaves no block 4 free hosts: the governor drops the slices (still a block: no
+    room), then widens to the spine, where the real Kueue admits it; Kueue's Workload takes both
+    steps, slice fields removed, its own fields kept."""
+    layout = await blocks(dynamic)
+    assert len(layout) == 2 and all(len(racks) == 2 for racks in layout.values()), layout
+    holders = [
+        await submit(dynamic, cleanup, gpu_job(unique("holder"), 1, {HOSTNAME: sorted(racks.items())[0][1][0]}))
+        for _, racks in sorted(layout.items())
+    ]
+    for holder in holders:
+        await admitted(dynamic, holder)
+    waiting = await submit(dynamic, cleanup, gpu_job(unique("sliced"), 4, {}))
+    annotations = waiting["spec"]["template"]["metadata"]["annotations"]
+    assert (annotations[REQUIRED], annotations[SLICE_LEVEL], annotations[SLICE_SIZE]) == (BLOCK, RACK, "2")
+
+    workload = await admitted(dynamic, waiting, timeout=150)
+    (podset,) = workload["spec"]["podSets"]
+    request = podset["topologyRequest"]
+    assert request["required"] == SPINE
+    assert "podSetSliceSize" not in request and "podSetSliceRequiredTopology" not in request
+    assert request.get("podIndexLabel") == "batch.kubernetes.io/job-completion-index"  # Kueue's own, kept
+    job = await support.get(dynamic, "batch/v1", "Job", waiting["metadata"]["name"], RESEARCH)
+    assert job is not None
+    tas = {k: v for k, v in job["spec"]["template"]["metadata"]["annotations"].items() if "podset-" in k}
+    assert tas == {REQUIRED: SPINE}
+    steps = json.loads(job["metadata"]["annotations"][WIDENED])
+    assert [(s["from"], s["to"]) for s in steps] == [
+        (f"required:{BLOCK};slices:2@{RACK}", f"required:{BLOCK}"),
+        (f"required:{BLOCK}", f"required:{SPINE}"),
+    ]
+    assert "slice(s)" in steps[0]["reason"] and "pod(s)" in steps[1]["reason"]  # Kueue's words at each step
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    _, domains = support.decode_topology_assignment(assignment["topologyAssignment"])
+    held = {sorted(racks.items())[0][1][0] for racks in layout.values()}
+    placed = {domain.values[-1] for domain in domains}
+    assert sum(domain.pods for domain in domains) == 4 and not placed & held
+    answer = kgov_why(e2e_cluster, waiting["metadata"]["name"])
+    assert [(w["from"], w["to"]) for w in answer["widened"]] == [(s["from"], s["to"]) for s in steps]
+
+
 async def test_a_job_that_fits_its_rack_is_never_touched(
     patient: str, dynamic: DynamicClient, cleanup: Cleanup
 ) -> None:
@@ -245,3 +297,50 @@ async def test_under_enforce_the_webhook_takes_the_governors_step_and_refuses_a_
     assert workload["spec"]["podSets"][0]["topologyRequest"]["required"] == BLOCK
     job = await support.get(dynamic, "batch/v1", "Job", waiting["metadata"]["name"], RESEARCH)
     assert job is not None and len(json.loads(job["metadata"]["annotations"][WIDENED])) == 1
+
+
+async def test_a_stopping_leader_gives_its_lease_up_and_the_other_replica_takes_over_at_once(
+    api: k8s.ApiClient, dynamic: DynamicClient
+) -> None:
+    """Two widening replicas in this process on one fresh Lease: the one that leads, stopped, empties
+    the Lease's holder (as client-go's ``ReleaseOnCancel``), and the other leads before the stopped
+    one's Lease would have run out (renew time + 15 s): a rolling update hands widening over in one
+    retry period, not a lease duration."""
+    lease = unique("kgov-widening-lease")
+    replicas = [
+        TopologyWidener(api, lambda: None, lambda _namespace: None, lambda: None, ("default", lease)) for _ in range(2)
+    ]
+    first, second = replicas
+    first.start()
+    try:
+        await wait_for(lambda: _true(first.leading), "the first replica to lead", timeout=30)
+        second.start()
+        await asyncio.sleep(3)  # two retry periods: the Lease is held, the second only follows
+        assert not second.leading
+        held = await support.get(dynamic, "coordination.k8s.io/v1", "Lease", lease, "default")
+        assert held is not None and held["spec"]["holderIdentity"] == first.identity
+        await first.stop()
+        released = await support.get(dynamic, "coordination.k8s.io/v1", "Lease", lease, "default")
+        assert released is not None and released["spec"].get("holderIdentity", "") in ("", second.identity)
+        expiry = (
+            time.time() + 15 if not released["spec"].get("renewTime") else _seconds(released["spec"]["renewTime"]) + 15
+        )
+        await wait_for(lambda: _true(second.leading), "the second replica to take over", timeout=30)
+        assert time.time() < expiry, "the second replica waited out the lease duration"
+        taken = await support.get(dynamic, "coordination.k8s.io/v1", "Lease", lease, "default")
+        assert taken is not None and taken["spec"]["holderIdentity"] == second.identity
+    finally:
+        for replica in replicas:
+            await replica.stop()
+        with contextlib.suppress(Exception):
+            resource = await dynamic.resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
+            await dynamic.delete(resource, name=lease, namespace="default")
+
+
+async def _true(value: bool) -> bool | None:
+    return True if value else None
+
+
+def _seconds(stamp: str) -> float:
+    """An RFC 3339 ``MicroTime`` (``2026-12-05T07:01:02.123456Z``) as seconds since the epoch."""
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -30,6 +30,9 @@ from webhook.core.platform.platform import PlatformError, parse_platform
 SPINE, BLOCK, RACK, HOST = AWS_LEVELS
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+SLICE_LEVEL = "kueue.x-k8s.io/podset-slice-required-topology"
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+SLICE_LAYERS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 _JOB, _T0 = find_kind("batch/v1", "Job"), seconds_of("2026-12-05T03:00:00Z")
 assert _JOB is not None and _T0 is not None
 JOB: WorkloadKind = _JOB
@@ -77,17 +80,52 @@ def test_the_ladder_goes_one_level_broader_then_preferred_at_the_start() -> None
     assert next_placement(Placement("required", "other"), start, AWS_LEVELS) is None
 
 
+def test_a_sliced_podset_first_drops_its_slices_then_climbs() -> None:
+    start = Placement("required", BLOCK, (2, RACK))
+    assert next_placement(start, start, AWS_LEVELS) == Placement("required", BLOCK)
+    assert next_placement(Placement("required", BLOCK), start, AWS_LEVELS) == Placement("required", SPINE)
+    assert next_placement(Placement("required", SPINE), start, AWS_LEVELS) == Placement("preferred", BLOCK)
+    top = Placement("required", SPINE, (4, BLOCK))
+    assert next_placement(top, top, AWS_LEVELS) == Placement("required", SPINE)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"required:{BLOCK};slices:2@{RACK}", Placement("required", BLOCK, (2, RACK))),
+        (f"required:{BLOCK}", Placement("required", BLOCK)),
+        (f"preferred:{BLOCK};slices:2@{RACK}", None),
+        (f"required:{BLOCK};slices:0@{RACK}", None),
+        (f"required:{BLOCK};slices:2@", None),
+        (f"required:{BLOCK};slices:two@{RACK}", None),
+        (f"required:{BLOCK};layers:2@{RACK}", None),
+        (f"required:{BLOCK};", Placement("required", BLOCK)),
+    ],
+)
+def test_a_recorded_placement_reads_back_as_written(text: str, expected: Placement | None) -> None:
+    assert Placement.parse(text) == expected
+    if expected is not None and expected.text() == text:
+        assert Placement.parse(expected.text()) == expected
+
+
 @pytest.mark.parametrize(
     ("annotations", "expected"),
     [
         ({REQUIRED: RACK}, Placement("required", RACK)),
         ({PREFERRED: HOST, "other": "x"}, Placement("preferred", HOST)),
-        ({REQUIRED: RACK, "kueue.x-k8s.io/podset-slice-size": "2"}, None),
+        ({REQUIRED: RACK, SLICE_SIZE: "2"}, None),  # a slice annotation alone
+        ({REQUIRED: BLOCK, SLICE_SIZE: "2", SLICE_LEVEL: RACK}, Placement("required", BLOCK, (2, RACK))),
+        ({PREFERRED: BLOCK, SLICE_SIZE: "2", SLICE_LEVEL: RACK}, None),
+        ({REQUIRED: BLOCK, SLICE_SIZE: "0", SLICE_LEVEL: RACK}, None),
+        ({REQUIRED: BLOCK, SLICE_SIZE: "²", SLICE_LEVEL: RACK}, None),
+        ({REQUIRED: BLOCK, SLICE_SIZE: 2, SLICE_LEVEL: RACK}, None),
+        ({REQUIRED: BLOCK, SLICE_SIZE: "2", SLICE_LEVEL: RACK, SLICE_LAYERS: "[]"}, None),
+        ({REQUIRED: RACK, PREFERRED: BLOCK}, None),
         ({"kueue.x-k8s.io/podset-unconstrained-topology": "true"}, None),
         ({}, None),
     ],
 )
-def test_only_a_single_required_or_preferred_level_is_on_the_ladder(
+def test_only_one_required_or_preferred_level_with_or_without_slices_is_on_the_ladder(
     annotations: dict[str, Any], expected: Placement | None
 ) -> None:
     assert placement_of(annotations) == expected
@@ -278,3 +316,84 @@ def test_every_step_of_the_ladder_passes_the_webhook_unchanged() -> None:
         }
         assert tas == expected
         obj, wl, now = new, apply_patch(wl, step.workload_patch), now + 61
+
+
+# -- a podset auto slices: 4 pods of 8 GPUs need a block, in racks of 2 ------------------------------
+
+
+def sliced(policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Job of 4 pods as the webhook admits it (auto: required at a block in slices of 2 at a rack)."""
+    obj = job()
+    obj["spec"]["parallelism"] = 4
+    plan = plan_object(obj, JOB, team(policy or AUTO), aws_nodes())
+    out = apply_patch(obj, to_json_patch(plan.changes))
+    annotations = out["spec"]["template"]["metadata"]["annotations"]
+    assert (annotations[REQUIRED], annotations[SLICE_LEVEL], annotations[SLICE_SIZE]) == (BLOCK, RACK, "2")
+    out["metadata"].update({"namespace": "ml", "resourceVersion": "7", "uid": "u1"})
+    out["spec"]["suspend"] = True
+    return out
+
+
+def sliced_workload() -> dict[str, Any]:
+    wl = workload("couldn't assign flavors to pod set main: topology \"aws\" doesn't allow to fit any of 2 slice(s)")
+    wl["spec"]["podSets"][0].update(
+        count=4,
+        topologyRequest={
+            "required": BLOCK,
+            "podSetSliceRequiredTopology": RACK,
+            "podSetSliceSize": 2,
+            "podIndexLabel": "batch.kubernetes.io/job-completion-index",
+        },
+    )
+    return wl
+
+
+def _tas(obj: dict[str, Any]) -> dict[str, str]:
+    annotations = obj["spec"]["template"]["metadata"]["annotations"]
+    return {k: v for k, v in annotations.items() if k.startswith("kueue.x-k8s.io/podset-")}
+
+
+def test_a_sliced_job_waiting_on_topology_loses_its_slices_then_climbs_to_preferred() -> None:
+    obj, wl, now = sliced(), sliced_workload(), T0 + 61
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 59).action == "wait"
+    seen, requests = [], []
+    for _ in range(4):
+        decision = decide(wl, obj, JOB, team(AUTO), aws_nodes(), now)
+        if decision.action != "widen":
+            break
+        obj, wl = apply_patch(obj, decision.object_patch), apply_patch(wl, decision.workload_patch)
+        seen.append(_tas(obj))
+        requests.append(wl["spec"]["podSets"][0]["topologyRequest"])
+        now += 61
+    assert seen == [{REQUIRED: BLOCK}, {REQUIRED: SPINE}, {PREFERRED: BLOCK}]
+    index = {"podIndexLabel": "batch.kubernetes.io/job-completion-index"}  # Kueue's own field is kept
+    assert requests == [{"required": BLOCK, **index}, {"required": SPINE, **index}, {"preferred": BLOCK, **index}]
+    history = json.loads(obj["metadata"]["annotations"][WIDENED])
+    assert [(h["from"], h["to"]) for h in history] == [
+        (f"required:{BLOCK};slices:2@{RACK}", f"required:{BLOCK}"),
+        (f"required:{BLOCK}", f"required:{SPINE}"),
+        (f"required:{SPINE}", f"preferred:{BLOCK}"),
+    ]
+    assert history[0]["reason"] == 'main: topology "aws" doesn\'t allow to fit any of 2 slice(s)'
+    first = decide(sliced_workload(), sliced(), JOB, team(AUTO), aws_nodes(), T0 + 61)
+    assert first.why.endswith(f"required at {BLOCK} in slices of 2 pods at {RACK} → required at {BLOCK}")
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now).why.endswith("is the end of the ladder")
+
+
+def test_the_webhook_takes_the_governors_dropping_of_slices_as_one_step() -> None:
+    strict = {"mode": "auto", "enforcement": "enforce"}
+    obj = sliced(strict)
+    step = decide(sliced_workload(), obj, JOB, team(strict), aws_nodes(), T0 + 61)
+    assert step.action == "widen", step.why
+    new = apply_patch(obj, step.object_patch)
+    assert _tas(new) == {REQUIRED: BLOCK}
+    assert governor_step(new, obj, JOB, AWS_LEVELS) == ("main",)
+
+    body = review_body(new, "ml", operation="UPDATE", old=obj)
+    body["request"]["userInfo"] = {"username": GOVERNOR}
+    teams = teams_from(platform_with({"topology": strict}))
+    answer = review(body, teams, inventory=aws_nodes(), governor=GOVERNOR).response["response"]
+    assert answer["allowed"] is True and "patch" not in answer  # nothing put back
+    half = copy.deepcopy(new)
+    half["spec"]["template"]["metadata"]["annotations"][SLICE_SIZE] = "2"  # one slice annotation left: no step
+    assert governor_step(half, obj, JOB, AWS_LEVELS) == ()

@@ -19,9 +19,10 @@ a message that ends ``Pending the preemption of N workload(s)`` waits for room b
 left alone. A workload with quota reserved or admitted is never touched.
 
 Only what the policy wrote is widened: a podset with no recorded step is widened only when its TAS
-annotations are exactly what the team's policy writes for it on the current node inventory
-(:func:`~webhook.core.plan.create.plan_object` run on the object without its TAS annotations), and
-one already widened only when it still holds the last step's placement. The webhook does not mark
+annotations (a level, or a level with slices) are exactly what the team's policy writes for it on
+the current node inventory (:func:`~webhook.core.plan.create.plan_object` run on the object
+without its TAS annotations), and one already widened only when it still holds the last step's
+placement. The webhook does not mark
 its writes, so a user's own annotation that equals the policy's choice is read as the policy's.
 
 Kueue v0.19.2 does not rebuild a Workload when only a pod template's annotations change
@@ -228,7 +229,7 @@ def decide(
         start = start_of(name, now_at, history)
         after = next_placement(now_at, start, placement.levels)
         if after is None:
-            return Decision("leave", f"podset {name!r}: {now_at.mode} at {now_at.level} is the end of the ladder")
+            return Decision("leave", f"podset {name!r}: {now_at.describe()} is the end of the ladder")
         steps.add((now_at, after))
     if len(steps) != 1:
         return Decision("leave", "the podsets of one group stand at different steps")
@@ -238,7 +239,7 @@ def decide(
     return Decision(
         "widen",
         f"pending on topology for {int(now - (since or now))}s (patience {placement.patienceSeconds}s): "
-        f"{before.mode} at {before.level} → {after.mode} at {after.level}",
+        f"{before.describe()} → {after.describe()}",
         step=step,
         object_patch=object_patch(obj, row, [podsets[n] for n in names], step, history),
         workload_patch=workload_patch(workload, {n: after for n in names}, [*history, step]),
@@ -249,15 +250,14 @@ def object_patch(
     obj: Mapping[str, Any], row: WorkloadKind, podsets: Sequence[PodSet], step: Step, history: Sequence[Step]
 ) -> list[dict[str, Any]]:
     """The JSON Patch of one step on the object: a ``test`` of its ``resourceVersion`` (the patch
-    applies to the object read, or fails), the podsets' annotation moved, the history written."""
+    applies to the object read, or fails), the podsets' TAS annotations of ``step.before`` removed
+    and those of ``step.after`` added, the history written."""
     version = lookup(obj, ("metadata", "resourceVersion"))
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
     for podset in podsets:
-        base = podset.at(*podset.rule.layout.annotations)
-        ops.append({"op": "remove", "path": pointer(tuple(str(k) for k in (*base, step.before.key)))})
-        ops.append(
-            {"op": "add", "path": pointer(tuple(str(k) for k in (*base, step.after.key))), "value": step.after.level}
-        )
+        base = tuple(str(k) for k in podset.at(*podset.rule.layout.annotations))
+        ops += [{"op": "remove", "path": pointer((*base, key))} for key in step.before.annotations()]
+        ops += [{"op": "add", "path": pointer((*base, k)), "value": v} for k, v in step.after.annotations().items()]
     path = history_path(row)
     annotations = lookup(obj, path[:-1])
     value = history_value([*history, step])
@@ -266,6 +266,20 @@ def object_patch(
     else:
         ops.append({"op": "add", "path": pointer(tuple(str(k) for k in path[:-1])), "value": {path[-1]: value}})
     return ops
+
+
+#: The fields of a Workload podset's ``topologyRequest`` that a :class:`Placement` sets (v1beta2
+#: ``PodSetTopologyRequest``); Kueue's others (``podIndexLabel``, ``subGroupIndexLabel``,
+#: ``subGroupCount``, ``podSetGroupName``) come from the job and are kept.
+_REQUEST_FIELDS = ("required", "preferred", "podSetSliceRequiredTopology", "podSetSliceSize")
+
+
+def _request_of(placement: Placement) -> dict[str, Any]:
+    """The ``topologyRequest`` fields ``placement`` asks for."""
+    out: dict[str, Any] = {placement.mode: placement.level}
+    if placement.slices is not None:
+        out.update({"podSetSliceSize": placement.slices[0], "podSetSliceRequiredTopology": placement.slices[1]})
+    return out
 
 
 def workload_patch(
@@ -284,16 +298,15 @@ def workload_patch(
             continue
         request = podset.get("topologyRequest")
         request = request if isinstance(request, Mapping) else {}
-        other = "preferred" if target.mode == "required" else "required"
-        if request.get(target.mode) == target.level and other not in request:
+        asked = _request_of(target)
+        if {k: request[k] for k in _REQUEST_FIELDS if k in request} == asked:
             continue
         at = ("spec", "podSets", str(index), "topologyRequest")
         if not request:
-            ops.append({"op": "add", "path": pointer(at), "value": {target.mode: target.level}})
+            ops.append({"op": "add", "path": pointer(at), "value": asked})
             continue
-        if other in request:
-            ops.append({"op": "remove", "path": pointer((*at, other))})
-        ops.append({"op": "add", "path": pointer((*at, target.mode)), "value": target.level})
+        ops += [{"op": "remove", "path": pointer((*at, k))} for k in _REQUEST_FIELDS if k in request and k not in asked]
+        ops += [{"op": "add", "path": pointer((*at, k)), "value": v} for k, v in asked.items() if request.get(k) != v]
     if not ops:
         return []
     version = lookup(workload, ("metadata", "resourceVersion"))

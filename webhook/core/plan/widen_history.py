@@ -1,17 +1,22 @@
 """The widening ladder and its history on the workload object (a topology policy's ``patience``).
 
-A podset the governor may widen carries exactly one TAS annotation, ``podset-required-topology``
-or ``podset-preferred-topology`` (no slice, no ``unconstrained``): its :class:`Placement`. The
-ladder (:func:`next_placement`) goes from ``required`` at a level to ``required`` one level
-broader, up to the Topology's broadest level, and from there to ``preferred`` at the level the
-podset started from; ``preferred`` is its end. It never narrows.
+A podset the governor may widen carries ``podset-required-topology`` or
+``podset-preferred-topology`` alone, or ``podset-required-topology`` with slices
+(``podset-slice-required-topology`` and ``podset-slice-size``, as mode ``auto`` writes for a
+podset larger than a domain of the next level down); no ``unconstrained``, no multi-layer slices:
+its :class:`Placement`. The ladder (:func:`next_placement`) first drops the slices (the pods stay
+in one domain of the same level, on any of its nodes: the job keeps its smallest feasible domain,
+and a domain with room scattered over its racks now holds it), then goes from ``required`` at a
+level to ``required`` one level broader, up to the Topology's broadest level, and from there to
+``preferred`` at the level the podset started from; ``preferred`` is its end. It never narrows.
 
 Each step is recorded in the annotation :data:`WIDENED` next to the object's labels (the
 ``metadata`` that carries the queue label): a JSON list of steps, oldest first, each
 ``{"podsets": [...], "from": "required:<level>", "to": "required:<level>" | "preferred:<level>",
-"at": "<RFC 3339>", "reason": "<Kueue's message>"}``. The webhook's UPDATE rules accept a change of
-TAS annotations from the governor's own user only when it is one step, recorded as such
-(:func:`governor_step`).
+"at": "<RFC 3339>", "reason": "<Kueue's message>"}``; a placement with slices reads
+``required:<level>;slices:<size>@<slice level>`` (no label key holds ``;`` or ``@``). The
+webhook's UPDATE rules accept a change of TAS annotations from the governor's own user only when
+it is one step, recorded as such (:func:`governor_step`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.core.kueue.kinds import WorkloadKind
-from webhook.core.kueue.view import PREFERRED, REQUIRED, PodSet, kueue_view
+from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet, kueue_view
 from webhook.core.objects.paths import Key, lookup
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
 
@@ -50,49 +55,85 @@ MOST_STEPS = 64
 
 @dataclass(frozen=True)
 class Placement:
-    """One podset's TAS placement: ``mode`` ``required`` or ``preferred`` at ``level`` (a label key)."""
+    """One podset's TAS placement: ``mode`` ``required`` or ``preferred`` at ``level`` (a label
+    key); ``slices``: (slice size in pods, slice level), with ``required`` only."""
 
     mode: Literal["required", "preferred"]
     level: str
+    slices: tuple[int, str] | None = None
 
     @property
     def key(self) -> str:
-        """The TAS annotation that writes it."""
+        """The TAS annotation that writes its level."""
         return REQUIRED if self.mode == "required" else PREFERRED
 
+    def annotations(self) -> dict[str, str]:
+        """The TAS annotations that write it, and nothing else."""
+        out = {self.key: self.level}
+        if self.slices is not None:
+            out.update({SLICE_SIZE: str(self.slices[0]), SLICE_REQUIRED: self.slices[1]})
+        return out
+
+    def describe(self) -> str:
+        """In words: ``required at <level>`` (`` in slices of <size> pods at <slice level>``)."""
+        sliced = f" in slices of {self.slices[0]} pods at {self.slices[1]}" if self.slices is not None else ""
+        return f"{self.mode} at {self.level}{sliced}"
+
     def text(self) -> str:
-        """``required:<level>``, as the history writes it."""
-        return f"{self.mode}:{self.level}"
+        """``required:<level>`` (``;slices:<size>@<slice level>``), as the history writes it."""
+        sliced = f";slices:{self.slices[0]}@{self.slices[1]}" if self.slices is not None else ""
+        return f"{self.mode}:{self.level}{sliced}"
 
     @classmethod
     def parse(cls, text: Any) -> Placement | None:
         """The placement a history entry names (None: not one)."""
         if not isinstance(text, str):
             return None
-        mode, _, level = text.partition(":")
+        head, _, tail = text.partition(";")
+        mode, _, level = head.partition(":")
         if mode not in ("required", "preferred") or not level:
             return None
-        return cls("required" if mode == "required" else "preferred", level)
+        if not tail:
+            return cls("required" if mode == "required" else "preferred", level)
+        name, _, value = tail.partition(":")
+        size, _, at = value.partition("@")
+        count = _count(size)
+        if mode != "required" or name != "slices" or not at or count is None:
+            return None
+        return cls("required", level, (count, at))
 
 
 def placement_of(annotations: Mapping[str, Any]) -> Placement | None:
-    """The placement of a podset whose only TAS annotation is one required or preferred level
-    (a string); None for any other set of TAS annotations (slices, unconstrained, none, two)."""
-    keys = [key for key in annotations if key in TAS_ANNOTATIONS]
-    if len(keys) != 1 or keys[0] not in (REQUIRED, PREFERRED):
+    """The placement of a podset whose TAS annotations are one required or preferred level (a
+    string) alone, or a required level with both slice annotations (a size of at least 1 in
+    decimal digits, a level); None for any other set (unconstrained, none, two levels, a slice
+    annotation alone, multi-layer slices)."""
+    keys = {key for key in annotations if key in TAS_ANNOTATIONS}
+    values = [annotations[key] for key in keys]
+    if not all(isinstance(value, str) and value for value in values):
         return None
-    level = annotations[keys[0]]
-    if not isinstance(level, str) or not level:
+    if keys == {REQUIRED} or keys == {PREFERRED}:
+        (key,) = keys
+        return Placement("required" if key == REQUIRED else "preferred", annotations[key])
+    if keys != {REQUIRED, SLICE_REQUIRED, SLICE_SIZE} or _count(annotations[SLICE_SIZE]) is None:
         return None
-    return Placement("required" if keys[0] == REQUIRED else "preferred", level)
+    return Placement("required", annotations[REQUIRED], (int(annotations[SLICE_SIZE]), annotations[SLICE_REQUIRED]))
+
+
+def _count(text: str) -> int | None:
+    """A positive count written in decimal digits (``"4"``), else None."""
+    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
 
 
 def next_placement(current: Placement, start: Placement, levels: Sequence[str]) -> Placement | None:
     """The next step of the ladder from ``current`` for a podset that started at ``start``, over
-    the Topology's ``levels`` (broadest first); None at its end (``preferred``), or when a level is
-    not one of ``levels``."""
+    the Topology's ``levels`` (broadest first): its slices dropped at the same level, else one
+    level broader, else ``preferred`` at ``start``'s level (without slices); None at its end
+    (``preferred``), or when a level is not one of ``levels``."""
     if current.mode != "required" or current.level not in levels or start.level not in levels:
         return None
+    if current.slices is not None:
+        return Placement("required", current.level)
     index = list(levels).index(current.level)
     if index > 0:
         return Placement("required", levels[index - 1])
@@ -204,7 +245,7 @@ def governor_step(
 
     One step: the history of ``new`` is the history of ``old`` plus one entry; each podset that
     entry names goes from the entry's ``from`` (its placement in ``old``) to its ``to`` (its
-    placement in ``new``, and no other TAS annotation), which is the ladder's next step from
+    placement in ``new``: :func:`placement_of` its TAS annotations), which is the ladder's next step from
     ``from`` (:func:`next_placement`, over the team Topology's ``levels``, from where the podset
     started). Who may send it (the governor's user) is the caller's check."""
     before, after = read_history(old, row), read_history(new, row)
@@ -217,7 +258,7 @@ def governor_step(
         now, then = new_podsets.get(name), old_podsets.get(name)
         if now is None or then is None or now.path != then.path:
             return ()
-        if placement_of(_tas(then)) != step.before or placement_of(_tas(now)) != step.after or len(_tas(now)) != 1:
+        if placement_of(_tas(then)) != step.before or placement_of(_tas(now)) != step.after:
             return ()
         if next_placement(step.before, start_of(name, step.before, before), levels) != step.after:
             return ()
