@@ -397,3 +397,49 @@ def test_the_webhook_takes_the_governors_dropping_of_slices_as_one_step() -> Non
     half = copy.deepcopy(new)
     half["spec"]["template"]["metadata"]["annotations"][SLICE_SIZE] = "2"  # one slice annotation left: no step
     assert governor_step(half, obj, JOB, AWS_LEVELS) == ()
+
+
+# -- a JobSet's driver placed with its workers: one podset group, widened as one -------------------
+
+
+def test_a_driver_grouped_with_its_workers_is_widened_with_them_and_keeps_its_group() -> None:
+    jobset_row = find_kind("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert jobset_row is not None
+    nodes = aws_nodes(blocks=2, racks=2, hosts=4)
+
+    def replicated(name: str, pods: int) -> dict[str, Any]:
+        pod = {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}
+        return {"name": name, "replicas": 1, "template": {"spec": {"parallelism": pods, "template": {"spec": pod}}}}
+
+    obj: dict[str, Any] = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "ml-queue"}},
+        "spec": {"replicatedJobs": [replicated("driver", 1), replicated("workers", 3)]},
+    }
+    plan = plan_object(obj, jobset_row, team(AUTO), nodes)
+    assert not plan.denials, plan.denials
+    obj = apply_patch(obj, to_json_patch(plan.changes))
+    obj["metadata"].update(resourceVersion="7", uid="u1")
+    obj["spec"]["suspend"] = True
+    group = "kueue.x-k8s.io/podset-group-name"
+
+    def placed(o: dict[str, Any]) -> list[dict[str, str]]:
+        return [
+            {k: v for k, v in r["template"]["spec"]["template"]["metadata"]["annotations"].items() if "podset-" in k}
+            for r in o["spec"]["replicatedJobs"]
+        ]
+
+    assert placed(obj) == [{REQUIRED: RACK, group: "driver-workers"}] * 2  # 4 pods: one rack of 4 hosts
+    message = "couldn't assign flavors to pod set workers: topology \"aws\" doesn't allow to fit any of 3 pod(s)"
+    wl = workload(message)
+    wl["spec"]["podSets"] = [
+        {"name": "driver", "count": 1, "topologyRequest": {"required": RACK, "podSetGroupName": "driver-workers"}},
+        {"name": "workers", "count": 3, "topologyRequest": {"required": RACK, "podSetGroupName": "driver-workers"}},
+    ]
+    decision = decide(wl, obj, jobset_row, team(AUTO), nodes, T0 + 61)
+    assert decision.action == "widen", decision.why
+    assert decision.step is not None and decision.step.podsets == ("driver", "workers")
+    assert placed(apply_patch(obj, decision.object_patch)) == [{REQUIRED: BLOCK, group: "driver-workers"}] * 2
+    requests = [p["topologyRequest"] for p in apply_patch(wl, decision.workload_patch)["spec"]["podSets"]]
+    assert requests == [{"required": BLOCK, "podSetGroupName": "driver-workers"}] * 2
