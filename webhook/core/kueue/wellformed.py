@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from webhook.core.objects.integers import decimal_int
 from webhook.core.objects.jsonbody import json_type
 from webhook.core.objects.paths import Key, PathPattern, dotted
 from webhook.core.objects.quantity import MAX_QUANTITY, QuantityError, QuantityOutOfRange, parse_quantity
@@ -193,10 +194,13 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
     if value is None:
         return None
     if text:
-        if not isinstance(value, str) or not _TEXT_COUNT.fullmatch(value) or int(value) < 1:
+        found = decimal_int(value, "+") if isinstance(value, str) and _TEXT_COUNT.fullmatch(value) else None
+        if isinstance(value, str) and _TEXT_COUNT.fullmatch(value) and found is None:
+            found = INT32_MAX + 1  # beyond int64: out of range, like any count above int32
+        if found is None or found < 1:
             problems.append(Problem(path, value, 'a string holding a positive integer (e.g. "4")'))
             return None
-        number = int(value)
+        number = found
     elif type(value) is int and value >= 0:
         number = value
     elif type(value) is float and value.is_integer() and value >= 0:

@@ -21,6 +21,7 @@ from pydantic import (
     ValidationInfo,
 )
 
+from webhook.core.objects.integers import decimal_int
 from webhook.core.objects.quantity import QuantityError, parse_quantity
 
 API_VERSION = "kueue-governor.io/v1alpha1"
@@ -134,7 +135,9 @@ def requirement_value(value: str, info: ValidationInfo) -> str:
     operator = info.data.get("operator")
     if operator in ("In", "NotIn"):
         label_value(value)
-    elif operator in ("Gt", "Lt") and not (_INT64.fullmatch(value) and -(2**63) <= int(value) < 2**63):
+    elif operator in ("Gt", "Lt") and not (
+        _INT64.fullmatch(value) and (number := decimal_int(value)) is not None and -(2**63) <= number < 2**63
+    ):
         raise ValueError(f"operator {operator} needs an integer value, got {value!r}")
     return value
 

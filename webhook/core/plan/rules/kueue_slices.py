@@ -44,6 +44,7 @@ from typing import Any
 
 from webhook.core.kueue.versions import DEFAULT_KUEUE_VERSION, KueueRelease, kueue_release
 from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_CONSTRAINTS, SLICE_REQUIRED, SLICE_SIZE, UNCONSTRAINED
+from webhook.core.objects.integers import decimal_int
 
 __all__ = [
     "LAYERS_MAX",
@@ -164,8 +165,13 @@ def _layer(item: Any, index: int) -> Layer | str:
             if not isinstance(value, str) or isinstance(value, _Number):
                 return f"cannot unmarshal {_kind(value)} into layer {index}'s topology, a string"
             topology = value
-        elif isinstance(value, _Number) and _INT32.fullmatch(value) and -(2**31) <= int(value) < 2**31:
-            size = int(value)
+        elif (
+            isinstance(value, _Number)
+            and _INT32.fullmatch(value)
+            and (number := decimal_int(value, "-")) is not None
+            and -(2**31) <= number < 2**31
+        ):
+            size = number
         else:
             shown = value if isinstance(value, _Number) else _kind(value)
             return f"cannot unmarshal {shown} into layer {index}'s size, an int32"

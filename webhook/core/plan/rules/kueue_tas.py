@@ -54,6 +54,7 @@ from webhook.core.kueue.view import (
     PodSet,
     WorkloadView,
 )
+from webhook.core.objects.integers import decimal_int
 from webhook.core.plan.draft import Plan
 from webhook.core.plan.rules.kueue_slices import (
     crd_errors,
@@ -97,7 +98,7 @@ DEFAULT_RELEASE = kueue_release(DEFAULT_KUEUE_VERSION)
 
 def _number(name: str) -> bool:
     """Whether Go's ``strconv.ParseUint(name, 10, 64)`` reads ``name``."""
-    return name.isascii() and name.isdigit() and int(name) < 2**64
+    return name.isascii() and name.isdigit() and len(name.lstrip("0")) <= 20 and int(name) < 2**64
 
 
 def _finding(
@@ -146,10 +147,11 @@ def _podset_findings(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) ->
             )
             out.append(finding(podset, GROUP_NAME, group, message, _CRD))
     size = a.get(SLICE_SIZE)
-    if isinstance(size, str) and size.isascii() and size.lstrip("+-").isdigit():
-        if int(size) < 1:
+    number = decimal_int(size) if isinstance(size, str) else None  # else: not Kueue's number (wellformed says so)
+    if isinstance(size, str) and number is not None:
+        if number < 1:
             out.append(finding(podset, SLICE_SIZE, size, "must be greater than or equal to 1", _REQUEST))
-        elif int(size) > podset.count:
+        elif number > podset.count:
             message = f"must not be greater than pod set count {podset.count}"
             out.append(finding(podset, SLICE_SIZE, size, message, _BOUND))
     if SLICE_REQUIRED in a and SLICE_SIZE not in a:
@@ -196,12 +198,13 @@ def slice_remainder(podset: PodSet, release: KueueRelease = DEFAULT_RELEASE) -> 
         or not size.isascii()
     ):
         return None
-    if not size.isdigit() or not 1 <= int(size) <= podset.count or podset.count % int(size) == 0:
+    number = decimal_int(size, signs="")
+    if number is None or not 1 <= number <= podset.count or podset.count % number == 0:
         return None
-    slices, rest = divmod(podset.count, int(size))
+    slices, rest = divmod(podset.count, number)
     message = (
         f"must divide pod set count {podset.count}: Kueue's TAS places {slices} whole "
-        f"{'slice' if slices == 1 else 'slices'} ({slices * int(size)} pods) and leaves the other "
+        f"{'slice' if slices == 1 else 'slices'} ({slices * number} pods) and leaves the other "
         f"{rest} {'pod' if rest == 1 else 'pods'} gated until pods of this podset end"
     )
     return _finding(podset, SLICE_SIZE, size, message, _WHOLE_SLICES, release)[0]

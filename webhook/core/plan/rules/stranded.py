@@ -45,6 +45,7 @@ from decimal import Decimal
 
 from webhook.core.kueue.inventory import NodeInventory, first_fit
 from webhook.core.kueue.view import PodSet, WorkloadView
+from webhook.core.objects.integers import decimal_int
 from webhook.core.objects.quantity import format_quantity
 from webhook.core.plan.draft import Plan
 from webhook.core.plan.rules.capacity import constraints, requests_text, unit_capacity
@@ -80,8 +81,9 @@ def _pods(count: int, requests: Mapping[str, Decimal] | None) -> str:
 
 def _slice_request(annotations: Mapping[str, object], levels: list[str]) -> tuple[str, int] | None:
     level, size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
-    if isinstance(level, str) and level in levels and isinstance(size, str) and size.isdigit() and int(size) > 0:
-        return level, int(size)
+    number = decimal_int(size, signs="") if isinstance(size, str) else None
+    if isinstance(level, str) and level in levels and number is not None and number > 0:
+        return level, number
     return None
 
 
