@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from support import AWS_LEVELS, aws_nodes, job, platform_with, review_body, teams_from
 
+from webhook.cli import main
 from webhook.core.admission.review import review
 from webhook.core.kueue.kinds import WorkloadKind, find_kind
 from webhook.core.plan.create import plan_object
@@ -99,7 +103,9 @@ def test_a_sliced_podset_first_drops_its_slices_then_climbs() -> None:
         (f"required:{BLOCK};slices:2@", None),
         (f"required:{BLOCK};slices:two@{RACK}", None),
         (f"required:{BLOCK};layers:2@{RACK}", None),
-        (f"required:{BLOCK};", Placement("required", BLOCK)),
+        (f"required:{BLOCK};", None),  # one spelling only
+        (f"required:{BLOCK};slices:04@{RACK}", None),
+        (f"required:{BLOCK};slices:1234567890@{RACK}", None),
     ],
 )
 def test_a_recorded_placement_reads_back_as_written(text: str, expected: Placement | None) -> None:
@@ -443,3 +449,128 @@ def test_a_driver_grouped_with_its_workers_is_widened_with_them_and_keeps_its_gr
     assert placed(apply_patch(obj, decision.object_patch)) == [{REQUIRED: BLOCK, group: "driver-workers"}] * 2
     requests = [p["topologyRequest"] for p in apply_patch(wl, decision.workload_patch)["spec"]["podSets"]]
     assert requests == [{"required": BLOCK, "podSetGroupName": "driver-workers"}] * 2
+    widened = apply_patch(obj, decision.object_patch)
+    assert governor_step(widened, obj, jobset_row, AWS_LEVELS) == ("driver", "workers")
+    split = copy.deepcopy(widened)  # a step of the workers alone: Kueue places the group as one
+    split["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"][REQUIRED] = RACK
+    (entry,) = json.loads(split["metadata"]["annotations"][WIDENED])
+    split["metadata"]["annotations"][WIDENED] = json.dumps([{**entry, "podsets": ["workers"]}])
+    assert governor_step(split, obj, jobset_row, AWS_LEVELS) == ()
+
+
+# -- the UPDATE rule against forged, malformed and hostile histories (a new user's trial) ------------
+
+
+def _stepped() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(stored, updated): the governor's first legitimate step on the Job of ``created()``."""
+    obj = created()
+    step = decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 61)
+    return obj, apply_patch(obj, step.object_patch)
+
+
+def _with_history(obj: dict[str, Any], entries: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("annotations", {})[WIDENED] = (
+        entries if isinstance(entries, str) else json.dumps(entries)
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        "[" * 100_000 + "]" * 100_000,  # nested past the JSON parser's recursion limit: was a 500
+        json.dumps([{"podsets": ["main"], "from": f"required:{RACK};", "to": f"required:{BLOCK}", "at": "x"}]),
+    ],
+)
+def test_a_history_no_governor_writes_is_no_history_and_never_a_crash(history: str) -> None:
+    obj = _with_history(created(), history)
+    assert read_history(obj, JOB) is None
+    assert decide(workload(), obj, JOB, team(AUTO), aws_nodes(), T0 + 3600).action == "leave"
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        "20261205T030101Z",  # ISO 8601 basic format
+        "2026-W49-6T03:01:01Z",  # a week date
+        "2026-12-05 03:01:01Z",  # a space for T
+        "2026-12-05T03Z",  # hours only
+        "2026-12-05T03:01:01+0000",  # no colon in the offset
+        "2026-12-05T03:01:01",  # no offset
+        "2026-13-05T03:01:01Z",  # month 13
+    ],
+)
+def test_a_step_time_must_be_rfc3339(at: str) -> None:
+    assert seconds_of(at) is None
+    stored, updated = _stepped()
+    (entry,) = json.loads(updated["metadata"]["annotations"][WIDENED])
+    assert governor_step(_with_history(updated, [{**entry, "at": at}]), stored, JOB, AWS_LEVELS) == ()
+
+
+def test_rfc3339_allows_its_lower_case_letters_and_kubernetes_microtime() -> None:
+    assert seconds_of("2026-12-05t03:00:00z") == T0
+    assert seconds_of("2026-12-05T03:00:00.000000Z") == T0
+    assert seconds_of("2026-12-05T04:00:00+01:00") == T0
+
+
+def test_an_earlier_entry_must_stay_exactly_as_written() -> None:
+    stored, updated = _stepped()
+    (first,) = json.loads(updated["metadata"]["annotations"][WIDENED])
+    wl = apply_patch(workload(), decide(workload(), stored, JOB, team(AUTO), aws_nodes(), T0 + 61).workload_patch)
+    second = decide(wl, updated, JOB, team(AUTO), aws_nodes(), T0 + 200)
+    assert second.action == "widen"
+    climbed = apply_patch(updated, second.object_patch)
+    assert governor_step(climbed, updated, JOB, AWS_LEVELS) == ("main",)
+    entries = json.loads(climbed["metadata"]["annotations"][WIDENED])
+    for rewritten in ({**first, "reason": "edited"}, {**first, "extra": 1}, {**first, "reason": None}):
+        forged = _with_history(climbed, [rewritten, entries[1]])
+        stored_too = _with_history(updated, [first])
+        assert governor_step(forged, stored_too, JOB, AWS_LEVELS) == ()
+
+
+def test_a_step_on_a_started_job_is_not_the_governors() -> None:
+    stored, updated = _stepped()
+    for obj in (stored, updated):
+        obj["spec"]["suspend"] = False
+    assert governor_step(updated, stored, JOB, AWS_LEVELS) == ()
+    stored["spec"]["suspend"] = True  # the step unsuspends it in the same update
+    assert governor_step(updated, stored, JOB, AWS_LEVELS) == ()
+
+
+def test_dropping_slices_whose_level_is_not_the_topologys_is_no_step() -> None:
+    start = Placement("required", BLOCK, (2, "example.com/zone"))
+    assert next_placement(start, start, AWS_LEVELS) is None
+    broader = Placement("required", BLOCK, (2, SPINE))  # slices broader than the level: Kueue refuses it
+    assert next_placement(broader, broader, AWS_LEVELS) is None
+
+
+def test_a_governors_update_that_is_not_one_step_says_why() -> None:
+    stored, updated = _stepped()
+    (entry,) = json.loads(updated["metadata"]["annotations"][WIDENED])
+    forged = _with_history(updated, [{**entry, "at": "yesterday"}])
+    body = review_body(forged, "ml", operation="UPDATE", old=stored)
+    body["request"]["userInfo"] = {"username": GOVERNOR}
+    answer = review(body, teams_from(platform_with({"topology": STRICT})), governor=GOVERNOR).response["response"]
+    assert answer["allowed"] is False
+    assert any(
+        "not taken as the governor's widening: its kueue-governor.io/widened annotation is not a history" in w
+        for w in answer["warnings"]
+    ), answer["warnings"]
+
+
+def test_kgov_review_answers_the_governors_step_as_the_server_does(tmp_path: Path) -> None:
+    """Regression: ``kgov review`` had no way to name the governor's user, so the step the server
+    accepts was refused there ("asks for less locality")."""
+    stored = created(STRICT)
+    step = decide(workload(), stored, JOB, team(STRICT), aws_nodes(), T0 + 61)
+    updated = apply_patch(stored, step.object_patch)
+    body = review_body(updated, "ml", operation="UPDATE", old=stored)
+    body["request"]["userInfo"] = {"username": GOVERNOR}
+    (tmp_path / "review.json").write_text(json.dumps(body))
+    (tmp_path / "platform.yaml").write_text(yaml.safe_dump(platform_with({"topology": STRICT})))
+    base = ["review", "--platform", str(tmp_path / "platform.yaml"), "-f", str(tmp_path / "review.json")]
+    for extra, allowed in (([], False), (["--governor", GOVERNOR], True), (["--governor", "alice"], False)):
+        result = CliRunner().invoke(main, [*base, *extra], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["response"]["allowed"] is allowed, extra

@@ -100,3 +100,35 @@ def test_kgov_why_shows_the_governors_widenings(tmp_path: Path) -> None:
         catch_exceptions=False,
     )
     assert json.loads(plain.output)["widened"] == []
+
+
+async def test_a_workload_that_breaks_a_rule_does_not_stop_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: one Workload whose owner carried a history too deeply nested to parse raised out
+    of the round, so no Workload after it in the cache was ever widened. The round now skips it
+    (logged, looked at again in 30 s) and goes on."""
+    from kubernetes_asyncio import client
+    from support import platform_with, teams_from
+
+    from webhook.kube.widener import TopologyWidener
+
+    teams = teams_from(platform_with({"topology": {"mode": "auto"}}))
+    async with client.ApiClient(client.Configuration()) as api:
+        widener = TopologyWidener(api, lambda: teams, lambda _ns: None, lambda: None, ("kgov", "lease"))
+        for name in ("poisoned", "fine"):
+            key = f"ml/{name}"
+            widener.workloads.objects[key] = {
+                "metadata": {"namespace": "ml", "name": name, "uid": name, "resourceVersion": "1"}
+            }
+        seen: list[str] = []
+
+        async def consider(workload: dict[str, object], _teams: object, now: float) -> float | None:
+            name = workload["metadata"]["name"]  # type: ignore[index]
+            seen.append(name)
+            if name == "poisoned":
+                raise RecursionError("maximum recursion depth exceeded")
+            return now + 5
+
+        monkeypatch.setattr(widener, "_consider", consider)
+        await widener.sweep(1000.0)
+    assert seen == ["poisoned", "fine"]
+    assert widener.quiet == {"poisoned": ("1", 1030.0), "fine": ("1", 1005.0)}

@@ -75,6 +75,13 @@ def _runtimes(paths: tuple[Path, ...]) -> RuntimeLookup:
 @namespaces_option
 @nodes_option
 @runtime_option
+@click.option(
+    "--governor",
+    metavar="USER",
+    help="The user the server's topology widening runs as (its ServiceAccount, e.g. "
+    "system:serviceaccount:kueue-governor:kueue-governor): an UPDATE from it that is one recorded "
+    "step of the widening ladder is answered as the server with --topology-widening answers it.",
+)
 def review_command(
     platform: Path | None,
     policy: Path | None,
@@ -82,6 +89,7 @@ def review_command(
     namespaces_file: Path | None,
     nodes_file: Path | None,
     runtime_files: tuple[Path, ...],
+    governor: str | None,
 ) -> None:
     """Answer one AdmissionReview, exactly as the server would.
 
@@ -94,7 +102,7 @@ def review_command(
     runtimes = _runtimes(runtime_files)
     raw = review_file.read()
     try:
-        outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes, runtimes)
+        outcome = review(default_review(decode_body(raw)), teams, labels.get, nodes, runtimes, governor)
     except MalformedReview as exc:
         hint = [] if b'"AdmissionReview"' in raw else ["for a manifest, use kgov mutate -n NAMESPACE -f FILE"]
         fail(f"malformed AdmissionReview: {exc}", EXIT_DENIED, hint)

@@ -207,24 +207,36 @@ class TopologyWidener:
             quiet = self.quiet.get(uid)
             if quiet is not None and quiet[0] == version and now < quiet[1]:
                 continue
-            namespace = str(metadata.get("namespace"))
-            team = teams.resolve(namespace, self.namespace_labels(namespace)).team
-            placement = team.topology if team is not None else None
-            if team is None or placement is None or placement.patienceSeconds is None or admitted(workload):
-                continue
-            if not topology_pending(workload, placement.topologyName):
-                continue
-            decision = await self._decide(workload, team, now)
-            if decision is None:  # the owner could not be read: again in 30 s
-                self.quiet[uid] = (version, now + 30.0)
-                continue
-            # Not again while this version stands: until its patience ends (wait), or for 30 s (leave;
-            # widen and sync, whose own patch makes a new version the watch brings).
-            until = decision.at if decision.action == "wait" and decision.at is not None else now + 30.0
-            self.quiet[uid] = (version, until)
+            try:
+                until = await self._consider(workload, teams, now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one workload that breaks a rule must not stop the round
+                error = f"{type(exc).__name__}: {exc}".strip()
+                log.warning("topology widening skipped a workload", workload=namespaced_key(workload), error=error)
+                until = now + 30.0
+            if until is not None:
+                self.quiet[uid] = (version, until)
         known = {str((w.get("metadata") or {}).get("uid")) for w in self.workloads.objects.values()}
         for uid in [u for u in self.quiet if u not in known]:
             del self.quiet[uid]
+
+    async def _consider(self, workload: Mapping[str, Any], teams: TeamIndex, now: float) -> float | None:
+        """Decide on one cached Workload; returns until when not to look at this version again
+        (None: nothing to remember, it is not pending on its team's topology)."""
+        namespace = str((workload.get("metadata") or {}).get("namespace"))
+        team = teams.resolve(namespace, self.namespace_labels(namespace)).team
+        placement = team.topology if team is not None else None
+        if team is None or placement is None or placement.patienceSeconds is None or admitted(workload):
+            return None
+        if not topology_pending(workload, placement.topologyName):
+            return None
+        decision = await self._decide(workload, team, now)
+        if decision is None:  # the owner could not be read: again in 30 s
+            return now + 30.0
+        # Not again while this version stands: until its patience ends (wait), or for 30 s (leave;
+        # widen and sync, whose own patch makes a new version the watch brings).
+        return decision.at if decision.action == "wait" and decision.at is not None else now + 30.0
 
     async def _decide(self, workload: Mapping[str, Any], team: Any, now: float) -> Decision | None:
         owner = _owner(workload)

@@ -63,7 +63,7 @@ from webhook.core.plan.rules.queue import (
     workload_labels,
 )
 from webhook.core.plan.rules.topology import GROUP_NAME, TAS_ANNOTATIONS, check_user_topology, elastic_forbidden
-from webhook.core.plan.widen_history import governor_step
+from webhook.core.plan.widen_history import governor_widening
 from webhook.core.platform.platform import Enforcement
 from webhook.core.platform.policy import TeamPolicyCompiled, ValueRule
 from webhook.core.platform.prepared import prepared
@@ -98,7 +98,7 @@ def plan_update(
             _restore(draft, plan, row.suspend, True, "suspend", dotted(row.suspend), "Kueue has not started it")
         old_podsets = {p.path: p for p in kueue_view(old, row).podsets if p.present}
         levels = team.topology.levels if governor and team.topology is not None else None
-        widened = governor_step(new, old, row, levels) if levels is not None else ()
+        widened = governor_widening(new, old, row, levels, plan) if levels is not None else ()
         view = kueue_view(new, row)
         introduced = [p for p in view.problems if not _same(lookup(old, p.path), p.found)]
         if introduced:  # a malformed value the stored object already had is not this update's doing

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,13 +31,16 @@ from typing import Any, Literal
 from webhook.core.kueue.kinds import WorkloadKind
 from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet, kueue_view
 from webhook.core.objects.paths import Key, lookup
+from webhook.core.plan.draft import Plan
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
 
 __all__ = [
     "WIDENED",
     "Placement",
     "Step",
+    "check_step",
     "governor_step",
+    "governor_widening",
     "history_path",
     "next_placement",
     "placement_of",
@@ -51,6 +55,7 @@ WIDENED = "kueue-governor.io/widened"
 #: The most steps a history may hold: a podset takes at most 16 (a Topology has at most 16 levels,
 #: SPEC §2: 15 broader ones and preferred); a longer list is none the governor wrote.
 MOST_STEPS = 64
+_STEP_KEYS = frozenset({"podsets", "from", "to", "at", "reason"})
 
 
 @dataclass(frozen=True)
@@ -94,13 +99,14 @@ class Placement:
         if mode not in ("required", "preferred") or not level:
             return None
         if not tail:
-            return cls("required" if mode == "required" else "preferred", level)
+            return cls("required" if mode == "required" else "preferred", level) if ";" not in text else None
         name, _, value = tail.partition(":")
         size, _, at = value.partition("@")
         count = _count(size)
         if mode != "required" or name != "slices" or not at or count is None:
             return None
-        return cls("required", level, (count, at))
+        placement = cls("required", level, (count, at))
+        return placement if placement.text() == text else None  # one spelling: "04", a trailing ";"
 
 
 def placement_of(annotations: Mapping[str, Any]) -> Placement | None:
@@ -121,8 +127,10 @@ def placement_of(annotations: Mapping[str, Any]) -> Placement | None:
 
 
 def _count(text: str) -> int | None:
-    """A positive count written in decimal digits (``"4"``), else None."""
-    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
+    """A positive count written in at most 9 decimal digits, no leading zero (``"4"``), else None
+    (Kueue's slice size is an int32)."""
+    ok = 0 < len(text) <= 9 and text.isascii() and text.isdigit() and text[0] != "0"
+    return int(text) if ok else None
 
 
 def next_placement(current: Placement, start: Placement, levels: Sequence[str]) -> Placement | None:
@@ -133,6 +141,9 @@ def next_placement(current: Placement, start: Placement, levels: Sequence[str]) 
     if current.mode != "required" or current.level not in levels or start.level not in levels:
         return None
     if current.slices is not None:
+        sliced = current.slices[1]
+        if sliced not in levels or levels.index(sliced) <= levels.index(current.level):
+            return None
         return Placement("required", current.level)
     index = list(levels).index(current.level)
     if index > 0:
@@ -162,15 +173,20 @@ class Step:
 
     @classmethod
     def parse(cls, entry: Any) -> Step | None:
-        if not isinstance(entry, Mapping):
+        """The step an entry records; None unless it has exactly the keys :meth:`as_json` writes
+        (``reason`` may be left out), distinct podset names, placements in their one spelling
+        and an RFC 3339 ``at``."""
+        if not isinstance(entry, Mapping) or not set(entry) <= _STEP_KEYS:
             return None
         podsets, at, reason = entry.get("podsets"), entry.get("at"), entry.get("reason", "")
         before, after = Placement.parse(entry.get("from")), Placement.parse(entry.get("to"))
         if not isinstance(podsets, list) or not podsets or not all(isinstance(p, str) for p in podsets):
             return None
+        if len(set(podsets)) != len(podsets) or not isinstance(reason, str):
+            return None
         if before is None or after is None or not isinstance(at, str) or seconds_of(at) is None:
             return None
-        return cls(tuple(podsets), before, after, at, reason if isinstance(reason, str) else "")
+        return cls(tuple(podsets), before, after, at, reason)
 
 
 def history_path(row: WorkloadKind) -> tuple[Key, ...]:
@@ -178,17 +194,25 @@ def history_path(row: WorkloadKind) -> tuple[Key, ...]:
     return (*row.labels_at, "annotations", WIDENED)
 
 
-def read_history(obj: Mapping[str, Any], row: WorkloadKind) -> list[Step] | None:
-    """The steps recorded on ``obj`` ([] when there is no history); None when the annotation is
-    there but is not a history this module wrote (not JSON, not a list of steps, too long)."""
+def _entries(obj: Mapping[str, Any], row: WorkloadKind) -> list[Any] | None:
+    """The history annotation's JSON list as it is ([] when there is none); None when it is no
+    string, no JSON (nested too deep for the parser included) or no list of at most
+    :data:`MOST_STEPS` entries."""
     value = lookup(obj, history_path(row))
     if value is None:
         return []
     try:
         entries = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(entries, list) or len(entries) > MOST_STEPS:
+    return entries if isinstance(entries, list) and len(entries) <= MOST_STEPS else None
+
+
+def read_history(obj: Mapping[str, Any], row: WorkloadKind) -> list[Step] | None:
+    """The steps recorded on ``obj`` ([] when there is no history); None when the annotation is
+    there but is not a history this module wrote (:func:`_entries`, :meth:`Step.parse`)."""
+    entries = _entries(obj, row)
+    if entries is None:
         return None
     steps = [Step.parse(entry) for entry in entries]
     return None if any(step is None for step in steps) else [s for s in steps if s is not None]
@@ -220,18 +244,23 @@ def rfc3339(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: RFC 3339's ``date-time`` (section 5.6; ``T`` and ``Z`` in either case), as Kubernetes writes
+#: ``Time`` (``2026-12-05T03:30:00Z``) and ``MicroTime`` (six fractional digits).
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
 def seconds_of(text: Any) -> float | None:
-    """An RFC 3339 time (as Kubernetes writes ``creationTimestamp``) as seconds since the epoch;
-    None when it is not one."""
-    if not isinstance(text, str):
+    """An RFC 3339 date-time (as Kubernetes writes ``creationTimestamp``) as seconds since the
+    epoch; None when it is not one (ISO 8601's other forms included: no week dates, no basic
+    format, no space for ``T``)."""
+    if not isinstance(text, str) or _RFC3339.fullmatch(text) is None:
         return None
     try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        return datetime.datetime.fromisoformat(text.upper().replace("Z", "+00:00")).timestamp()
+    except ValueError:  # month 13, day 32 ...
         return None
-    if moment.tzinfo is None:
-        return None
-    return moment.timestamp()
 
 
 def _tas(podset: PodSet) -> dict[str, Any]:
@@ -241,25 +270,58 @@ def _tas(podset: PodSet) -> dict[str, Any]:
 def governor_step(
     new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, levels: Sequence[str]
 ) -> tuple[str, ...]:
-    """The podsets an UPDATE widens as one governor step, or () when it is not exactly that.
+    """The podsets an UPDATE widens as one governor step, or () when it is not exactly that
+    (:func:`check_step`)."""
+    return check_step(new, old, row, levels)[0]
 
-    One step: the history of ``new`` is the history of ``old`` plus one entry; each podset that
-    entry names goes from the entry's ``from`` (its placement in ``old``) to its ``to`` (its
-    placement in ``new``: :func:`placement_of` its TAS annotations), which is the ladder's next step from
-    ``from`` (:func:`next_placement`, over the team Topology's ``levels``, from where the podset
-    started). Who may send it (the governor's user) is the caller's check."""
+
+def governor_widening(
+    new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, levels: Sequence[str], plan: Plan
+) -> tuple[str, ...]:
+    """:func:`governor_step` of an UPDATE the governor's own user sends; when the update changes
+    the history annotation but is not one step, a warning on ``plan`` says why, and its TAS
+    annotations are then checked as anyone's."""
+    podsets, why = check_step(new, old, row, levels)
+    if not podsets and lookup(new, history_path(row)) != lookup(old, history_path(row)):
+        plan.report("warn", "topology", f"not taken as the governor's widening: {why}; checked as any user's change")
+    return podsets
+
+
+def check_step(
+    new: Mapping[str, Any], old: Mapping[str, Any], row: WorkloadKind, levels: Sequence[str]
+) -> tuple[tuple[str, ...], str]:
+    """(the podsets an UPDATE widens as one governor step, "") or ((), why it is not one step).
+
+    One step: the object is suspended before and after; the history of ``new`` is the history of
+    ``old``, entry for entry as written, plus one entry; that entry names every podset of each
+    podset group it names (Kueue places a group as one); each podset it names goes from the
+    entry's ``from`` (its placement in ``old``) to its ``to`` (its placement in ``new``:
+    :func:`placement_of` its TAS annotations), which is the ladder's next step from ``from``
+    (:func:`next_placement`, over the team Topology's ``levels``, from where the podset started).
+    Who may send it (the governor's user) is the caller's check."""
+    if row.suspend is None or lookup(old, row.suspend) is not True or lookup(new, row.suspend) is not True:
+        return (), "the governor widens suspended workloads only"
+    raw_before, raw_after = _entries(old, row), _entries(new, row)
     before, after = read_history(old, row), read_history(new, row)
-    if before is None or after is None or len(after) != len(before) + 1 or after[: len(before)] != before:
-        return ()
+    if raw_before is None or raw_after is None or before is None or after is None:
+        return (), f"its {WIDENED} annotation is not a history the governor writes"
+    if len(after) != len(before) + 1 or raw_after[: len(raw_before)] != raw_before:
+        return (), f"its {WIDENED} annotation does not add exactly one entry to the stored history"
     step = after[-1]
     new_podsets = {p.name: p for p in kueue_view(new, row).podsets if p.present}
     old_podsets = {p.name: p for p in kueue_view(old, row).podsets if p.present}
     for name in step.podsets:
         now, then = new_podsets.get(name), old_podsets.get(name)
         if now is None or then is None or now.path != then.path:
-            return ()
+            return (), f"the step names podset {name!r}, which the workload does not have"
+        group = {p.name for p in old_podsets.values() if then.group is not None and p.group == then.group}
+        if not group <= set(step.podsets):
+            return (), f"the step leaves out podsets of group {then.group!r} (Kueue places a group as one)"
         if placement_of(_tas(then)) != step.before or placement_of(_tas(now)) != step.after:
-            return ()
+            return (), f"podset {name!r}'s TAS annotations are not the step's from and to"
         if next_placement(step.before, start_of(name, step.before, before), levels) != step.after:
-            return ()
-    return step.podsets
+            return (
+                (),
+                f"podset {name!r}: {step.after.text()} is not the next step of the ladder from {step.before.text()}",
+            )
+    return step.podsets, ""
