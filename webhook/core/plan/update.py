@@ -31,9 +31,8 @@ affinity, and the labels of pods Kueue admits one by one):
   template cannot change ``priorityClassName``; the API server lets a suspended Job change its
   node scheduling directives only).
 
-The governor's own widening (its user, one step of its ladder recorded in the history annotation:
-:mod:`webhook.core.plan.widen`) is not checked against the topology policy; any other change of
-TAS annotations, from anyone, is.
+The governor's own widening (its user, one recorded step of its ladder: :mod:`webhook.core.plan.widen`)
+is not checked against the topology policy; any other change of TAS annotations, from anyone, is.
 
 Nothing else is patched: in particular no field the stored object did not have is added to a
 pod template the API server refuses to change.
