@@ -105,7 +105,7 @@ def test_a_sliced_podset_first_drops_its_slices_then_climbs() -> None:
         (f"required:{BLOCK};layers:2@{RACK}", None),
         (f"required:{BLOCK};", None),  # one spelling only
         (f"required:{BLOCK};slices:04@{RACK}", None),
-        (f"required:{BLOCK};slices:1234567890@{RACK}", None),
+        (f"required:{BLOCK};slices:2147483648@{RACK}", None),  # beyond int32
     ],
 )
 def test_a_recorded_placement_reads_back_as_written(text: str, expected: Placement | None) -> None:

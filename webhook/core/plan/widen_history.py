@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from webhook.core.kueue.kinds import WorkloadKind
 from webhook.core.kueue.view import PREFERRED, REQUIRED, SLICE_REQUIRED, SLICE_SIZE, PodSet, kueue_view
+from webhook.core.objects.integers import decimal_int
 from webhook.core.objects.paths import Key, lookup
 from webhook.core.plan.draft import Plan
 from webhook.core.plan.rules.topology import TAS_ANNOTATIONS
@@ -98,15 +99,16 @@ class Placement:
         mode, _, level = head.partition(":")
         if mode not in ("required", "preferred") or not level:
             return None
-        if not tail:
-            return cls("required" if mode == "required" else "preferred", level) if ";" not in text else None
-        name, _, value = tail.partition(":")
-        size, _, at = value.partition("@")
-        count = _count(size)
-        if mode != "required" or name != "slices" or not at or count is None:
-            return None
-        placement = cls("required", level, (count, at))
-        return placement if placement.text() == text else None  # one spelling: "04", a trailing ";"
+        slices = None
+        if tail:
+            name, _, value = tail.partition(":")
+            size, _, at = value.partition("@")
+            count = _count(size)
+            if mode != "required" or name != "slices" or not at or count is None:
+                return None
+            slices = (count, at)
+        placement = cls("required" if mode == "required" else "preferred", level, slices)
+        return placement if placement.text() == text else None  # one spelling: no "04", no trailing ";"
 
 
 def placement_of(annotations: Mapping[str, Any]) -> Placement | None:
@@ -121,16 +123,17 @@ def placement_of(annotations: Mapping[str, Any]) -> Placement | None:
     if keys == {REQUIRED} or keys == {PREFERRED}:
         (key,) = keys
         return Placement("required" if key == REQUIRED else "preferred", annotations[key])
-    if keys != {REQUIRED, SLICE_REQUIRED, SLICE_SIZE} or _count(annotations[SLICE_SIZE]) is None:
+    count = _count(annotations[SLICE_SIZE]) if keys == {REQUIRED, SLICE_REQUIRED, SLICE_SIZE} else None
+    if count is None:
         return None
-    return Placement("required", annotations[REQUIRED], (int(annotations[SLICE_SIZE]), annotations[SLICE_REQUIRED]))
+    return Placement("required", annotations[REQUIRED], (count, annotations[SLICE_REQUIRED]))
 
 
 def _count(text: str) -> int | None:
-    """A positive count written in at most 9 decimal digits, no leading zero (``"4"``), else None
-    (Kueue's slice size is an int32)."""
-    ok = 0 < len(text) <= 9 and text.isascii() and text.isdigit() and text[0] != "0"
-    return int(text) if ok else None
+    """A slice size as the policy writes it: a positive int32 (Kueue's) in decimal digits, no sign
+    or leading zero (``"4"``); else None."""
+    number = decimal_int(text, signs="")
+    return number if number is not None and 1 <= number < 2**31 and str(number) == text else None
 
 
 def next_placement(current: Placement, start: Placement, levels: Sequence[str]) -> Placement | None:
