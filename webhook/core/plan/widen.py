@@ -22,8 +22,8 @@ Only what the policy wrote is widened: a podset with no recorded step is widened
 annotations (a level, or a level with slices) are exactly what the team's policy writes for it on
 the current node inventory (:func:`~webhook.core.plan.create.plan_object` run on the object
 without its TAS annotations), and one already widened only when it still holds the last step's
-placement. The webhook does not mark
-its writes, so a user's own annotation that equals the policy's choice is read as the policy's.
+placement. The webhook does not mark its writes, so a user's own annotation that equals the
+policy's choice is read as the policy's.
 
 Kueue v0.19.2 does not rebuild a Workload when only a pod template's annotations change
 (``jobframework.EquivalentToWorkload`` compares counts, containers and tolerations), so a step is
