@@ -574,3 +574,16 @@ def test_kgov_review_answers_the_governors_step_as_the_server_does(tmp_path: Pat
         result = CliRunner().invoke(main, [*base, *extra], catch_exceptions=False)
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["response"]["allowed"] is allowed, extra
+
+
+def test_a_trainjob_is_left_at_its_level() -> None:
+    """Its podsets come from its runtime and its TAS annotations sit in runtimePatches, which a
+    step does not edit (docs/rules.md, Patience): the governor leaves it, never half-widens it."""
+    obj = yaml.safe_load((Path(__file__).parents[1] / "examples" / "trainjob.yaml").read_text())
+    row = find_kind(obj["apiVersion"], obj["kind"])
+    assert row is not None
+    obj["metadata"].update(namespace="ml", resourceVersion="1", uid="u1")
+    obj["spec"]["suspend"] = True
+    wl = workload("couldn't assign flavors to pod set node: topology \"aws\" doesn't allow to fit any of 2 pod(s)")
+    decision = decide(wl, obj, row, team(AUTO), aws_nodes(), T0 + 3600)
+    assert (decision.action, decision.object_patch, decision.workload_patch) == ("leave", [], [])
