@@ -194,9 +194,10 @@ def count(value: Any, path: tuple[Key, ...], problems: Problems, text: bool = Fa
     if value is None:
         return None
     if text:
-        found = decimal_int(value, "+") if isinstance(value, str) and _TEXT_COUNT.fullmatch(value) else None
-        if isinstance(value, str) and _TEXT_COUNT.fullmatch(value) and found is None:
-            found = INT32_MAX + 1  # beyond int64: out of range, like any count above int32
+        found = None
+        if isinstance(value, str) and _TEXT_COUNT.fullmatch(value):
+            found = decimal_int(value, "+")
+            found = INT32_MAX + 1 if found is None else found  # beyond int64: out of range, as above int32
         if found is None or found < 1:
             problems.append(Problem(path, value, 'a string holding a positive integer (e.g. "4")'))
             return None

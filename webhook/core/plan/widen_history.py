@@ -214,7 +214,11 @@ def _entries(obj: Mapping[str, Any], row: WorkloadKind) -> list[Any] | None:
 def read_history(obj: Mapping[str, Any], row: WorkloadKind) -> list[Step] | None:
     """The steps recorded on ``obj`` ([] when there is no history); None when the annotation is
     there but is not a history this module wrote (:func:`_entries`, :meth:`Step.parse`)."""
-    entries = _entries(obj, row)
+    return _steps(_entries(obj, row))
+
+
+def _steps(entries: list[Any] | None) -> list[Step] | None:
+    """The steps of a history's entries (:func:`_entries`); None when any is no step."""
     if entries is None:
         return None
     steps = [Step.parse(entry) for entry in entries]
@@ -305,7 +309,7 @@ def check_step(
     if row.suspend is None or lookup(old, row.suspend) is not True or lookup(new, row.suspend) is not True:
         return (), "the governor widens suspended workloads only"
     raw_before, raw_after = _entries(old, row), _entries(new, row)
-    before, after = read_history(old, row), read_history(new, row)
+    before, after = _steps(raw_before), _steps(raw_after)
     if raw_before is None or raw_after is None or before is None or after is None:
         return (), f"its {WIDENED} annotation is not a history the governor writes"
     if len(after) != len(before) + 1 or raw_after[: len(raw_before)] != raw_before:
