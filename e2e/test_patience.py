@@ -10,6 +10,8 @@ replicas (one Lease, one acts), on the default fake cluster (1 spine × 2 blocks
   patience the governor widens it to the block (its pod template and its Workload), records the
   step in its history annotation and an Event, the webhook accepts the governor's UPDATE under
   ``enforce``, and Kueue admits it across the two racks; ``kgov why`` shows the step;
+* a Job of 4 pods that ``auto`` requires in one block in slices of a rack loses its slices, then,
+  as soon as Kueue refused that step too (no second patience), climbs to the spine;
 * a Job of 2 pods restricted to the other, free block fits its rack at once and is never touched;
 * under ``required`` at the rack with ``enforce``, a user's own widening of a waiting Job is refused
   (less locality than the policy) while the governor's step passes.
@@ -231,6 +233,9 @@ async def test_a_sliced_job_loses_its_slices_then_climbs_and_kueue_admits_it(
         (f"required:{BLOCK}", f"required:{SPINE}"),
     ]
     assert "slice(s)" in steps[0]["reason"] and "pod(s)" in steps[1]["reason"]  # Kueue's words at each step
+    # the patience is the job's: the second step follows Kueue's refusal of the first, not a second patience
+    gap = _seconds(steps[1]["at"]) - _seconds(steps[0]["at"])
+    assert gap < PATIENCE, steps
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
     _, domains = support.decode_topology_assignment(assignment["topologyAssignment"])
     held = {sorted(racks.items())[0][1][0] for racks in layout.values()}

@@ -65,11 +65,27 @@ def created(policy: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def workload(message: str | None = NOT_FIT, created_at: str = "2026-12-05T03:00:00Z", **status: Any) -> dict[str, Any]:
+    """A pending Workload as Kueue v0.19.2 writes it: its condition's ``observedGeneration`` is the
+    generation Kueue tried (``workload.UnsetQuotaReservationWithCondition``)."""
     conditions = []
     if message is not None:
-        conditions.append({"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
+        conditions.append(
+            {
+                "type": "QuotaReserved",
+                "status": "False",
+                "reason": "Pending",
+                "message": message,
+                "observedGeneration": 1,
+            }
+        )
     return {
-        "metadata": {"name": "job-train-1", "namespace": "ml", "creationTimestamp": created_at, "resourceVersion": "9"},
+        "metadata": {
+            "name": "job-train-1",
+            "namespace": "ml",
+            "creationTimestamp": created_at,
+            "resourceVersion": "9",
+            "generation": 1,
+        },
         "spec": {"podSets": [{"name": "main", "count": 2, "topologyRequest": {"required": RACK}}]},
         "status": {"conditions": conditions, **status},
     }
@@ -196,6 +212,21 @@ def test_a_workload_waits_its_patience_then_is_widened_one_level() -> None:
     assert rebuilt["spec"]["podSets"][0]["topologyRequest"] == {"required": BLOCK}
 
 
+def patched(wl: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """``wl`` after a spec patch, as the API server stores it: ``metadata.generation`` + 1."""
+    out = apply_patch(wl, patch)
+    out["metadata"]["generation"] += 1
+    return out
+
+
+def kueue_refuses(wl: dict[str, Any], message: str = NOT_FIT) -> dict[str, Any]:
+    """``wl`` once Kueue tried its current generation and refused it with ``message``."""
+    out = copy.deepcopy(wl)
+    condition = out["status"]["conditions"][0]
+    condition.update({"message": message, "observedGeneration": out["metadata"]["generation"]})
+    return out
+
+
 def test_the_ladder_runs_to_preferred_at_the_first_level_and_stops() -> None:
     obj, wl, now = created(), workload(), T0 + 61
     seen = []
@@ -204,13 +235,51 @@ def test_the_ladder_runs_to_preferred_at_the_first_level_and_stops() -> None:
         if decision.action != "widen":
             break
         obj = apply_patch(obj, decision.object_patch)
-        wl = apply_patch(wl, decision.workload_patch)
+        wl = patched(wl, decision.workload_patch)
         seen.append(wl["spec"]["podSets"][0]["topologyRequest"])
-        # the patience restarts at each step
-        assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now + 30).action == "wait"
-        now += 61
+        # no next step on Kueue's refusal of the previous one (its observedGeneration is behind)...
+        waiting = decide(wl, obj, JOB, team(AUTO), aws_nodes(), now + 30)
+        assert (waiting.action, waiting.why) == ("leave", "Kueue has not tried the Workload as it is now")
+        # ...and, once Kueue refused this one, the next at once: the patience was the workload's
+        wl = kueue_refuses(wl)
+        now += 2
     assert seen == [{"required": BLOCK}, {"required": SPINE}, {"preferred": RACK}]
     assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), now).why.endswith("is the end of the ladder")
+    history = json.loads(obj["metadata"]["annotations"][WIDENED])
+    assert [seconds_of(step["at"]) for step in history] == [T0 + 61, T0 + 63, T0 + 65]
+
+
+QUOTA = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 8 more needed"
+)
+
+
+def test_a_quota_wait_after_kueues_topology_refusal_of_the_same_generation_is_widened() -> None:
+    """Kueue asks TAS only while the quota fits; the jobs behind take the quota that frees, and the
+    message turns back to quota. A refusal on topology remembered for this generation still counts."""
+    obj, wl = created(), workload(QUOTA)
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61).why == "not pending because of topology"
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 59, earlier=NOT_FIT).action == "wait"
+    widened = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61, earlier=NOT_FIT)
+    assert widened.action == "widen" and widened.step is not None
+    assert widened.step.reason == 'main: topology "aws" doesn\'t allow to fit any of 2 pod(s)'
+    # never while preemptions Kueue started are under way, now or then
+    preempting = workload(f"{NOT_FIT}. Pending the preemption of 1 workload(s)")
+    assert decide(preempting, obj, JOB, team(AUTO), aws_nodes(), T0 + 61, earlier=NOT_FIT).action == "leave"
+    assert topology_pending(wl, "aws", f"{NOT_FIT}. Pending the preemption of 1 workload(s)") == {}
+    # an earlier refusal on another Topology is not the team's
+    other = NOT_FIT.replace('"aws"', '"other"')
+    assert decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61, earlier=other).action == "leave"
+
+
+def test_a_message_kueue_wrote_for_an_earlier_generation_is_not_its_word_on_this_one() -> None:
+    wl = workload()
+    wl["metadata"]["generation"] = 2
+    assert topology_pending(wl, "aws") == {}
+    decision = decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3600)
+    assert (decision.action, decision.why) == ("leave", "Kueue has not tried the Workload as it is now")
+    wl["status"]["conditions"][0]["observedGeneration"] = 2
+    assert topology_pending(wl, "aws") == {"main": 'topology "aws" doesn\'t allow to fit any of 2 pod(s)'}
 
 
 def test_an_evicted_workload_waits_its_patience_again_from_its_requeue() -> None:

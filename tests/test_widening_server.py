@@ -132,3 +132,33 @@ async def test_a_workload_that_breaks_a_rule_does_not_stop_the_round(monkeypatch
         await widener.sweep(1000.0)
     assert seen == ["poisoned", "fine"]
     assert widener.quiet == {"poisoned": ("1", 1030.0), "fine": ("1", 1005.0)}
+
+
+def _workload(uid: str, generation: int, observed: int, message: str) -> dict[str, object]:
+    condition = {"type": "QuotaReserved", "status": "False", "message": message, "observedGeneration": observed}
+    return {
+        "metadata": {"namespace": "ml", "name": uid, "uid": uid, "generation": generation, "resourceVersion": "1"},
+        "status": {"conditions": [condition]},
+    }
+
+
+async def test_each_watched_version_tells_kueues_topology_refusal_of_its_generation() -> None:
+    """Kueue's refusal on topology is often overwritten by a quota message within the second: every
+    version the watch brings is read, and the refusal is kept for its generation only."""
+    from kubernetes_asyncio import client
+
+    from webhook.kube.widener import TopologyWidener
+
+    refusal = "couldn't assign flavors to pod set main: topology \"aws\" doesn't allow to fit any of 2 pod(s)"
+    quota = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu"
+    async with client.ApiClient(client.Configuration()) as api:
+        widener = TopologyWidener(api, lambda: None, lambda _ns: None, lambda: None, ("kgov", "lease"))
+        for version in (_workload("a", 1, 1, refusal), _workload("a", 1, 1, quota)):
+            assert widener.workloads.apply({"type": "MODIFIED", "object": version})
+        assert widener.earlier(widener.workloads.objects["ml/a"]) == refusal
+        assert widener.earlier(_workload("a", 2, 1, quota)) is None  # the governor's step: another generation
+        widener.observe("MODIFIED", _workload("b", 2, 1, refusal))  # Kueue's word on generation 1, not 2
+        widener.observe("MODIFIED", _workload("c", 1, 1, quota))
+        assert set(widener.refused) == {"a"}
+        assert widener.workloads.apply({"type": "DELETED", "object": _workload("a", 1, 1, quota)})
+    assert widener.refused == {}

@@ -69,7 +69,8 @@ class ObjectCache:
     (that version is compacted away) lists everything again at once, unless the version came from
     a list just made (then after the back-off: no list storm); any other refusal (``403``…) or an
     unreadable list lists again after the back-off. ``on_list(reason)`` is called before each full
-    list (one of :data:`LIST_REASONS`), ``on_change()`` after each change of :attr:`objects`.
+    list (one of :data:`LIST_REASONS`), ``on_change()`` after each change of :attr:`objects`,
+    ``on_event(type, obj)`` with each ``ADDED``, ``MODIFIED`` or ``DELETED`` event.
 
     ``namespaced``: the objects of a namespaced kind, listed in every namespace, are kept by
     ``NAMESPACE/NAME``. ``optional``: the kind may not be served (a CRD not installed): a ``404``
@@ -106,6 +107,8 @@ class ObjectCache:
         self._task: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
         self.on_change: Callable[[], None] | None = None
+        #: Called with each watch event's type and object (every version, not only the last).
+        self.on_event: Callable[[str, Mapping[str, Any]], None] | None = None
         self.on_list: Callable[[str], None] | None = None
 
     def start(self) -> None:
@@ -164,6 +167,8 @@ class ObjectCache:
         name = self._key(raw)
         if kind not in ("ADDED", "MODIFIED", "DELETED") or name is None:
             return False
+        if self.on_event is not None:
+            self.on_event(kind, raw)
         if kind == "DELETED":
             return self.objects.pop(name, None) is not None
         self.objects[name] = raw

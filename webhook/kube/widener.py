@@ -13,6 +13,12 @@ as the governor's own step), then the Workload, and creates a ``Normal`` Event
 changed meanwhile (``409``/``422`` of the ``test`` operation) is retried from fresh state on a
 later tick.
 
+Every replica also remembers, from each version the watch brings (not only the last, which a tick
+may miss), Kueue's latest topology refusal of each Workload generation (:meth:`observe`): Kueue asks
+TAS only while the quota fits, and the jobs behind may take that quota within the second, so the
+refusal is often overwritten by a quota message before a tick reads it
+(:func:`~webhook.core.plan.widen.topology_pending`, ``earlier``).
+
 Who the governor is (the user its UPDATEs come as, which the webhook trusts for one step) is asked
 of the API server once at start (:func:`whoami`, a ``SelfSubjectReview``).
 """
@@ -37,7 +43,7 @@ from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from webhook.core.admission.envelope import clip
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import WorkloadKind, find_kind
-from webhook.core.plan.widen import Decision, admitted, decide, topology_pending
+from webhook.core.plan.widen import Decision, admitted, decide, kueue_has_tried, tas_no_fit, topology_pending
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.cache import ObjectCache, namespaced_key
 from webhook.kube.policy_watch import NOTE_LIMIT, REPORTING_CONTROLLER, reporting_instance
@@ -121,6 +127,9 @@ class TopologyWidener:
         self.leading = False
         #: Workload uid → (its resourceVersion, no look before this time): skips what was decided.
         self.quiet: dict[str, tuple[str, float]] = {}
+        #: Workload uid → (generation, Kueue's last message refusing it on topology at that generation).
+        self.refused: dict[str, tuple[int, str]] = {}
+        self.workloads.on_event = self.observe
         self._task: asyncio.Task[None] | None = None
         self._leading: asyncio.Task[Any] | None = None
 
@@ -196,6 +205,32 @@ class TopologyWidener:
                 log.warning("topology widening round failed", error=f"{type(exc).__name__}: {exc}".strip())
             await asyncio.sleep(self.tick)
 
+    def observe(self, event: str, workload: Mapping[str, Any]) -> None:
+        """Remember ``workload``'s ``QuotaReserved=False`` message when it refuses a podset on a
+        topology (any: the team is resolved at the tick) and is Kueue's word on its generation;
+        forget it when the Workload is deleted (``event`` ``DELETED``)."""
+        metadata = workload.get("metadata") or {}
+        if event == "DELETED":
+            self.refused.pop(str(metadata.get("uid")), None)
+            return
+        generation = metadata.get("generation")
+        conditions = (workload.get("status") or {}).get("conditions")
+        for condition in conditions if isinstance(conditions, list) else []:
+            if not isinstance(condition, Mapping) or condition.get("type") != "QuotaReserved":
+                continue
+            message = condition.get("message")
+            if condition.get("status") != "False" or not isinstance(message, str) or not isinstance(generation, int):
+                return
+            if kueue_has_tried(workload) and tas_no_fit(message, None):
+                self.refused[str(metadata.get("uid"))] = (generation, message)
+            return
+
+    def earlier(self, workload: Mapping[str, Any]) -> str | None:
+        """The topology refusal :meth:`observe` remembered for ``workload``'s current generation."""
+        metadata = workload.get("metadata") or {}
+        remembered = self.refused.get(str(metadata.get("uid")))
+        return remembered[1] if remembered is not None and remembered[0] == metadata.get("generation") else None
+
     async def sweep(self, now: float) -> None:
         """One round over the cached Workloads (see the module docstring)."""
         teams = self.teams()
@@ -220,6 +255,8 @@ class TopologyWidener:
         known = {str((w.get("metadata") or {}).get("uid")) for w in self.workloads.objects.values()}
         for uid in [u for u in self.quiet if u not in known]:
             del self.quiet[uid]
+        for uid in [u for u in self.refused if u not in known]:
+            del self.refused[uid]
 
     async def _consider(self, workload: Mapping[str, Any], teams: TeamIndex, now: float) -> float | None:
         """Decide on one cached Workload; returns until when not to look at this version again
@@ -229,16 +266,19 @@ class TopologyWidener:
         placement = team.topology if team is not None else None
         if team is None or placement is None or placement.patienceSeconds is None or admitted(workload):
             return None
-        if not topology_pending(workload, placement.topologyName):
+        earlier = self.earlier(workload)
+        if not topology_pending(workload, placement.topologyName, earlier):
             return None
-        decision = await self._decide(workload, team, now)
+        decision = await self._decide(workload, team, now, earlier)
         if decision is None:  # the owner could not be read: again in 30 s
             return now + 30.0
         # Not again while this version stands: until its patience ends (wait), or for 30 s (leave;
         # widen and sync, whose own patch makes a new version the watch brings).
         return decision.at if decision.action == "wait" and decision.at is not None else now + 30.0
 
-    async def _decide(self, workload: Mapping[str, Any], team: Any, now: float) -> Decision | None:
+    async def _decide(
+        self, workload: Mapping[str, Any], team: Any, now: float, earlier: str | None = None
+    ) -> Decision | None:
         owner = _owner(workload)
         row = find_kind(str(owner.get("apiVersion")), str(owner.get("kind"))) if owner else None
         if owner is None or row is None or row.suspend is None:
@@ -251,7 +291,7 @@ class TopologyWidener:
             return None
         if (obj.get("metadata") or {}).get("uid") != owner.get("uid"):
             return Decision("leave", "the owner was replaced")
-        decision = decide(workload, obj, row, team, self.inventory(), now)
+        decision = decide(workload, obj, row, team, self.inventory(), now, earlier)
         where = f"{namespace}/{owner.get('name')}"
         if decision.action in ("widen", "sync"):
             await self._apply(decision, obj, row, workload, where, now)

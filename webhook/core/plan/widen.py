@@ -16,7 +16,22 @@ failure adds ``topology "<name>" doesn't allow to fit any of N pod(s)`` or ``…
 out of N …`` (``tas_flavor_snapshot.go``: ``notFitMessage``, ``multiLayerNotFitMessage``). So a
 podset whose reasons hold that sentence for the team's Topology waits for a domain, not for quota;
 a message that ends ``Pending the preemption of N workload(s)`` waits for room being made, and is
-left alone. A workload with quota reserved or admitted is never touched.
+left alone. A workload with quota reserved or admitted is never touched. Only Kueue's word on the
+Workload as it is now counts: the condition's ``observedGeneration`` is the Workload's
+``generation`` (``workload.UnsetQuotaReservationWithCondition`` sets it on each attempt), so a
+message from before the governor's last step is not read as a refusal of the step.
+
+Kueue asks TAS only when the quota fits, and while the podset waits at a level no free domain holds,
+BestEffortFIFO gives the quota that frees to the jobs behind it; the Workload's message then says
+quota again. The caller may remember Kueue's topology refusal of this Workload ``generation``
+(``earlier``): a workload that waits for quota after such a refusal still waits *because of
+topology*, and is widened once its patience is over, so that it fits when the quota comes back.
+
+**The patience is the workload's, not each step's.** It counts from when the workload began to
+wait at the placement the policy gave it (the Workload's creation, or its requeue after an
+eviction: :func:`waiting_since`), time spent waiting for quota included. Once it is over, each
+further step follows as soon as Kueue has refused the previous one: a patience of ``60s`` bounds
+the wait for a domain by about 60 s, not 60 s per level.
 
 Only what the policy wrote is widened: a podset with no recorded step is widened only when its TAS
 annotations (a level, or a level with slices) are exactly what the team's policy writes for it on
@@ -62,7 +77,16 @@ from webhook.core.plan.widen_history import (
 )
 from webhook.core.platform.policy import TeamPolicyCompiled
 
-__all__ = ["Decision", "admitted", "decide", "pending_since", "topology_pending", "workload_patch"]
+__all__ = [
+    "Decision",
+    "admitted",
+    "decide",
+    "kueue_has_tried",
+    "tas_no_fit",
+    "topology_pending",
+    "waiting_since",
+    "workload_patch",
+]
 
 _PODSET = re.compile(r"couldn't assign flavors to pod set ([^:;,\s]+): ")
 _PREEMPTING = "Pending the preemption of"
@@ -86,37 +110,58 @@ def admitted(workload: Mapping[str, Any]) -> bool:
     return any(conditions.get(kind, {}).get("status") == "True" for kind in ("QuotaReserved", "Admitted"))
 
 
-def topology_pending(workload: Mapping[str, Any], topology: str) -> dict[str, str]:
-    """The podsets (Kueue's names) that the Workload's ``QuotaReserved=False`` message says
-    Topology ``topology`` cannot place, each with its reasons; {} when it is admitted, waits for
-    something else (quota, a flavor) or for a preemption it has started."""
+def kueue_has_tried(workload: Mapping[str, Any]) -> bool:
+    """Whether the Workload's ``QuotaReserved`` condition is Kueue's word on its current spec: the
+    condition's ``observedGeneration`` equals ``metadata.generation`` (either one missing: taken
+    as current). False after a step the governor patched in and Kueue has not tried yet."""
+    condition = _conditions(workload).get("QuotaReserved", {})
+    generation, observed = lookup(workload, ("metadata", "generation")), condition.get("observedGeneration")
+    return not (isinstance(generation, int) and isinstance(observed, int) and observed != generation)
+
+
+def tas_no_fit(message: str, topology: str | None) -> dict[str, str]:
+    """The podsets (Kueue's names) that a ``QuotaReserved=False`` message says Topology
+    ``topology`` (None: any Topology) cannot place, each with its reasons; {} when it names none."""
+    marks = list(_PODSET.finditer(message))
+    name = re.escape(topology) if topology is not None else '[^"]*'
+    sentence = re.compile(f'topology "{name}" (?:doesn\'t allow to fit|allows to fit only)')
+    out: dict[str, str] = {}
+    for index, mark in enumerate(marks):
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(message)
+        reasons = message[mark.end() : end].rstrip("; ")
+        if sentence.search(reasons):
+            out[mark.group(1)] = reasons
+    return out
+
+
+def topology_pending(workload: Mapping[str, Any], topology: str, earlier: str | None = None) -> dict[str, str]:
+    """The podsets (Kueue's names) that Topology ``topology`` keeps the Workload from, each with
+    Kueue's reasons: those its ``QuotaReserved=False`` message names (:func:`tas_no_fit`), or, when
+    it names none (a wait for quota), those of ``earlier``, a message Kueue gave the same Workload
+    generation before. {} when it is admitted, waits for a preemption it has started, or Kueue has
+    not tried its current spec (:func:`kueue_has_tried`)."""
     if admitted(workload):
         return {}
     condition = _conditions(workload).get("QuotaReserved", {})
     message = condition.get("message")
     if condition.get("status") != "False" or not isinstance(message, str) or _PREEMPTING in message:
         return {}
-    marks = list(_PODSET.finditer(message))
-    sentence = (f'topology "{topology}" doesn\'t allow to fit', f'topology "{topology}" allows to fit only')
-    out: dict[str, str] = {}
-    for index, mark in enumerate(marks):
-        end = marks[index + 1].start() if index + 1 < len(marks) else len(message)
-        reasons = message[mark.end() : end].rstrip("; ")
-        if any(s in reasons for s in sentence):
-            out[mark.group(1)] = reasons
-    return out
+    if not kueue_has_tried(workload):
+        return {}
+    found = tas_no_fit(message, topology)
+    if not found and earlier is not None and _PREEMPTING not in earlier:
+        found = tas_no_fit(earlier, topology)
+    return found
 
 
-def pending_since(workload: Mapping[str, Any], history: Sequence[Step]) -> float | None:
-    """Since when the workload waits at its current placement (seconds since the epoch): the
-    latest of its Workload's ``creationTimestamp``, the ``lastTransitionTime`` of its
-    ``QuotaReserved=False`` condition (a workload evicted and queued again waits from then) and
-    the last recorded step."""
+def waiting_since(workload: Mapping[str, Any]) -> float | None:
+    """Since when the workload waits (seconds since the epoch): the later of its Workload's
+    ``creationTimestamp`` and the ``lastTransitionTime`` of its ``QuotaReserved=False`` condition
+    (a workload evicted and queued again waits from then); None when neither reads."""
     reserved = _conditions(workload).get("QuotaReserved", {})
     times = [seconds_of(lookup(workload, ("metadata", "creationTimestamp")))]
     if reserved.get("status") == "False":
         times.append(seconds_of(reserved.get("lastTransitionTime")))
-    times += [seconds_of(step.at) for step in history[-1:]]
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
@@ -183,10 +228,12 @@ def decide(
     team: TeamPolicyCompiled,
     inventory: NodeInventory | None,
     now: float,
+    earlier: str | None = None,
 ) -> Decision:
     """What the governor does with ``workload`` (a Kueue Workload) of ``obj`` (its owner, of kind
-    ``row``) in a namespace of ``team``, at ``now`` (seconds since the epoch); see the module
-    docstring for the rules."""
+    ``row``) in a namespace of ``team``, at ``now`` (seconds since the epoch); ``earlier``: a
+    ``QuotaReserved=False`` message Kueue gave this Workload generation before (see
+    :func:`topology_pending`). See the module docstring for the rules."""
     placement = team.topology
     if admitted(workload):
         return Decision("leave", "quota is reserved or the workload is admitted")
@@ -201,11 +248,15 @@ def decide(
     synced = workload_patch(workload, {name: placement_of(_tas(p)) for name, p in podsets.items()}, history)
     if synced:
         return Decision("sync", "the Workload asks for less than the recorded widening", workload_patch=synced)
-    failing = topology_pending(workload, placement.topologyName)
+    if not kueue_has_tried(workload):
+        return Decision("leave", "Kueue has not tried the Workload as it is now")
+    failing = topology_pending(workload, placement.topologyName, earlier)
     if not failing:
         return Decision("leave", "not pending because of topology")
-    since = pending_since(workload, history)
-    due = (since or now) + placement.patienceSeconds
+    since = waiting_since(workload)
+    stepped = seconds_of(history[-1].at) if history else None
+    spent = since is not None and stepped is not None and stepped >= since  # a step taken in this wait
+    due = now if spent else (since or now) + placement.patienceSeconds
     if now < due:
         return Decision("wait", f"pending on topology; patience {placement.patienceSeconds}s", at=due)
     names = [p.name for name in failing if name in podsets for p in _members(podsets, name)]
@@ -238,7 +289,7 @@ def decide(
     step = Step(tuple(names), before, after, rfc3339(now), reason)
     return Decision(
         "widen",
-        f"pending on topology for {int(now - (since or now))}s (patience {placement.patienceSeconds}s): "
+        f"waiting for {int(now - (since or now))}s, on topology (patience {placement.patienceSeconds}s): "
         f"{before.describe()} → {after.describe()}",
         step=step,
         object_patch=object_patch(obj, row, [podsets[n] for n in names], step, history),
