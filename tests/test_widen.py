@@ -263,6 +263,7 @@ def test_a_quota_wait_after_kueues_topology_refusal_of_the_same_generation_is_wi
     widened = decide(wl, obj, JOB, team(AUTO), aws_nodes(), T0 + 61, earlier=NOT_FIT)
     assert widened.action == "widen" and widened.step is not None
     assert widened.step.reason == 'main: topology "aws" doesn\'t allow to fit any of 2 pod(s)'
+    assert widened.why.startswith("waiting for 61s, on topology (now for quota) (patience 60s): required at ")
     # never while preemptions Kueue started are under way, now or then
     preempting = workload(f"{NOT_FIT}. Pending the preemption of 1 workload(s)")
     assert decide(preempting, obj, JOB, team(AUTO), aws_nodes(), T0 + 61, earlier=NOT_FIT).action == "leave"

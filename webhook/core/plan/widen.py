@@ -289,12 +289,20 @@ def decide(
     step = Step(tuple(names), before, after, rfc3339(now), reason)
     return Decision(
         "widen",
-        f"waiting for {int(now - (since or now))}s, on topology (patience {placement.patienceSeconds}s): "
+        f"waiting for {int(now - (since or now))}s, on topology{_now_quota(workload, placement.topologyName)} "
+        f"(patience {placement.patienceSeconds}s): "
         f"{before.describe()} → {after.describe()}",
         step=step,
         object_patch=object_patch(obj, row, [podsets[n] for n in names], step, history),
         workload_patch=workload_patch(workload, {n: after for n in names}, [*history, step]),
     )
+
+
+def _now_quota(workload: Mapping[str, Any], topology: str) -> str:
+    """`` (now for quota)`` when the Workload's message no longer names the topology (the step
+    rests on Kueue's earlier refusal of this generation), else ``""``."""
+    message = _conditions(workload).get("QuotaReserved", {}).get("message")
+    return "" if isinstance(message, str) and tas_no_fit(message, topology) else " (now for quota)"
 
 
 def object_patch(
