@@ -160,8 +160,9 @@ QuotaAmount = Annotated[Quantity, AfterValidator(never_negative("a quota"))]
 
 
 #: The patience of a topology policy that names none (how long a workload waits on topology before
-#: the governor widens it: :mod:`webhook.core.plan.widen`). Provisional until the placement
-#: benchmark (``benchmarks/placement``) measures it; the one place it is set.
+#: the governor widens it: :mod:`webhook.core.plan.widen`); the one place it is set. The placement
+#: benchmark (``benchmarks/placement``, docs/placement.md "The patience default") measured no
+#: patience that meets its target in every run, and reads a patience as a fraction of job run times.
 DEFAULT_PATIENCE = "60s"
 #: A patience that turns widening off.
 NEVER = "never"

@@ -318,8 +318,8 @@ class TopologyRule(_Model):
     patience: Patience | None = Field(
         default=None,
         description="how long a workload may wait for a domain of the level it requires before the governor "
-        "widens it one level (then to preferred at its first level): a duration such as 60s, 5m or 1h30m, or "
-        f"never; default {DEFAULT_PATIENCE}",
+        "widens it one level, then one more each time Kueue refuses the step (up to preferred at its first "
+        f"level): a duration such as 60s, 5m or 1h30m, or never; default {DEFAULT_PATIENCE}",
         examples=["5m", "never"],
     )
 
