@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime
 import json
 import secrets
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import DynamicApiError
+from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from e2e import support
 from e2e.conftest import E2ECluster
@@ -115,11 +116,13 @@ async def blocks(dynamic: DynamicClient) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-async def admitted(dynamic: DynamicClient, created: dict[str, Any], timeout: float = 90) -> dict[str, Any]:
+async def admitted(
+    dynamic: DynamicClient, created: dict[str, Any], namespace: str = RESEARCH, timeout: float = 90
+) -> dict[str, Any]:
     uid = created["metadata"]["uid"]
 
     async def probe() -> dict[str, Any] | None:
-        workload = await workload_for(dynamic, RESEARCH, uid)
+        workload = await workload_for(dynamic, namespace, uid)
         return workload if workload is not None and is_true(workload, "Admitted") else None
 
     return await wait_for(probe, f"{created['metadata']['name']}'s Workload to be admitted", timeout=timeout)
@@ -258,6 +261,124 @@ async def test_a_job_that_fits_its_rack_is_never_touched(
     assert job is not None
     assert WIDENED not in job["metadata"].get("annotations", {})
     assert job["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
+
+
+QUOTA_TEAM = "patience-quota"
+QUOTA_PATIENCE = 20  # seconds: the quota wait below is set up well within it
+
+
+@pytest.fixture
+async def quota_team(
+    bundled_config: Generated, governor: Callable[..., str], tmp_path: Path, dynamic: DynamicClient
+) -> AsyncIterator[tuple[str, dict[str, str]]]:
+    """The bundled platform and one more team, :data:`QUOTA_TEAM`, in no cohort (no borrowing) with
+    a quota of 40 GPUs (the cluster has 64), topology ``auto`` with a patience of
+    :data:`QUOTA_PATIENCE` seconds, served with topology widening on; its namespace and queue label.
+    Its ClusterQueue and LocalQueue are deleted afterwards (the namespace stays, as in
+    test_generator.py)."""
+    platform = yaml.safe_load(BUNDLED_PLATFORM.read_text())
+    (research,) = [team for team in platform["teams"] if team["name"] == "research"]
+    gpus = {"cpu": {"nominalQuota": 1536}, "memory": {"nominalQuota": "16Ti"}, "nvidia.com/gpu": {"nominalQuota": 40}}
+    policy = {**copy.deepcopy(research["policy"])}
+    policy["topology"] = {"mode": "auto", "enforcement": "enforce", "patience": f"{QUOTA_PATIENCE}s"}
+    platform["teams"].append(
+        {
+            "name": QUOTA_TEAM,
+            "quotas": [{"flavor": research["quotas"][0]["flavor"], "resources": gpus}],
+            "queueingStrategy": "BestEffortFIFO",
+            "policy": policy,
+        }
+    )
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(platform))
+    generated = support.generate(path, tmp_path / "generated", "--policy-namespace", "kgov-e2e-patience")
+    mine = [
+        obj
+        for obj in generated.objects
+        if QUOTA_TEAM in obj["metadata"]["name"] or QUOTA_TEAM in obj["metadata"].get("namespace", "")
+    ]
+    (namespace,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "Namespace"]
+    (queue,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "LocalQueue"]
+    (cluster_queue,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "ClusterQueue"]
+    await support.apply_generated(dynamic, support.Generated(directory=generated.directory, objects=mine))
+    await support.wait_cluster_queues_active(dynamic, [cluster_queue])
+    governor(path, extra=WIDENING)
+    try:
+        yield namespace, {"kueue.x-k8s.io/queue-name": queue}
+    finally:
+        for obj in reversed([o for o in mine if o["apiVersion"] == support.KUEUE_API]):
+            resource = await dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            with contextlib.suppress(NotFoundError):
+                await dynamic.delete(resource, name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
+
+
+async def _message(dynamic: DynamicClient, namespace: str, created: dict[str, Any]) -> str:
+    workload = await workload_for(dynamic, namespace, created["metadata"]["uid"])
+    reserved = [c for c in (workload or {}).get("status", {}).get("conditions", []) if c["type"] == "QuotaReserved"]
+    return str(reserved[0].get("message", "")) if reserved and reserved[0]["status"] == "False" else ""
+
+
+async def test_a_job_refused_on_topology_then_waiting_for_quota_is_widened_before_the_quota_returns(
+    quota_team: tuple[str, dict[str, str]], dynamic: DynamicClient, cleanup: Cleanup
+) -> None:
+    """Kueue asks TAS only while the quota fits. A Job of 2 pods restricted to a block whose racks
+    have one free host each is refused on topology; a filler then takes the quota and another
+    Job's deletion makes Kueue try the first again, which now says quota. Past its patience the
+    governor widens it all the same (remembered: Kueue's refusal of this Workload generation), so
+    that when the filler goes, the real Kueue admits it at the block at once."""
+    namespace, queue = quota_team
+    layout = await blocks(dynamic)
+    (block_a, racks_a), (block_b, racks_b) = sorted(layout.items())[:2]
+
+    def job(prefix: str, pods: int, selector: dict[str, str]) -> dict[str, Any]:
+        template = {
+            "metadata": {"annotations": dict(RUN_LONG)},
+            "spec": {**pause_pod_spec(8, "1"), "nodeSelector": selector},
+        }
+        return job_manifest(unique(prefix), namespace, pods, template, queue)
+
+    holders = [await submit(dynamic, cleanup, job("holder", 1, {HOSTNAME: racks_a[r][0]})) for r in sorted(racks_a)[:2]]
+    third = await submit(dynamic, cleanup, job("third", 1, {HOSTNAME: sorted(racks_b.items())[0][1][0]}))
+    for holder in [*holders, third]:
+        await admitted(dynamic, holder, namespace)
+    # 24 of 40 GPUs in use: the 16 the waiting Job asks for fit the quota, no rack of block A holds it
+    waiting = await submit(dynamic, cleanup, job("waiting", 2, {BLOCK: block_a}))
+    assert waiting["spec"]["template"]["metadata"]["annotations"][REQUIRED] == RACK
+
+    async def refused_on_topology() -> bool:
+        return "to fit" in await _message(dynamic, namespace, waiting)
+
+    await wait_for(refused_on_topology, "Kueue's topology refusal of the waiting Job", timeout=30)
+    filler = await submit(dynamic, cleanup, job("filler", 2, {BLOCK: block_b}))
+    await admitted(dynamic, filler, namespace)  # 40 of 40 GPUs
+    await support.delete_workload_object(dynamic, third)  # 32 of 40: Kueue tries the waiting Job again
+
+    async def refused_on_quota() -> bool:
+        return "quota" in await _message(dynamic, namespace, waiting)
+
+    await wait_for(refused_on_quota, "Kueue's quota refusal of the waiting Job", timeout=30)
+    started = await support.get(dynamic, "batch/v1", "Job", waiting["metadata"]["name"], namespace)
+    assert started is not None and WIDENED not in started["metadata"].get("annotations", {})  # within its patience
+
+    async def widened() -> dict[str, Any] | None:
+        current = await support.get(dynamic, "batch/v1", "Job", waiting["metadata"]["name"], namespace)
+        return current if current and WIDENED in current["metadata"].get("annotations", {}) else None
+
+    job_now = await wait_for(widened, "the governor's step", timeout=QUOTA_PATIENCE + 30)
+    (step,) = json.loads(job_now["metadata"]["annotations"][WIDENED])
+    assert (step["from"], step["to"]) == (f"required:{RACK}", f"required:{BLOCK}")
+    assert "to fit" in step["reason"]  # Kueue's topology refusal, remembered
+    assert "quota" in await _message(dynamic, namespace, waiting)  # still waiting for quota: never admitted yet
+    events = await list_objects(dynamic, "events.k8s.io/v1", "Event", namespace)
+    notes = [e["note"] for e in events if e.get("reason") == "TopologyWidened"]
+    assert any("on topology (now for quota)" in note for note in notes), notes
+
+    await support.delete_workload_object(dynamic, filler)  # the quota comes back
+    workload = await admitted(dynamic, waiting, namespace, timeout=60)
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    _, domains = support.decode_topology_assignment(assignment["topologyAssignment"])
+    held = {racks_a[r][0] for r in racks_a}
+    assert {domain.values[-1] for domain in domains}.isdisjoint(held) and sum(d.pods for d in domains) == 2
 
 
 @pytest.fixture

@@ -285,9 +285,27 @@ def test_a_message_kueue_wrote_for_an_earlier_generation_is_not_its_word_on_this
 
 def test_an_evicted_workload_waits_its_patience_again_from_its_requeue() -> None:
     wl = workload()
-    wl["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-05T04:00:00Z"  # evicted, pending again
+    # evicted, queued again: Kueue's Requeued condition (workload.SetRequeuedCondition)
+    requeued = {
+        "type": "Requeued",
+        "status": "True",
+        "reason": "Preempted",
+        "lastTransitionTime": "2026-12-05T04:00:00Z",
+    }
+    wl["status"]["conditions"].append(requeued)
     assert decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3630).action == "wait"
     assert decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 3660).action == "widen"
+
+
+def test_the_patience_counts_from_creation_not_from_kueues_first_try() -> None:
+    """Regression: the patience counted from the ``QuotaReserved=False`` condition's transition. Kueue
+    sets aside the Workloads of one shape while an equivalent one is refused (SchedulingEquivalenceHashing),
+    untried and with no condition, and tries them one at a time; each then waited a whole patience
+    after its first try, so a class of them was widened one patience after another."""
+    wl = workload()
+    wl["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-05T03:05:00Z"  # first tried 5 minutes in
+    widened = decide(wl, created(), JOB, team(AUTO), aws_nodes(), T0 + 301)
+    assert widened.action == "widen" and widened.why.startswith("waiting for 301s, on topology")
 
 
 def test_a_team_may_turn_patience_off_and_set_its_own() -> None:

@@ -28,8 +28,8 @@ quota again. The caller may remember Kueue's topology refusal of this Workload `
 topology*, and is widened once its patience is over, so that it fits when the quota comes back.
 
 **The patience is the workload's, not each step's.** It counts from when the workload began to
-wait at the placement the policy gave it (the Workload's creation, or its requeue after an
-eviction: :func:`waiting_since`), time spent waiting for quota included. Once it is over, each
+wait (the Workload's creation, or its requeue after an eviction, as Kueue counts its queued wait:
+:func:`waiting_since`), time spent waiting for quota or untried by Kueue included. Once it is over, each
 further step follows as soon as Kueue has refused the previous one: a patience of ``60s`` bounds
 the wait for a domain by about 60 s, not 60 s per level.
 
@@ -155,15 +155,16 @@ def topology_pending(workload: Mapping[str, Any], topology: str, earlier: str | 
 
 
 def waiting_since(workload: Mapping[str, Any]) -> float | None:
-    """Since when the workload waits (seconds since the epoch): the later of its Workload's
-    ``creationTimestamp`` and the ``lastTransitionTime`` of its ``QuotaReserved=False`` condition
-    (a workload evicted and queued again waits from then); None when neither reads."""
-    reserved = _conditions(workload).get("QuotaReserved", {})
-    times = [seconds_of(lookup(workload, ("metadata", "creationTimestamp")))]
-    if reserved.get("status") == "False":
-        times.append(seconds_of(reserved.get("lastTransitionTime")))
-    known = [t for t in times if t is not None]
-    return max(known) if known else None
+    """Since when the workload waits (seconds since the epoch), as Kueue v0.19.2 counts its queued
+    wait (``workload.QueuedWaitTime``): the ``lastTransitionTime`` of its ``Requeued`` condition (set
+    when it is queued again after an eviction), else its ``creationTimestamp``; None when that does
+    not read. Not when Kueue first tried it: under ``SchedulingEquivalenceHashing`` Kueue sets aside
+    the Workloads of the same shape as one it refused, untried and without a condition, and tries
+    them one by one as room frees; each has waited since its creation."""
+    requeued = _conditions(workload).get("Requeued")
+    if requeued is not None:
+        return seconds_of(requeued.get("lastTransitionTime"))
+    return seconds_of(lookup(workload, ("metadata", "creationTimestamp")))
 
 
 @dataclass
