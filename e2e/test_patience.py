@@ -27,7 +27,7 @@ import json
 import secrets
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from e2e import support
 from e2e.conftest import E2ECluster
+from e2e.devcluster.client import dynamic_client
 from e2e.devcluster.governor import start_replica, stop_replica
 from e2e.support import (
     BUNDLED_PLATFORM,
@@ -268,9 +269,9 @@ QUOTA_PATIENCE = 20  # seconds: the quota wait below is set up well within it
 
 
 @pytest.fixture
-async def quota_team(
-    bundled_config: Generated, governor: Callable[..., str], tmp_path: Path, dynamic: DynamicClient
-) -> AsyncIterator[tuple[str, dict[str, str]]]:
+def quota_team(
+    bundled_config: Generated, governor: Callable[..., str], tmp_path: Path, e2e_cluster: E2ECluster
+) -> Iterator[tuple[str, dict[str, str]]]:
     """The bundled platform and one more team, :data:`QUOTA_TEAM`, in no cohort (no borrowing) with
     a quota of 40 GPUs (the cluster has 64), topology ``auto`` with a patience of
     :data:`QUOTA_PATIENCE` seconds, served with topology widening on; its namespace and queue label.
@@ -279,7 +280,7 @@ async def quota_team(
     platform = yaml.safe_load(BUNDLED_PLATFORM.read_text())
     (research,) = [team for team in platform["teams"] if team["name"] == "research"]
     gpus = {"cpu": {"nominalQuota": 1536}, "memory": {"nominalQuota": "16Ti"}, "nvidia.com/gpu": {"nominalQuota": 40}}
-    policy = {**copy.deepcopy(research["policy"])}
+    policy = copy.deepcopy(research["policy"])
     policy["topology"] = {"mode": "auto", "enforcement": "enforce", "patience": f"{QUOTA_PATIENCE}s"}
     platform["teams"].append(
         {
@@ -300,16 +301,27 @@ async def quota_team(
     (namespace,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "Namespace"]
     (queue,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "LocalQueue"]
     (cluster_queue,) = [obj["metadata"]["name"] for obj in mine if obj["kind"] == "ClusterQueue"]
-    await support.apply_generated(dynamic, support.Generated(directory=generated.directory, objects=mine))
-    await support.wait_cluster_queues_active(dynamic, [cluster_queue])
+
+    async def apply() -> None:
+        async with dynamic_client(e2e_cluster.kubeconfig) as dynamic:
+            await support.apply_generated(dynamic, support.Generated(directory=generated.directory, objects=mine))
+            await support.wait_cluster_queues_active(dynamic, [cluster_queue])
+
+    async def delete() -> None:
+        async with dynamic_client(e2e_cluster.kubeconfig) as dynamic:
+            for obj in reversed([o for o in mine if o["apiVersion"] == support.KUEUE_API]):
+                resource = await dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+                with contextlib.suppress(NotFoundError):
+                    await dynamic.delete(
+                        resource, name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
+                    )
+
+    asyncio.run(apply())
     governor(path, extra=WIDENING)
     try:
         yield namespace, {"kueue.x-k8s.io/queue-name": queue}
     finally:
-        for obj in reversed([o for o in mine if o["apiVersion"] == support.KUEUE_API]):
-            resource = await dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            with contextlib.suppress(NotFoundError):
-                await dynamic.delete(resource, name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
+        asyncio.run(delete())
 
 
 async def _message(dynamic: DynamicClient, namespace: str, created: dict[str, Any]) -> str:
