@@ -178,6 +178,20 @@ async def workload_of(
     return await support.wait_for(probe, f"the Workload of {obj['metadata']['name']} {what}", timeout)
 
 
+async def reservation_shown(dynamic: DynamicClient, cluster_queue: str, cpu: str) -> None:
+    """Wait until ``cluster_queue``'s status shows ``cpu`` CPUs reserved: Kueue updates a
+    ClusterQueue's ``status.flavorsReservation`` after the Workloads' admission, and ``kgov why``
+    reads the quota from there."""
+
+    async def shown() -> bool:
+        queue = await support.get(dynamic, support.KUEUE_API, "ClusterQueue", cluster_queue)
+        flavors = ((queue or {}).get("status") or {}).get("flavorsReservation") or []
+        totals = [r.get("total") for f in flavors for r in f.get("resources") or [] if r.get("name") == "cpu"]
+        return any(str(total) == cpu for total in totals)
+
+    await support.wait_for(shown, f"ClusterQueue {cluster_queue} to show {cpu} CPUs reserved", timeout=30)
+
+
 def admitted(workload: dict[str, Any]) -> bool:
     return support.is_true(workload, "Admitted")
 
@@ -262,6 +276,7 @@ async def test_over_quota_names_the_queue_and_cohort_numbers(
     pending = await workload_of(dynamic, second, "waiting for quota", pending_with("insufficient unused quota for cpu"))
     assert "2 more needed" in support.condition(pending, "QuotaReserved")["message"]  # type: ignore[index]
 
+    await reservation_shown(dynamic, borrower, "2")
     answer = kgov(e2e_cluster, "why", "job/second", "-n", namespace)
     assert answer["cause"] == "over quota", answer["summary"]
     assert answer["state"]["state"] == "waiting for quota"
@@ -502,6 +517,7 @@ async def test_over_quota_names_the_borrowing_limit_that_binds(
     pending = await workload_of(dynamic, more, "waiting for quota", pending_with("insufficient unused quota for cpu"))
     assert "1 more needed" in support.condition(pending, "QuotaReserved")["message"]  # type: ignore[index]
 
+    await reservation_shown(dynamic, borrower, "3")
     answer = kgov(e2e_cluster, "why", "job/more", "-n", namespace)
     assert answer["cause"] == "over quota", answer["summary"]
     cpu = next(q for q in answer["quota"] if q["resource"] == "cpu")
@@ -637,6 +653,7 @@ async def test_behind_higher_priority_names_the_head(
     )
     behind_workload = await workload_of(dynamic, behind, "created", lambda w: True)
 
+    await reservation_shown(dynamic, queue, "2")
     answer = kgov(e2e_cluster, "why", "job/behind", "-n", namespace)
     stored = await support.workload_for(dynamic, namespace, behind["metadata"]["uid"])
     assert stored is not None and not admitted(stored)  # Kueue holds it: 2 CPUs free, but StrictFIFO
