@@ -43,7 +43,7 @@ from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from webhook.core.admission.envelope import clip
 from webhook.core.kueue.inventory import NodeInventory
 from webhook.core.kueue.kinds import WorkloadKind, find_kind
-from webhook.core.plan.widen import Decision, admitted, decide, kueue_has_tried, tas_no_fit, topology_pending
+from webhook.core.plan.widen import Decision, admitted, decide, kueue_refusal, tas_no_fit, topology_pending
 from webhook.core.platform.resolve import TeamIndex
 from webhook.kube.cache import ObjectCache, namespaced_key
 from webhook.kube.policy_watch import NOTE_LIMIT, REPORTING_CONTROLLER, reporting_instance
@@ -213,17 +213,9 @@ class TopologyWidener:
         if event == "DELETED":
             self.refused.pop(str(metadata.get("uid")), None)
             return
-        generation = metadata.get("generation")
-        conditions = (workload.get("status") or {}).get("conditions")
-        for condition in conditions if isinstance(conditions, list) else []:
-            if not isinstance(condition, Mapping) or condition.get("type") != "QuotaReserved":
-                continue
-            message = condition.get("message")
-            if condition.get("status") != "False" or not isinstance(message, str) or not isinstance(generation, int):
-                return
-            if kueue_has_tried(workload) and tas_no_fit(message, None):
-                self.refused[str(metadata.get("uid"))] = (generation, message)
-            return
+        generation, message = metadata.get("generation"), kueue_refusal(workload)
+        if isinstance(generation, int) and message is not None and tas_no_fit(message, None):
+            self.refused[str(metadata.get("uid"))] = (generation, message)
 
     def earlier(self, workload: Mapping[str, Any]) -> str | None:
         """The topology refusal :meth:`observe` remembered for ``workload``'s current generation."""

@@ -82,6 +82,7 @@ __all__ = [
     "admitted",
     "decide",
     "kueue_has_tried",
+    "kueue_refusal",
     "tas_no_fit",
     "topology_pending",
     "waiting_since",
@@ -134,19 +135,25 @@ def tas_no_fit(message: str, topology: str | None) -> dict[str, str]:
     return out
 
 
+def kueue_refusal(workload: Mapping[str, Any]) -> str | None:
+    """Kueue's word on the Workload as it is now when it refuses it: the message of its
+    ``QuotaReserved=False`` condition, if Kueue wrote it for the current generation
+    (:func:`kueue_has_tried`) and the Workload holds no quota; else None."""
+    if admitted(workload) or not kueue_has_tried(workload):
+        return None
+    condition = _conditions(workload).get("QuotaReserved", {})
+    message = condition.get("message")
+    return message if condition.get("status") == "False" and isinstance(message, str) else None
+
+
 def topology_pending(workload: Mapping[str, Any], topology: str, earlier: str | None = None) -> dict[str, str]:
     """The podsets (Kueue's names) that Topology ``topology`` keeps the Workload from, each with
     Kueue's reasons: those its ``QuotaReserved=False`` message names (:func:`tas_no_fit`), or, when
     it names none (a wait for quota), those of ``earlier``, a message Kueue gave the same Workload
     generation before. {} when it is admitted, waits for a preemption it has started, or Kueue has
-    not tried its current spec (:func:`kueue_has_tried`)."""
-    if admitted(workload):
-        return {}
-    condition = _conditions(workload).get("QuotaReserved", {})
-    message = condition.get("message")
-    if condition.get("status") != "False" or not isinstance(message, str) or _PREEMPTING in message:
-        return {}
-    if not kueue_has_tried(workload):
+    not tried its current spec (:func:`kueue_refusal`)."""
+    message = kueue_refusal(workload)
+    if message is None or _PREEMPTING in message:
         return {}
     found = tas_no_fit(message, topology)
     if not found and earlier is not None and _PREEMPTING not in earlier:
@@ -302,8 +309,8 @@ def decide(
 def _now_quota(workload: Mapping[str, Any], topology: str) -> str:
     """`` (now for quota)`` when the Workload's message no longer names the topology (the step
     rests on Kueue's earlier refusal of this generation), else ``""``."""
-    message = _conditions(workload).get("QuotaReserved", {}).get("message")
-    return "" if isinstance(message, str) and tas_no_fit(message, topology) else " (now for quota)"
+    message = kueue_refusal(workload)
+    return "" if message is not None and tas_no_fit(message, topology) else " (now for quota)"
 
 
 def object_patch(
